@@ -1,0 +1,1 @@
+"""Writing the world: ResourceClaims, Pods, status, Events, metrics."""

@@ -1,0 +1,1 @@
+"""The `infer-ctl` command line."""

@@ -1,0 +1,45 @@
+"""`infer-ctl`: one explicit table of subcommands, each in a module of its own.
+
+A subcommand module exposes `register(subparsers) -> None`, which adds its parser and sets
+`func=run` where `run(args) -> int` returns the exit code. Modules are imported lazily by name so that
+`infer-ctl validate` does not pay for importing kopf or statsmodels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (subcommand module under infer_ctl.cli, one-line help). Order is the order shown in --help.
+SUBCOMMANDS: tuple[tuple[str, str], ...] = (
+    ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
+    ("demo", "run the local demo on the sandbox"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infer-ctl",
+        description="Forecast-driven, fragmentation-aware GPU inference autoscaling for Kubernetes.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, _help in SUBCOMMANDS:
+        module = importlib.import_module(f"infer_ctl.cli.{name.replace('-', '_')}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

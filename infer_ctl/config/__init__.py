@@ -1,0 +1,1 @@
+"""Loading policies and manifests from files."""

@@ -1,0 +1,1 @@
+"""Scaling decisions (pure): desired serving and standby replicas, each with its reason as data."""

@@ -1,0 +1,1 @@
+"""Request-rate forecasters (pure): fit(history) -> fitted, fitted.predict(horizon)."""

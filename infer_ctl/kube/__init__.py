@@ -1,0 +1,1 @@
+"""Kubernetes object helpers shared by the shell: CRD schemas (defaulting, validation, CEL rules), manifests."""

@@ -1,0 +1,1 @@
+"""Placement over DRA devices (pure): inventory, CEL selectors, filter and score plugins, claims."""

@@ -1,0 +1,1 @@
+"""The simulator: the same engine in simulated time, with the peers' autoscalers as baselines."""
