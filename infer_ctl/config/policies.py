@@ -1,0 +1,50 @@
+"""Reading `policies/*.yaml` from disk into `infer_ctl.core.policy` values."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infer_ctl.core.errors import FieldError, SpecError
+from infer_ctl.core.policy import Policies, parse_catalog, parse_placement_policy, parse_scaling_policy
+
+POLICIES_ENV = "INFER_CTL_POLICIES"
+
+
+def default_policies_dir() -> Path:
+    """$INFER_CTL_POLICIES, else the `policies/` folder of this checkout."""
+    env = os.environ.get(POLICIES_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "policies"
+
+
+def load_policies(directory: Path | None = None) -> Policies:
+    """All three policy files, each checked; a SpecError lists every problem with file and field."""
+    folder = directory or default_policies_dir()
+    errors: list[FieldError] = []
+    docs: dict[str, Any] = {}
+    for name in ("accelerators.yaml", "scaling.yaml", "placement.yaml"):
+        path = folder / name
+        try:
+            docs[name] = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            errors.append(FieldError(str(path), "policy file is missing"))
+        except yaml.YAMLError as exc:
+            errors.append(FieldError(str(path), f"not valid YAML: {exc}"))
+    if errors:
+        raise SpecError(errors)
+    results: dict[str, Any] = {}
+    for name, parse in (("accelerators.yaml", parse_catalog), ("scaling.yaml", parse_scaling_policy),
+                        ("placement.yaml", parse_placement_policy)):
+        try:
+            results[name] = parse(docs[name], str(folder / name))
+        except SpecError as exc:
+            errors.extend(exc.errors or [FieldError(str(folder / name), str(exc))])
+    if errors:
+        raise SpecError(errors)
+    return Policies(catalog=results["accelerators.yaml"], scaling=results["scaling.yaml"],
+                    placement=results["placement.yaml"])

@@ -1,0 +1,257 @@
+"""Policies as typed values: the accelerator catalog, scaling presets, placement plugin weights.
+
+They are versioned YAML under `policies/`, read by `infer_ctl.config.load_policies`; the parsers here take the
+loaded dicts and report every problem with its path (`accelerators[2].memory: ...`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infer_ctl.core import api
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.fields import FieldReader
+from infer_ctl.core.parse import COMPUTE_CAPABILITY_RE
+from infer_ctl.core.quantity import parse_bytes
+
+POLICY_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    name: str  # e.g. "1g.10gb"
+    memory_bytes: int
+    compute_slices: int  # of 7
+    memory_slices: int  # of 8
+    max_count: int  # how many of this profile fit on one GPU
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorType:
+    name: str  # catalog name, e.g. "H100-80GB"
+    product_names: tuple[str, ...]  # DRA `productName` attribute values
+    architecture: str
+    compute_capability: tuple[int, int]
+    memory_bytes: int
+    relative_throughput: float
+    price_per_hour_usd: float
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+    def smallest_mig_profile(self, memory_bytes: int) -> MigProfile | None:
+        """The MIG profile with the least memory, then the fewest compute slices, that holds `memory_bytes`."""
+        fitting = [p for p in self.mig_profiles if p.memory_bytes >= memory_bytes]
+        return min(fitting, key=lambda p: (p.memory_bytes, p.compute_slices), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorCatalog:
+    accelerators: tuple[AcceleratorType, ...]
+
+    def get(self, name: str) -> AcceleratorType | None:
+        return next((a for a in self.accelerators if a.name == name), None)
+
+    def by_product_name(self, product_name: str) -> AcceleratorType | None:
+        """The entry for a DRA `productName` attribute value (exact, then case-insensitive)."""
+        for a in self.accelerators:
+            if product_name in a.product_names:
+                return a
+        folded = product_name.casefold()
+        return next((a for a in self.accelerators if folded in (p.casefold() for p in a.product_names)), None)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.accelerators)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPreset:
+    quantile: float
+    standby_replicas: int
+    scale_down_stabilization_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    control_period_s: float
+    presets: Mapping[api.Preset, ScalingPreset]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementPolicy:
+    filters: tuple[str, ...]
+    score_weights: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    catalog: AcceleratorCatalog
+    scaling: ScalingPolicy
+    placement: PlacementPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveScaling:
+    """A service's scaling settings with the preset applied to what the spec left unset."""
+
+    quantile: float
+    standby_replicas: int
+    scale_down_stabilization_s: float
+    control_period_s: float
+
+
+def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> EffectiveScaling:
+    preset = policy.presets[spec.preset]
+    return EffectiveScaling(
+        quantile=spec.forecast.quantile if spec.forecast.quantile is not None else preset.quantile,
+        standby_replicas=(spec.prewarm.standby_replicas if spec.prewarm.standby_replicas is not None
+                          else preset.standby_replicas),
+        scale_down_stabilization_s=(spec.scale_down_stabilization_s if spec.scale_down_stabilization_s is not None
+                                    else preset.scale_down_stabilization_s),
+        control_period_s=policy.control_period_s,
+    )
+
+
+def _check_version(r: FieldReader, doc: Mapping[str, Any], source: str) -> None:
+    version = doc.get("version")
+    if version != POLICY_VERSION:
+        r.error(f"{source}: version", f"must be {POLICY_VERSION!r}, got {version!r}")
+
+
+def parse_catalog(doc: Mapping[str, Any], source: str = "accelerators.yaml") -> AcceleratorCatalog:
+    r = FieldReader()
+    if not isinstance(doc, Mapping):
+        r.error(source, "must be a mapping with 'version' and 'accelerators'")
+        raise SpecError(r.errors)
+    _check_version(r, doc, source)
+    r.unknown(doc, source, ("version", "accelerators"))
+    items = doc.get("accelerators")
+    if not isinstance(items, list) or not items:
+        r.error(f"{source}: accelerators", "must be a non-empty list")
+        raise SpecError(r.errors)
+    out: list[AcceleratorType] = []
+    seen_names: set[str] = set()
+    seen_products: dict[str, str] = {}
+    for i, item in enumerate(items):
+        p = f"{source}: accelerators[{i}]"
+        if not isinstance(item, Mapping):
+            r.error(p, "must be a mapping")
+            continue
+        r.unknown(item, p, ("name", "productNames", "architecture", "computeCapability", "memory",
+                            "relativeThroughput", "pricePerHourUSD", "migProfiles"))
+        name = r.string(item, "name", f"{p}.name", required=True, min_length=1)
+        products = r.string_list(item, "productNames", f"{p}.productNames", unique=True)
+        if not products:
+            r.error(f"{p}.productNames", "must list at least one DRA productName")
+        arch = r.string(item, "architecture", f"{p}.architecture", required=True, min_length=1)
+        cc = r.string(item, "computeCapability", f"{p}.computeCapability", required=True,
+                      pattern=COMPUTE_CAPABILITY_RE, what="a compute capability such as '9.0'")
+        memory = r.parsed(item, "memory", f"{p}.memory", parse_bytes, required=True)
+        throughput = r.number(item, "relativeThroughput", f"{p}.relativeThroughput", default=None,
+                              exclusive_minimum=0, required=True)
+        price = r.number(item, "pricePerHourUSD", f"{p}.pricePerHourUSD", default=None, minimum=0, required=True)
+        profiles = _parse_mig_profiles(r, item, p, memory)
+        if name in seen_names:
+            r.error(f"{p}.name", f"duplicate accelerator {name!r}")
+        for product in products:
+            if product in seen_products:
+                r.error(f"{p}.productNames", f"{product!r} is already listed by {seen_products[product]!r}")
+            seen_products[product] = name or "?"
+        if None in (name, arch, cc, memory, throughput, price):
+            continue
+        assert name is not None and arch is not None and cc is not None
+        seen_names.add(name)
+        major, minor = cc.split(".")
+        out.append(AcceleratorType(
+            name=name, product_names=products, architecture=arch, compute_capability=(int(major), int(minor)),
+            memory_bytes=int(memory), relative_throughput=float(throughput or 0), price_per_hour_usd=float(price or 0),
+            mig_profiles=profiles,
+        ))
+    if r.errors:
+        raise SpecError(r.errors)
+    return AcceleratorCatalog(tuple(out))
+
+
+def _parse_mig_profiles(r: FieldReader, item: Mapping[str, Any], p: str, gpu_memory: int | None
+                        ) -> tuple[MigProfile, ...]:
+    raw = item.get("migProfiles")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        r.error(f"{p}.migProfiles", "must be a list")
+        return ()
+    out: list[MigProfile] = []
+    for j, prof in enumerate(raw):
+        pp = f"{p}.migProfiles[{j}]"
+        if not isinstance(prof, Mapping):
+            r.error(pp, "must be a mapping")
+            continue
+        r.unknown(prof, pp, ("name", "memory", "computeSlices", "memorySlices", "maxCount"))
+        pname = r.string(prof, "name", f"{pp}.name", required=True, min_length=1)
+        pmem = r.parsed(prof, "memory", f"{pp}.memory", parse_bytes, required=True)
+        compute = r.integer(prof, "computeSlices", f"{pp}.computeSlices", default=None, minimum=1, maximum=7,
+                            required=True)
+        mem_slices = r.integer(prof, "memorySlices", f"{pp}.memorySlices", default=None, minimum=1, maximum=8,
+                               required=True)
+        max_count = r.integer(prof, "maxCount", f"{pp}.maxCount", default=None, minimum=1, maximum=7, required=True)
+        if pmem is not None and gpu_memory is not None and pmem > gpu_memory:
+            r.error(f"{pp}.memory", "a MIG profile cannot have more memory than its GPU")
+        if pname is None or pmem is None or compute is None or mem_slices is None or max_count is None:
+            continue
+        out.append(MigProfile(pname, int(pmem), compute, mem_slices, max_count))
+    return tuple(out)
+
+
+def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -> ScalingPolicy:
+    r = FieldReader()
+    if not isinstance(doc, Mapping):
+        raise SpecError([], subject=f"{source}: must be a mapping")
+    _check_version(r, doc, source)
+    r.unknown(doc, source, ("version", "controlPeriodSeconds", "presets"))
+    period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
+                      exclusive_minimum=0, maximum=3600)
+    presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
+    presets: dict[api.Preset, ScalingPreset] = {}
+    for preset in api.Preset:
+        p = f"{source}: presets.{preset.value}"
+        item = r.obj(presets_doc, preset.value, p, ("quantile", "standbyReplicas", "scaleDownStabilizationSeconds"),
+                     required=bool(presets_doc))
+        if not item:
+            continue
+        quantile = r.number(item, "quantile", f"{p}.quantile", default=None, minimum=0.5, maximum=0.999,
+                            required=True)
+        standby = r.integer(item, "standbyReplicas", f"{p}.standbyReplicas", default=None, minimum=0, required=True)
+        window = r.number(item, "scaleDownStabilizationSeconds", f"{p}.scaleDownStabilizationSeconds",
+                          default=None, minimum=0, maximum=86_400, required=True)
+        if quantile is not None and standby is not None and window is not None:
+            presets[preset] = ScalingPreset(quantile, standby, window)
+    if r.errors:
+        raise SpecError(r.errors)
+    return ScalingPolicy(control_period_s=period or 10.0, presets=presets)
+
+
+PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",
+                     "GangReservation", "NodeUnschedulable")
+PLACEMENT_SCORES = ("Fragmentation", "BestFit", "CacheLocality", "Spread", "ProductPreference")
+
+
+def parse_placement_policy(doc: Mapping[str, Any], source: str = "placement.yaml") -> PlacementPolicy:
+    r = FieldReader()
+    if not isinstance(doc, Mapping):
+        raise SpecError([], subject=f"{source}: must be a mapping")
+    _check_version(r, doc, source)
+    r.unknown(doc, source, ("version", "filters", "scores"))
+    filters = r.string_list(doc, "filters", f"{source}: filters", unique=True)
+    for i, name in enumerate(filters):
+        if name not in PLACEMENT_FILTERS:
+            r.error(f"{source}: filters[{i}]", f"unknown filter {name!r}; known: {', '.join(PLACEMENT_FILTERS)}")
+    scores = r.obj(doc, "scores", f"{source}: scores", PLACEMENT_SCORES, required=True)
+    weights: dict[str, float] = {}
+    for name in scores:
+        weight = r.number(scores, name, f"{source}: scores.{name}", default=None, minimum=0, maximum=100)
+        if weight is not None and name in PLACEMENT_SCORES:
+            weights[name] = weight
+    if r.errors:
+        raise SpecError(r.errors)
+    return PlacementPolicy(filters=filters, score_weights=weights)
