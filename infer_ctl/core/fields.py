@@ -44,8 +44,8 @@ class FieldReader:
         for key in value:
             if key not in known:
                 hint = _close_match(str(key), known)
-                self.error(f"{path}.{key}", "unknown field" + (f" (did you mean {hint!r}?)" if hint else ""),
-                           "FieldValueNotSupported")
+                message = "unknown field" + (f" (did you mean {hint!r}?)" if hint else "")
+                self.error(f"{path}.{key}" if path else str(key), message, "FieldValueNotSupported")
 
     def string(self, parent: Mapping[str, Any], key: str, path: str, *, required: bool = False,
                default: str | None = None, pattern: re.Pattern[str] | None = None, what: str = "",
@@ -91,18 +91,17 @@ class FieldReader:
                 self.error(path, "Required value", "FieldValueRequired")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                self.error(path, f"must be an integer, got {type_name(value)} {value!r}", "FieldValueTypeInvalid")
-                return default
+            # 3.0 is refused as kube-apiserver refuses it: JSON numbers with a fraction part are not integers.
+            self.error(path, f"must be an integer, got {type_name(value)} {value!r}", "FieldValueTypeInvalid")
+            return default
         if minimum is not None and value < minimum:
             self.error(path, f"must be greater than or equal to {minimum}, got {value}")
             return default
         if maximum is not None and value > maximum:
             self.error(path, f"must be less than or equal to {maximum}, got {value}")
             return default
-        return value
+        number: int = value
+        return number
 
     def number(self, parent: Mapping[str, Any], key: str, path: str, *, default: float | None,
                exclusive_minimum: float | None = None, minimum: float | None = None,

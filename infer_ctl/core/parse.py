@@ -45,6 +45,7 @@ def parse_inference_service(obj: Mapping[str, Any]) -> api.InferenceService:
         r.error("apiVersion", f"must be {api.API_VERSION!r}, got {obj.get('apiVersion')!r}")
     if obj.get("kind") != api.KIND:
         r.error("kind", f"must be {api.KIND!r}, got {obj.get('kind')!r}")
+    r.unknown(obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
     meta = _parse_meta(r, obj)
     spec_obj = r.obj(obj, "spec", "spec", ("model", "runtime", "accelerator", "scaling", "slo", "replicas"),
                      required=True)

@@ -31,13 +31,11 @@ _DECIMAL = {
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _QUANTITY_RE = re.compile(
     rf"^(?P<sign>[+-])?(?P<number>{_NUMBER})"
-    rf"(?:(?P<binary>[KMGTPE]i)|(?P<exp>[eE][+-]?{_NUMBER})|(?P<decimal>[numkMGTPE]))?$"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<exp>[eE][+-]?[0-9]+)|(?P<decimal>[numkMGTPE]))?$"
 )
-# The pattern kube-apiserver's OpenAPI uses for quantities; the CRD uses it too.
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+# Unsigned quantities as the CRD's patterns accept them. Like resource.ParseQuantity (and unlike the looser
+# pattern in kube-apiserver's OpenAPI), the exponent must be a whole number.
+QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
 
 
 class QuantityError(ValueError):
@@ -48,17 +46,14 @@ def parse_quantity(text: str) -> Fraction:
     """Parse a quantity exactly. E.g. `40Gi` -> 42949672960, `500m` -> 1/2, `1e3` -> 1000."""
     if not isinstance(text, str):
         raise QuantityError(f"expected a quantity string such as '40Gi', got {type(text).__name__}")
-    match = _QUANTITY_RE.match(text.strip())
+    match = _QUANTITY_RE.match(text)
     if match is None:
         raise QuantityError(_explain_bad_quantity(text))
     value = Fraction(match["number"])
     if match["binary"]:
         value *= _BINARY[match["binary"]]
     elif match["exp"]:
-        exponent = Fraction(match["exp"][1:])
-        if exponent.denominator != 1:
-            raise QuantityError(f"{text!r}: the exponent must be a whole number")
-        value *= Fraction(10) ** int(exponent)
+        value *= Fraction(10) ** int(match["exp"][1:])
     else:
         value *= _DECIMAL[match["decimal"] or ""]
     return -value if match["sign"] == "-" else value

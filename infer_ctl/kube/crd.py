@@ -4,7 +4,8 @@ One implementation for every place that checks custom resources: `infer-ctl vali
 server, and the tests that keep the Python parser and the CRD in agreement. For a structural schema it does what
 apiextensions-apiserver does on create and update:
 
-1. `apply_defaults`: fills `default`s of absent properties, recursively (objects and array items).
+1. `apply_defaults`: drops `null`s of non-nullable properties, then fills `default`s of absent properties,
+   recursively (objects and array items).
 2. `unknown_fields`: fields the schema does not declare (kubectl's strict field validation reports them;
    without it the server prunes them).
 3. `validate`: the OpenAPI v3 constraints (types, enums, bounds, patterns, required, lengths, list types
@@ -99,6 +100,8 @@ def apply_defaults(schema: Schema, obj: Any) -> Any:
 def _default_in_place(schema: Schema, value: Any) -> None:
     if isinstance(value, dict):
         for key, sub in (schema.get("properties") or {}).items():
+            if key in value and value[key] is None and not sub.get("nullable"):
+                del value[key]  # as apiextensions-apiserver: nulls of non-nullable fields are pruned, then defaulted
             if key not in value and "default" in sub:
                 value[key] = copy.deepcopy(sub["default"])
             if key in value:

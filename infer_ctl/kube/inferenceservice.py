@@ -1,0 +1,72 @@
+"""Every check of an InferenceService object, in the order the API server and the controller apply them.
+
+1. the CRD: defaults, unknown fields, OpenAPI constraints, CEL rules (what kube-apiserver would refuse);
+2. the parser: typed values and the checks a schema cannot express (e.g. the PromQL template);
+3. the catalog: whether any allowed product can hold a replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infer_ctl.core import api
+from infer_ctl.core.checks import check_against_catalog
+from infer_ctl.core.errors import FieldError, SpecError
+from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.kube.crd import Crd, apply_defaults, parse_crd, validate
+
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "inferenceservice.yaml"
+
+
+@cache
+def load_crd(path: Path = CRD_PATH) -> Crd:
+    return parse_crd(yaml.safe_load(path.read_text()))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The outcome of all checks: the parsed service when the spec is usable, and every problem found."""
+
+    service: api.InferenceService | None
+    schema_errors: tuple[FieldError, ...]  # what kube-apiserver would refuse
+    spec_errors: tuple[FieldError, ...]  # what the parser refuses (a superset of the schema, with numbers and hints)
+    catalog_errors: tuple[FieldError, ...]  # what no allowed product can run
+    defaulted: Mapping[str, Any]
+
+    @property
+    def errors(self) -> tuple[FieldError, ...]:
+        """One message per field: the parser's where it has one (it adds values and hints such as 'use G or
+        Gi'), the schema's where only the schema speaks, then the catalog's."""
+        covered = {e.path for e in self.spec_errors}
+        only_schema = tuple(e for e in self.schema_errors if e.path not in covered)
+        return self.spec_errors + only_schema + self.catalog_errors
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
+                            crd: Crd | None = None) -> CheckResult:
+    crd = crd or load_crd()
+    version = crd.storage_version
+    defaulted = apply_defaults(version.schema, dict(obj))
+    schema_errors = tuple(validate(version.schema, defaulted))
+    service: api.InferenceService | None = None
+    spec_errors: tuple[FieldError, ...] = ()
+    try:
+        service = parse_inference_service(defaulted)
+    except SpecError as exc:
+        spec_errors = exc.errors
+    catalog_errors: tuple[FieldError, ...] = ()
+    if service is not None and catalog is not None:
+        catalog_errors = tuple(check_against_catalog(service.spec, catalog))
+    return CheckResult(service=service, schema_errors=schema_errors, spec_errors=spec_errors,
+                       catalog_errors=catalog_errors, defaulted=defaulted)

@@ -1,0 +1,143 @@
+"""What the CRD accepts, the parser accepts, and the other way round.
+
+Manifests are drawn field by field from valid values and typical mistakes; for each, kube-apiserver's view
+(defaults, unknown fields, OpenAPI constraints, CEL rules: `infer_ctl.kube.crd`) must agree with the parser.
+One check is the parser's alone and is not drawn here: the PromQL template (placeholders only inside quoted
+label values), which a schema cannot express; the controller reports it with a `Valid=False` condition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.kube.crd import apply_defaults, validate
+from infer_ctl.kube.inferenceservice import load_crd
+
+ABSENT: Any = object()
+
+
+class Fields:
+    """Draws each field from values that are valid together, except the one field chosen to carry a mistake."""
+
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
+        self.bad = draw(st.integers(min_value=0, max_value=70))  # 0 and numbers past the last field: no mistake
+        self.index = 0
+
+    def __call__(self, valid: list[Any], invalid: list[Any], *, optional: bool = True) -> Any:
+        self.index += 1
+        if self.index == self.bad and invalid:
+            return self.draw(st.sampled_from(invalid))
+        return self.draw(st.sampled_from(valid + ([ABSENT] if optional else [])))
+
+
+QUANTITIES_OK = ["24Gi", "40G", "1.5Gi", "81559Mi", "1e10", ".5Ti"]
+QUANTITIES_BAD = ["20Gb", "-1Gi", "+4Gi", "0", "lots", "1e1.5", " 4Gi", 7]
+DURATIONS_OK = ["auto", "90s", "5m", "1h30m", ".5h", "250ms"]
+DURATIONS_BAD = ["soon", "5", "-5m", "", 30]
+
+
+def obj_of(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not ABSENT}
+
+
+@st.composite
+def manifests(draw: st.DrawFn) -> dict[str, Any]:
+    f = Fields(draw)
+    model = obj_of(
+        name=f(["m", "meta-llama/Llama-3.1-8B"], ["", 5], optional=False),
+        uri=f(["hf://x/y"], [""]),
+        memory=f(QUANTITIES_OK, QUANTITIES_BAD, optional=False),
+        parameters=f(["8B", "1.5B", "350M", "0.5K"], ["8b", "0B", "0.0B", "eight", 8]),
+        dtype=f(["bfloat16", "int4"], ["bf16"]),
+        overheadPercent=f([0, 20, 400], [-1, 401, 2.5, "20"]),
+        kvCacheMemory=f(["4Gi", "0"], ["-4Gi", "4GB"]),
+        cacheKey=f(["k"], [""]),
+        extra=f([], ["oops"]),
+    )
+    runtime = obj_of(
+        image=f(["vllm/vllm-openai:v0.11.0"], ["", None], optional=False),
+        port=f([8000, 1, 65535], [0, 65536, "8000", 80.0]),
+        args=f([["--x", "1"], []], ["--x", [1]]),
+        env=f([[{"name": "A", "value": "1"}], [{"name": "A"}, {"name": "B"}]],
+              [[{"name": "A"}, {"name": "A"}], [{"name": "1 A"}], [{"value": "x"}], [{"name": "A", "x": 1}]]),
+        readinessPath=f(["/health"], ["health"]),
+        coldStartSeconds=f([0, 180, 86400, 2.5], [-1, 86401, "3m"]),
+        cpu=f(["4", "500m"], ["-1", "4 cores"]),
+        memory=f(["32Gi"], ["32GB"]),
+    )
+    accelerator = obj_of(
+        deviceClassName=f(["gpu.nvidia.com", "mig.nvidia.com"], ["GPU", "gpu_nvidia"]),
+        products=f([["H100-80GB"], ["H100-80GB", "L4"], []],
+                   [["L4", "L4"], [""], "L4", [1], [f"p{i}" for i in range(33)]]),
+        minComputeCapability=f(["8.0", "9.0"], ["9", 9.0, "v9.0"]),
+        count=f([1], [0, 17, "4"]),
+        sharing=f(["Exclusive", "MIG", "Shared"], ["mig", "Timeslice"]),
+    )
+    scaling = obj_of(
+        preset=f(["balanced", "latency-critical", "cost-saver"], ["fast"]),
+        minReplicas=f([1, 3], [-1, 1001, "1", 1.0]),
+        maxReplicas=f([10, 1000], [0, 1001, None]),
+        targetRequestsPerReplica=f([0.5, 40, 1_000_000], [0, -3, 1_000_001, "40", True], optional=False),
+        metric=f([{"query": 'sum(rate(x{service="{{name}}"}[1m]))'}, {}], [{"query": ""}, {"q": "x"}]),
+        forecast=f([{"enabled": False}, {"method": "holt-winters", "seasonality": "daily", "quantile": 0.9}],
+                   [{"method": "prophet"}, {"quantile": 0.4}, {"quantile": 1.0}, {"enabled": "yes"}]),
+        prewarm=obj_of(lead=f(DURATIONS_OK, DURATIONS_BAD), standbyReplicas=f([0, 2], [-1, 1001, "1"])),
+        scaleToZero=obj_of(enabled=f([False], ["true"]), keepAlive=f(DURATIONS_OK, DURATIONS_BAD)),
+        scaleDownStabilizationSeconds=f([0, 300], [-5, 86401, 1.5]),
+    )
+    spec = obj_of(
+        model=f([model], [ABSENT, "m"], optional=False),
+        runtime=f([runtime], [ABSENT], optional=False),
+        accelerator=f([accelerator], [ABSENT], optional=False),
+        scaling=f([scaling], [ABSENT], optional=False),
+        slo=f([{"latencyP95Ms": 500}, {}], [{"latencyP95Ms": 0}, {"p95": 1}]),
+        replicas=f([0, 3], [-1, 1001]),
+    )
+    # Mistakes that only a rule across fields catches.
+    combo = f([None], ["min above max", "zero without scale to zero", "scale to zero above zero",
+                       "several GPUs shared", "no memory and no parameters"], optional=False)
+    if combo == "min above max":
+        scaling.update(minReplicas=5, maxReplicas=2)
+    elif combo == "zero without scale to zero":
+        scaling.update(minReplicas=0)
+    elif combo == "scale to zero above zero":
+        scaling.update(minReplicas=1, scaleToZero={"enabled": True})
+    elif combo == "several GPUs shared":
+        accelerator.update(count=2, sharing="MIG")
+    elif combo == "no memory and no parameters":
+        model.pop("memory", None)
+        model.pop("parameters", None)
+    elif draw(st.booleans()):  # valid combinations across fields
+        draw(st.sampled_from([
+            lambda: scaling.update(minReplicas=0, scaleToZero={"enabled": True}),
+            lambda: accelerator.update(count=4, sharing="Exclusive"),
+            lambda: model.pop("memory", None) if "parameters" in model else None,
+        ]))()
+    return {
+        "apiVersion": "infer-ctl.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": f(["llm", "a-b-1"], ["Bad_Name", "x" * 64], optional=False), "namespace": "default"},
+        "spec": f([spec], ["spec", ABSENT], optional=False),
+    }
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(manifests())
+def test_the_parser_and_the_crd_accept_the_same_manifests(obj: dict[str, Any]) -> None:
+    schema = load_crd().storage_version.schema
+    crd_errors = validate(schema, apply_defaults(schema, obj))
+    try:
+        parse_inference_service(apply_defaults(schema, obj))
+        parser_errors: list[str] = []
+    except SpecError as exc:
+        parser_errors = [str(e) for e in exc.errors]
+    event("valid" if not crd_errors else "invalid")
+    assert (not crd_errors) == (not parser_errors), (
+        f"CRD says {[str(e) for e in crd_errors] or 'valid'}; parser says {parser_errors or 'valid'}"
+    )
