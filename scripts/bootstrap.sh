@@ -18,7 +18,12 @@ bootstrap_venv() {
   if [ ! -x .venv/bin/python ]; then
     py=$(_python311)
     echo "[setup] creating .venv with $py" >&2
-    "$py" -m venv .venv
+    if ! "$py" -m venv .venv 2>/dev/null; then
+      # Debian splits venv/ensurepip out of python3: install it, then try again.
+      rm -rf .venv
+      bootstrap_debian_package "python3-venv"
+      "$py" -m venv .venv
+    fi
   fi
   stamp=.venv/.infer-ctl-installed
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -32,10 +37,15 @@ bootstrap_venv() {
 
 # bootstrap_debian PACKAGE [COMMAND]: apt-get install PACKAGE when COMMAND (default: PACKAGE) is missing.
 bootstrap_debian() {
-  local pkg=$1 cmd=${2:-$1} sudo=""
+  local pkg=$1 cmd=${2:-$1}
   command -v "$cmd" >/dev/null 2>&1 && return 0
+  bootstrap_debian_package "$pkg"
+}
+
+bootstrap_debian_package() {
+  local pkg=$1 sudo=""
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "[setup] $cmd is missing and this is not a Debian machine: install '$pkg' yourself" >&2
+    echo "[setup] this is not a Debian machine: install '$pkg' yourself" >&2
     return 1
   fi
   [ "$(id -u)" = 0 ] || sudo=sudo
