@@ -1,0 +1,172 @@
+"""Admission validation of built-in objects against the Kubernetes 1.37 schemas of kubernetes-validate.
+
+kubernetes-validate's own `validate()` re-reads and re-compiles the schema on every call (several ms for a
+Pod); the API server validates every write, so validators are compiled once per (apiVersion, kind) here.
+
+Unknown fields follow kube-apiserver's `fieldValidation` query parameter: `Strict` rejects them (400),
+`Warn` (the server default) and `Ignore` drop them, `Warn` with a `Warning` header per field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.jsonschema
+
+from infer_ctl.core.errors import FieldError
+
+_SCHEMA_DIR = "kubernetes-json-schema/v1.37.0-local-strict"
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+# Kinds whose names must be DNS-1123 labels (63 chars) rather than subdomains (253 chars).
+_LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
+
+
+def format_path(parts: Iterable[object]) -> str:
+    """jsonschema's deque path as kube-apiserver's field path: `spec.containers[0].name`."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def schema_file_name(api_version: str, kind: str) -> str:
+    """`resource.k8s.io/v1`, `ResourceClaim` -> `resourceclaim-resource-v1.json` (kubernetes-validate's naming)."""
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    return f"{kind.lower()}-{group_version}.json"
+
+
+@dataclass(slots=True)
+class SchemaValidator:
+    """Compiled validators for the built-in kinds, loaded lazily from kubernetes-validate's package data."""
+
+    _validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = field(default_factory=dict)
+    _registry: referencing.Registry[Any] | None = None
+
+    def _load(self, name: str) -> Any:
+        ref = resources.files("kubernetes_validate").joinpath(f"{_SCHEMA_DIR}/{name}")
+        return json.loads(ref.read_text())
+
+    def validator_for(self, api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+        key = (api_version, kind)
+        if key not in self._validators:
+            try:
+                schema = self._load(schema_file_name(api_version, kind))
+            except FileNotFoundError:
+                self._validators[key] = None
+                return None
+            if self._registry is None:
+                definitions = referencing.Resource.from_contents(
+                    self._load("_definitions.json"), default_specification=referencing.jsonschema.DRAFT202012)
+                self._registry = definitions @ referencing.Registry()
+            resource = referencing.Resource.from_contents(schema,
+                                                          default_specification=referencing.jsonschema.DRAFT202012)
+            self._validators[key] = jsonschema.Draft202012Validator(schema, registry=resource @ self._registry)
+        return self._validators[key]
+
+    def validate(self, obj: dict[str, Any], *, field_validation: str = "Warn") -> tuple[list[FieldError], list[str]]:
+        """Validate `obj` in place: returns (errors, warnings); unknown fields are dropped unless Strict."""
+        errors = validate_metadata(obj)
+        validator = self.validator_for(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if validator is None:
+            return errors, []
+        warnings: list[str] = []
+        for _ in range(20):  # each pass drops one layer of unknown fields (nested ones surface next pass)
+            found = list(validator.iter_errors(obj))
+            unknown = [e for e in found if e.validator == "additionalProperties"]
+            if not unknown:
+                errors.extend(_to_field_error(e) for e in found)
+                break
+            if field_validation == "Strict":
+                for error in unknown:
+                    for key in _extra_keys(error):
+                        errors.append(FieldError(format_path([*error.absolute_path, key]),
+                                                 f'unknown field "{format_path([*error.absolute_path, key])}"',
+                                                 "FieldValueNotSupported"))
+                errors.extend(_to_field_error(e) for e in found if e.validator != "additionalProperties")
+                break
+            for error in unknown:
+                container = error.instance
+                if not isinstance(container, dict):
+                    continue
+                for key in _extra_keys(error):
+                    container.pop(key, None)
+                    if field_validation == "Warn":
+                        warnings.append(f'unknown field "{format_path([*error.absolute_path, key])}"')
+        return errors, warnings
+
+
+def _extra_keys(error: jsonschema.ValidationError) -> list[str]:
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    known = set((schema.get("properties") or {}).keys())
+    instance = error.instance if isinstance(error.instance, Mapping) else {}
+    return [k for k in instance if k not in known]
+
+
+def _to_field_error(error: jsonschema.ValidationError) -> FieldError:
+    path = format_path(error.absolute_path)
+    if error.validator == "required":
+        match = re.match(r"'([^']+)' is a required property", error.message)
+        missing = match.group(1) if match else "?"
+        return FieldError(f"{path}.{missing}" if path else missing, "Required value", "FieldValueRequired")
+    if error.validator == "enum":
+        choices = error.validator_value if isinstance(error.validator_value, list) else []
+        allowed = ", ".join(f'"{v}"' for v in choices if v is not None)
+        return FieldError(path, f"Unsupported value: {error.instance!r}: supported values: {allowed}",
+                          "FieldValueNotSupported")
+    if error.validator == "type":
+        return FieldError(path, f"Invalid value: {json.dumps(error.instance)[:80]}: must be of type "
+                                f"{error.validator_value}", "FieldValueTypeInvalid")
+    return FieldError(path, f"Invalid value: {error.message}", "FieldValueInvalid")
+
+
+def validate_metadata(obj: Mapping[str, Any]) -> list[FieldError]:
+    """Name, namespace, labels and annotations rules every kind shares (apimachinery's ValidateObjectMeta)."""
+    errors: list[FieldError] = []
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return [FieldError("metadata", "Required value", "FieldValueRequired")]
+    name = meta.get("name")
+    if not name and not meta.get("generateName"):
+        errors.append(FieldError("metadata.name", "Required value: name or generateName is required",
+                                 "FieldValueRequired"))
+    elif name:
+        kind = str(obj.get("kind", ""))
+        pattern, limit = (_DNS_LABEL, 63) if kind in _LABEL_NAMED_KINDS else (_DNS_SUBDOMAIN, 253)
+        if not isinstance(name, str) or len(name) > limit or not pattern.match(name):
+            errors.append(FieldError(
+                "metadata.name",
+                f"Invalid value: {name!r}: a lowercase RFC 1123 {'label' if limit == 63 else 'subdomain'} must "
+                "consist of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+                "alphanumeric character"))
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        errors.append(FieldError("metadata.labels", "Invalid value: must be a map", "FieldValueTypeInvalid"))
+    else:
+        for key, value in labels.items():
+            prefix, _, label = str(key).rpartition("/")
+            if not label or len(label) > 63 or not _LABEL_NAME.match(label) or (
+                    prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))):
+                errors.append(FieldError("metadata.labels", f"Invalid value: {key!r}: name part must consist of "
+                                         "alphanumeric characters, '-', '_' or '.'"))
+            if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+                errors.append(FieldError(f"metadata.labels.{key}", f"Invalid value: {value!r}: a valid label "
+                                         "must be 63 characters or less, alphanumeric, '-', '_' or '.'"))
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping) or any(not isinstance(v, str) for v in annotations.values()):
+        errors.append(FieldError("metadata.annotations", "Invalid value: values must be strings",
+                                 "FieldValueTypeInvalid"))
+    return errors
