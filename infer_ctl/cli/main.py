@@ -16,6 +16,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
     ("demo", "run the local demo on the sandbox"),
+    ("bench", "benchmarks: GPU placement policies on the openb trace"),
 )
 
 
