@@ -1,0 +1,194 @@
+"""Request rates read from a real Prometheus (backfilled history) and by scraping a real /metrics endpoint."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from infer_ctl.core.api import DEFAULT_METRIC_QUERY
+from infer_ctl.observe.rates import PrometheusRates, ScrapeRates, counter_total
+from tests.prometheus_server import free_port, prometheus
+
+
+def history(now_s: float, *, rps: float, minutes: int, services: dict[str, float] | None = None) -> str:
+    """OpenMetrics text: `infer_ctl_requests_total` counters growing at `rps` per replica, scraped every 15 s."""
+    lines = ["# TYPE infer_ctl_requests counter"]
+    start = int(now_s) - minutes * 60
+    for pod, pod_rps in (services or {"llm-a": rps, "llm-b": rps}).items():
+        for i in range(minutes * 4 + 1):
+            t = start + i * 15
+            labels = f'namespace="prod",service="llm",pod="{pod}"'
+            lines.append(f"infer_ctl_requests_total{{{labels}}} {pod_rps * i * 15} {t}")
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def backfilled_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    now_s = time.time()
+    with prometheus(tmp_path_factory.mktemp("prom"), history=history(now_s, rps=7.5, minutes=120)) as url:
+        yield url, now_s
+
+
+def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheus: tuple[str, float]) -> None:
+    url, now_s = backfilled_prometheus
+    end = math.floor(now_s / 60) * 60 - 120
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
+                                      start_s=end - 600, end_s=end, step_s=60)
+    assert rates.ok, rates.error
+    assert len(rates.samples) == 11
+    assert [t for t, _ in rates.samples] == [end - 600 + 60 * i for i in range(11)]
+    for _, rps in rates.samples:
+        assert rps == pytest.approx(15.0, rel=0.01)  # two replicas at 7.5 req/s
+
+
+def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: tuple[str, float]) -> None:
+    url, now_s = backfilled_prometheus
+    # An hour before the history starts: Prometheus has nothing, so every step is NaN (the decision holds).
+    start = now_s - 4 * 3600
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
+                                      start_s=start, end_s=start + 300, step_s=60)
+    assert rates.ok
+    assert all(math.isnan(r) for _, r in rates.samples)
+
+
+def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: tuple[str, float]) -> None:
+    url, now_s = backfilled_prometheus
+    # Unescaped, this name would close the matcher and select every series of the counter.
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name='x"} or infer_ctl_requests_total{a="',
+                                      namespace="prod", start_s=now_s - 900, end_s=now_s - 600, step_s=60)
+    assert rates.ok, rates.error
+    assert all(math.isnan(r) for _, r in rates.samples)
+
+
+def test_an_unreachable_prometheus_is_an_error_value_not_an_exception() -> None:
+    rates = PrometheusRates(f"http://127.0.0.1:{free_port()}", timeout_s=1).read(
+        template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod", start_s=0, end_s=60, step_s=60)
+    assert not rates.ok and "unreachable" in rates.error and rates.samples == ()
+
+
+def test_an_invalid_query_is_refused_by_prometheus_and_reported(backfilled_prometheus: tuple[str, float]) -> None:
+    url, now_s = backfilled_prometheus
+    rates = PrometheusRates(url).read(template='sum(rate(x{a="{{name}}"}[1m])) +', name="llm", namespace="p",
+                                      start_s=now_s - 120, end_s=now_s, step_s=60)
+    assert not rates.ok and "refused the query" in rates.error
+
+
+class _Exporter:
+    """A replica's /metrics served over real HTTP by prometheus_client, with a counter the test drives."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.counter = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod"],
+                               registry=self.registry)
+        registry = self.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def exporter() -> Iterator[_Exporter]:
+    e = _Exporter()
+    yield e
+    e.close()
+
+
+async def test_scraping_turns_counter_increases_into_a_rate(exporter: _Exporter) -> None:
+    scrape = ScrapeRates()
+    series = exporter.counter.labels("prod", "llm", "llm-a")
+    async with httpx.AsyncClient() as client:
+        series.inc(100)
+        first = await scrape.read(client, {"llm-a": exporter.url}, now_s=1000.0)
+        assert first.ok and math.isnan(first.samples[0][1])  # nothing to compare with yet
+        series.inc(50)
+        second = await scrape.read(client, {"llm-a": exporter.url}, now_s=1010.0)
+        assert second.samples == ((1010.0, 5.0),)
+
+
+def test_a_counter_reset_counts_the_new_value_as_the_increase() -> None:
+    scrape = ScrapeRates()
+    scrape._advance({"a": 500.0}, 0.0)
+    assert scrape._advance({"a": 30.0}, 10.0) == 3.0  # restarted: 30 new requests in 10 s
+
+
+async def test_a_replica_that_cannot_be_scraped_makes_the_sample_missing(exporter: _Exporter) -> None:
+    async with httpx.AsyncClient() as client:
+        rates = await ScrapeRates(timeout_s=1).read(
+            client, {"up": exporter.url, "down": f"http://127.0.0.1:{free_port()}/metrics"}, now_s=5.0)
+    assert not rates.ok and "down: ConnectError" in rates.error
+    assert math.isnan(rates.samples[0][1])
+
+
+def test_counter_totals_sum_all_label_sets_and_refuse_a_missing_metric() -> None:
+    text = ('# TYPE infer_ctl_requests counter\ninfer_ctl_requests_total{pod="a"} 3\n'
+            'infer_ctl_requests_total{pod="b"} 4\n')
+    assert counter_total(text, "infer_ctl_requests_total") == 7
+    with pytest.raises(ValueError, match="no infer_ctl_requests_total"):
+        counter_total("# TYPE other counter\nother_total 1\n", "infer_ctl_requests_total")
+
+
+def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: _Exporter) -> None:
+    series = exporter.counter.labels("prod", "llm", "llm-a")
+    target = exporter.url.removeprefix("http://").removesuffix("/metrics")
+    with prometheus(tmp_path, scrape_targets=[target], scrape_interval_s=0.5) as url:
+        stop = threading.Event()
+        sent = [0]
+
+        def traffic() -> None:  # about 40 req/s, counted as a steady server would count them
+            while not stop.wait(0.05):
+                series.inc(2)
+                sent[0] += 2
+
+        driver = threading.Thread(target=traffic, daemon=True)
+        started = time.monotonic()
+        driver.start()
+        try:
+            source = PrometheusRates(url)
+            template = 'sum(rate(infer_ctl_requests_total{service="{{name}}"}[3s]))'
+            deadline = started + 40
+            first_seen = math.inf
+            rps = math.nan
+            # Wait for Prometheus's scrapes (there is no event to await) until the series is older than the
+            # rate window, so that rate() no longer extrapolates from the series' start.
+            while time.monotonic() < deadline:
+                now = time.time()
+                rates = source.read(template=template, name="llm", namespace="prod", start_s=now - 1,
+                                    end_s=now, step_s=1)
+                rps = rates.samples[-1][1]
+                if not math.isnan(rps):
+                    first_seen = min(first_seen, time.monotonic())
+                    if time.monotonic() - first_seen > 5:
+                        break
+                time.sleep(0.5)
+            actual = sent[0] / (time.monotonic() - started)
+        finally:
+            stop.set()
+            driver.join()
+        assert rps == pytest.approx(actual, rel=0.3)
