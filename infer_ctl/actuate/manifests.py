@@ -1,0 +1,115 @@
+"""The Kubernetes objects of one replica: its Pod (the claim pinned by the placement engine is built in
+`infer_ctl.place.claims`), with the labels, owner reference and priority the controller relies on.
+
+- Every replica is owned by its InferenceService (`ownerReferences`, `controller: true`,
+  `blockOwnerDeletion: true`), so deleting the service cascades to Pods and claims.
+- `infer-ctl.io/role` is `serving` or `standby`; the service's routing selects `serving` only, so a standby
+  replica is loaded and warm but takes no traffic. Standby replicas run at a lower PriorityClass, so a batch gang
+  may preempt them.
+- The Pod selects the node the placement engine chose with a required node affinity on
+  `kubernetes.io/hostname` (not `nodeName`, which would bypass the scheduler and with it the DRA allocation).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from infer_ctl.core import api
+
+LABEL_SERVICE = "infer-ctl.io/service"
+LABEL_ROLE = "infer-ctl.io/role"
+LABEL_REPLICA = "infer-ctl.io/replica"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+ANNOTATION_SPEC_HASH = "infer-ctl.io/spec-hash"
+ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
+MANAGER = "infer-ctl"
+CLAIM_NAME_IN_POD = "gpu"
+CONTAINER_NAME = "model-server"
+PRIORITY_CLASS_SERVING = "infer-ctl-serving"
+PRIORITY_CLASS_STANDBY = "infer-ctl-standby"
+DRAIN_SECONDS = 60
+
+
+class Role(enum.StrEnum):
+    SERVING = "serving"
+    STANDBY = "standby"
+
+
+def owner_reference(meta: api.ObjectMeta) -> dict[str, Any]:
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta.name, "uid": meta.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def selector_labels(meta: api.ObjectMeta) -> dict[str, str]:
+    """Labels every replica of the service carries; `status.selector` is these, joined."""
+    return {LABEL_SERVICE: meta.name, LABEL_MANAGED_BY: MANAGER}
+
+
+def selector(meta: api.ObjectMeta) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(meta).items()))
+
+
+def spec_hash(spec: api.InferenceServiceSpec) -> str:
+    """A short hash of what a replica's Pod is made of; a replica with another hash is out of date."""
+    parts = (spec.runtime, spec.model.name, spec.model.uri, spec.model.memory_bytes, spec.accelerator)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+
+
+def replica_name(service: str, ordinal: int) -> str:
+    """`<service>-r<ordinal>`: stable, short, and unique per service (ordinals are never reused while the
+    previous holder exists)."""
+    return f"{service}-r{ordinal}"
+
+
+def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
+                node_selector: Mapping[str, str]) -> dict[str, Any]:
+    """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node."""
+    spec = svc.spec
+    runtime = spec.runtime
+    labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
+              LABEL_NAME: svc.meta.name}
+    requests: dict[str, str] = {}
+    if runtime.cpu_milli:
+        requests["cpu"] = f"{runtime.cpu_milli}m"
+    if runtime.host_memory_bytes:
+        requests["memory"] = str(runtime.host_memory_bytes)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": runtime.image,
+        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": runtime.readiness_path, "port": "http"}, "periodSeconds": 2,
+                           "failureThreshold": 3},
+        "resources": {"claims": [{"name": CLAIM_NAME_IN_POD}], **({"requests": requests} if requests else {})},
+    }
+    if runtime.args:
+        container["args"] = list(runtime.args)
+    if runtime.env:
+        container["env"] = [{"name": e.name, "value": e.value} for e in runtime.env]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "resourceClaims": [{"name": CLAIM_NAME_IN_POD, "resourceClaimName": claim_name}],
+        "priorityClassName": PRIORITY_CLASS_SERVING if role is Role.SERVING else PRIORITY_CLASS_STANDBY,
+        "terminationGracePeriodSeconds": DRAIN_SECONDS,
+        "restartPolicy": "Always",
+    }
+    if node_selector:
+        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": key, "operator": "In", "values": [value]} for key, value in sorted(node_selector.items())
+            ]}]}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": replica,
+            "namespace": svc.meta.namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_SPEC_HASH: spec_hash(spec), ANNOTATION_CACHE_KEY: spec.model.cache_key},
+            "ownerReferences": [owner_reference(svc.meta)],
+        },
+        "spec": pod_spec,
+    }

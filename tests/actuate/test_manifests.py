@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from infer_ctl.actuate.manifests import (
+    LABEL_ROLE,
+    PRIORITY_CLASS_SERVING,
+    PRIORITY_CLASS_STANDBY,
+    Role,
+    replica_pod,
+    selector,
+    spec_hash,
+)
+from infer_ctl.core import api
+from infer_ctl.core.parse import parse_inference_service
+from tests.builders import InferenceServiceBuilder
+
+
+def service(**changes: object) -> api.InferenceService:
+    builder = InferenceServiceBuilder(name="llama", namespace="prod").with_("metadata.uid", "u-1")
+    for path, value in changes.items():
+        builder.with_(path.replace("__", "."), value)
+    return parse_inference_service(builder.build())
+
+
+def pod(role: Role = Role.SERVING, **changes: object) -> dict[str, object]:
+    return replica_pod(service(**changes), replica="llama-r0", claim_name="llama-r0-gpu", role=role,
+                       node_selector={"kubernetes.io/hostname": "gpu-node-1"})
+
+
+@pytest.mark.parametrize("role", list(Role), ids=["a serving replica", "a standby replica"])
+def test_a_replica_pod_is_valid_for_kubernetes_1_37(role: Role) -> None:
+    manifest = pod(role, spec__runtime__env=[{"name": "HF_HOME", "value": "/cache"}], spec__runtime__cpu="4",
+                   spec__runtime__memory="32Gi", spec__runtime__args=["--max-model-len", "8192"])
+    kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+
+
+def test_the_pod_is_owned_by_its_service_so_deletion_cascades() -> None:
+    owner = pod()["metadata"]["ownerReferences"]  # type: ignore[index]
+    assert owner == [{"apiVersion": "infer-ctl.io/v1alpha1", "kind": "InferenceService", "name": "llama",
+                      "uid": "u-1", "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_standby_replicas_are_labelled_out_of_traffic_and_yield_first() -> None:
+    serving, standby = pod(Role.SERVING), pod(Role.STANDBY)
+    assert serving["metadata"]["labels"][LABEL_ROLE] == "serving"  # type: ignore[index]
+    assert standby["metadata"]["labels"][LABEL_ROLE] == "standby"  # type: ignore[index]
+    assert serving["spec"]["priorityClassName"] == PRIORITY_CLASS_SERVING  # type: ignore[index]
+    assert standby["spec"]["priorityClassName"] == PRIORITY_CLASS_STANDBY  # type: ignore[index]
+
+
+def test_the_pod_uses_its_claim_and_is_held_to_the_chosen_node_through_the_scheduler() -> None:
+    spec = pod()["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "llama-r0-gpu"}]  # type: ignore[index]
+    assert spec["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]  # type: ignore[index]
+    assert "nodeName" not in spec  # type: ignore[operator]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]  # type: ignore[index]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]}]
+
+
+def test_the_selector_matches_the_pods_labels() -> None:
+    labels = pod()["metadata"]["labels"]  # type: ignore[index]
+    for term in selector(service().meta).split(","):
+        key, value = term.split("=")
+        assert labels[key] == value
+
+
+def test_the_spec_hash_changes_with_the_runtime_and_not_with_scaling() -> None:
+    base = spec_hash(service().spec)
+    assert spec_hash(service(spec__runtime__image="vllm/vllm-openai:v0.12.0").spec) != base
+    assert spec_hash(service(spec__scaling__maxReplicas=9).spec) == base
