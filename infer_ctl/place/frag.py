@@ -79,6 +79,38 @@ class FragmentationModel:
                 allowed[i, j] = not cls.products or product in cls.products
         self.allowed = allowed
 
+    def aggregates(self, free_milli: IntArray, product: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """Per node and class: GPUs that can host one GPU of the class, and the idle share on the others;
+        per node: all idle share. From these, a change of one slot updates fragmentation in O(classes)."""
+        g = free_milli[:, None, :]
+        access = np.moveaxis(self.allowed[:, product], 0, 1)
+        fits = access & (g >= self.milli[None, :, None])
+        n_fit: IntArray = fits.sum(axis=2)
+        rest: IntArray = np.where(fits, 0, g).sum(axis=2)
+        total: IntArray = free_milli.sum(axis=1)
+        return n_fit, rest, total
+
+    def after_slot_changes(self, n_fit: IntArray, rest: IntArray, total: IntArray, cpu_after: IntArray,
+                           changes: Sequence[tuple[IntArray, IntArray, IntArray]]) -> FloatArray:
+        """Fragmentation of S node states given their aggregates ([S, C], [S, C], [S]) after `changes`:
+        each a (product [S], free before [S], free after [S]) of one slot. Exactly `fragmentation` of the
+        changed states, computed without touching the other slots."""
+        n_fit = n_fit.copy()
+        rest = rest.copy()
+        total = total.copy()
+        m = self.milli[None, :]
+        for product, before, after in changes:
+            access = self.allowed[:, product].T  # [S, C]
+            fit_before = access & (before[:, None] >= m)
+            fit_after = access & (after[:, None] >= m)
+            n_fit += fit_after.astype(np.int64) - fit_before
+            rest += np.where(fit_after, 0, after[:, None]) - np.where(fit_before, 0, before[:, None])
+            total += after - before
+        runnable = (n_fit >= self.count[None, :]) & (cpu_after[:, None] >= self.cpu[None, :]) & self.gpu_class[None, :]
+        frag = np.where(runnable, rest, total[:, None])
+        result: FloatArray = frag @ self.popularity
+        return result
+
     def fragmentation(self, free_milli: IntArray, cpu_free: IntArray, product: IntArray) -> FloatArray:
         """Fragmentation (in thousandths of a GPU) of S node states: free_milli [S, D], cpu_free [S],
         product [S, D] (-1 where there is no device)."""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infer_ctl.cli.main import main
 from infer_ctl.place.frag import FragmentationModel, TaskClass, WorkloadMix
@@ -151,3 +153,23 @@ def test_bench_placement_rejects_an_unknown_policy(tmp_path: Path, capsys: pytes
     code = main(["bench", "placement", "--nodes", str(nodes_csv), "--pods", str(pods_csv), "--policy", "magic"])
     assert code == 2
     assert "unknown policy 'magic'" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 1000), min_size=4, max_size=4), st.integers(0, 3), st.integers(1, 1000),
+       st.integers(0, 40_000), st.integers(0, 2))
+def test_the_incremental_fragmentation_of_one_changed_gpu_equals_recomputing_it(
+    free: list[int], slot: int, take: int, cpu: int, product: int
+) -> None:
+    mix = WorkloadMix((TaskClass(8000, 1000, 1), TaskClass(4000, 500, 1, ("T4",)), TaskClass(2000, 250, 1),
+                       TaskClass(32000, 1000, 2), TaskClass(1000, 0, 0)), (0.3, 0.2, 0.2, 0.2, 0.1))
+    model = FragmentationModel(mix, ["G2", "T4", "P100"])
+    before = np.array([free])
+    products = np.array([[product, product, product, -1]])
+    before[0, 3] = 0
+    after = before.copy()
+    after[0, slot] = max(0, after[0, slot] - take)
+    n_fit, rest, total = model.aggregates(before, products)
+    incremental = model.after_slot_changes(n_fit, rest, total, np.array([cpu]),
+                                           [(products[:, slot], before[:, slot], after[:, slot])])
+    assert incremental == pytest.approx(model.fragmentation(after, np.array([cpu]), products))

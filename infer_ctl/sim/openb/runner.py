@@ -129,10 +129,11 @@ def simulate(
     tracker = AffinityTracker(len(state.nodes))
     engine = Engine(make_profile(policy, tracker, placement_config))
     mix = WorkloadMix.typical(p.task_class for p in pods)
+    policy_mix = mix
     # The reference names nodes "<random rank>-<name>" and breaks score ties by the smallest name: a fixed,
     # seeded priority order of nodes.
     priority = np.random.default_rng(seeds[1]).permutation(len(state.nodes))
-    inputs = CycleInputs(workload=mix, node_priority=priority)
+    inputs = CycleInputs(workload=policy_mix, node_priority=priority)
     frag = FragmentationCache()
     frag.bind(state, mix)
 
