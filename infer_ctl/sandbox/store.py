@@ -162,6 +162,7 @@ class Store:
         self._compacted_rv = 0
         self._watches: dict[tuple[str, str], set[Watch]] = {}
         self._type_listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[Event], None]] = []
         for rt in BUILTIN_TYPES:
             self.register_type(rt)
         for name in _SYSTEM_NAMESPACES:
@@ -185,6 +186,10 @@ class Store:
 
     def on_types_changed(self, listener: Callable[[], None]) -> None:
         self._type_listeners.append(listener)
+
+    def subscribe(self, listener: Callable[[Event], None]) -> None:
+        """Call `listener` after every write (in-process controllers: scheduler, node agent, router)."""
+        self._listeners.append(listener)
 
     def types(self) -> list[ResourceType]:
         return list(self._types.values())
@@ -281,6 +286,8 @@ class Store:
             translated = watch.translate(event)
             if translated is not None:
                 watch.queue.put_nowait(translated)
+        for listener in self._listeners:
+            listener(event)
 
     def _next_rv(self) -> str:
         self._rv += 1

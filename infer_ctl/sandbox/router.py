@@ -1,0 +1,163 @@
+"""Service routing: one local HTTP front door per InferenceService, balancing over its ready serving pods.
+
+Like a Kubernetes Service with the selector `infer-ctl.io/service=<name>,infer-ctl.io/role=serving`: only pods
+that are Ready and not being deleted receive traffic; the choice is least-outstanding-requests (ties by
+round-robin), which is what a mesh or the gateway API inference extension does for model servers. With no
+ready endpoint the door answers 503 at once, as a Service without endpoints refuses the connection.
+Each door's URL is written to the InferenceService's annotation `sandbox.infer-ctl.io/url`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+import aiohttp
+import aiohttp.web
+
+from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
+from infer_ctl.sandbox.store import ApiError, Event, Obj, Store
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_URL = PREFIX + "url"
+LABEL_SERVICE = "infer-ctl.io/service"
+LABEL_ROLE = "infer-ctl.io/role"
+SERVING = "serving"
+_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
+                "content-length", "proxy-connection"}
+
+
+def ready_endpoints(store: Store, namespace: str, service: str) -> list[str]:
+    """host:port of every ready, serving, not-deleting pod of `service`."""
+    out = []
+    for pod in store.list_objects(store.type("", "v1", "pods"), namespace):
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        if labels.get(LABEL_SERVICE) != service or labels.get(LABEL_ROLE) != SERVING or meta.get("deletionTimestamp"):
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        address = (meta.get("annotations") or {}).get(ANNOTATION_ADDRESS)
+        if ready and address:
+            out.append(str(address))
+    return sorted(out)
+
+
+@dataclass
+class FrontDoor:
+    store: Store
+    namespace: str
+    service: str
+    session: aiohttp.ClientSession
+    port: int = 0
+    outstanding: dict[str, int] = field(default_factory=dict)
+    _rr: itertools.count[int] = field(default_factory=itertools.count)
+    _runner: aiohttp.web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        app = aiohttp.web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.forward)
+        self._runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets, "the front door did not bind"
+        self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def pick(self) -> str | None:
+        endpoints = ready_endpoints(self.store, self.namespace, self.service)
+        if not endpoints:
+            return None
+        least = min(self.outstanding.get(e, 0) for e in endpoints)
+        candidates = [e for e in endpoints if self.outstanding.get(e, 0) == least]
+        return candidates[next(self._rr) % len(candidates)]
+
+    async def forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        endpoint = self.pick()
+        if endpoint is None:
+            return aiohttp.web.json_response(
+                {"error": f"no ready serving endpoints for {self.namespace}/{self.service}"}, status=503)
+        self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
+        try:
+            body = await request.read()
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+            async with self.session.request(request.method, f"http://{endpoint}{request.rel_url}", data=body,
+                                            headers=headers) as upstream:
+                payload = await upstream.read()
+                out = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
+                out["X-Infer-Ctl-Endpoint"] = endpoint
+                return aiohttp.web.Response(body=payload, status=upstream.status, headers=out)
+        except aiohttp.ClientError as e:
+            return aiohttp.web.json_response({"error": f"endpoint {endpoint} failed: {e}"}, status=502)
+        finally:
+            self.outstanding[endpoint] -= 1
+
+
+@dataclass
+class Router:
+    """Keeps one FrontDoor per InferenceService in the store."""
+
+    store: Store
+    group: str = "infer-ctl.io"
+    plural: str = "inferenceservices"
+    doors: dict[tuple[str, str], FrontDoor] = field(default_factory=dict)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.store.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.key == (self.group, self.plural):
+            self._wake.set()
+
+    def _services(self) -> list[Obj]:
+        for rt in self.store.types():
+            if rt.group == self.group and rt.plural == self.plural:
+                return self.store.list_objects(rt)
+        return []
+
+    async def run(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+            try:
+                self._wake.set()
+                while True:
+                    await self._wake.wait()
+                    self._wake.clear()
+                    await self.sync(session)
+            finally:
+                for door in self.doors.values():
+                    await door.stop()
+                self.doors.clear()
+
+    async def sync(self, session: aiohttp.ClientSession) -> None:
+        wanted = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in self._services()
+                  if not s["metadata"].get("deletionTimestamp")}
+        for key in list(self.doors):
+            if key not in wanted:
+                await self.doors.pop(key).stop()
+        for key, svc in wanted.items():
+            if key not in self.doors:
+                door = FrontDoor(self.store, key[0], key[1], session)
+                await door.start()
+                self.doors[key] = door
+                log.info("front door for %s/%s at %s", key[0], key[1], door.url)
+            url = self.doors[key].url
+            if (svc["metadata"].get("annotations") or {}).get(ANNOTATION_URL) != url:
+                rt = next(t for t in self.store.types() if t.group == self.group and t.plural == self.plural)
+                with contextlib.suppress(ApiError):
+                    self.store.patch(rt, key[0], key[1], "application/merge-patch+json",
+                                     {"metadata": {"annotations": {ANNOTATION_URL: url}}})
