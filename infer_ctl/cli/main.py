@@ -17,6 +17,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
     ("demo", "run the local demo on the sandbox"),
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
+    ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
 )
 
 
