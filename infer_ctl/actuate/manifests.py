@@ -18,15 +18,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from infer_ctl.core import api
+from infer_ctl.kube.labels import (
+    ANNOTATION_CACHE_KEY,
+    ANNOTATION_SPEC_HASH,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    LABEL_SERVICE,
+    MANAGER,
+    ROLE_SERVING,
+    ROLE_STANDBY,
+)
 
-LABEL_SERVICE = "infer-ctl.io/service"
-LABEL_ROLE = "infer-ctl.io/role"
-LABEL_REPLICA = "infer-ctl.io/replica"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_NAME = "app.kubernetes.io/name"
-ANNOTATION_SPEC_HASH = "infer-ctl.io/spec-hash"
-ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
-MANAGER = "infer-ctl"
 CLAIM_NAME_IN_POD = "gpu"
 CONTAINER_NAME = "model-server"
 PRIORITY_CLASS_SERVING = "infer-ctl-serving"
@@ -35,8 +39,8 @@ DRAIN_SECONDS = 60
 
 
 class Role(enum.StrEnum):
-    SERVING = "serving"
-    STANDBY = "standby"
+    SERVING = ROLE_SERVING
+    STANDBY = ROLE_STANDBY
 
 
 def owner_reference(meta: api.ObjectMeta) -> dict[str, Any]:

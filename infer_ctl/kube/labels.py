@@ -1,0 +1,16 @@
+"""Labels and annotations infer-ctl puts on the objects it manages (read by the controller and the sandbox)."""
+
+from __future__ import annotations
+
+LABEL_SERVICE = "infer-ctl.io/service"
+LABEL_ROLE = "infer-ctl.io/role"  # serving | standby
+LABEL_REPLICA = "infer-ctl.io/replica"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+ANNOTATION_SPEC_HASH = "infer-ctl.io/spec-hash"
+ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
+ANNOTATION_ACCELERATOR = "infer-ctl.io/accelerator"
+ANNOTATION_CACHED = "infer-ctl.io/model-cached"
+MANAGER = "infer-ctl"
+ROLE_SERVING = "serving"
+ROLE_STANDBY = "standby"

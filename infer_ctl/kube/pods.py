@@ -1,0 +1,88 @@
+"""Reading a service's replica Pods: their state (loading, serving, standby, draining), placement and cold start.
+
+A replica's cold start is measured from the Pod's creation to the first time its `Ready` condition became
+True: scheduling, claim allocation, image pull and model load together, which is what a forecast horizon must
+cover. Pods report it once, when they are ready; the controller feeds the samples back per (accelerator,
+cache hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.kube.labels import ANNOTATION_ACCELERATOR, ANNOTATION_CACHED, LABEL_REPLICA, LABEL_ROLE, ROLE_STANDBY
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPod:
+    name: str
+    state: ReplicaState
+    standby: bool  # labelled standby (out of traffic)
+    node: str
+    accelerator: str
+    cached: bool
+    created: datetime | None
+    ready_since: datetime | None
+    scheduled_message: str  # why it is not scheduled (PodScheduled=False), empty otherwise
+
+    @property
+    def cold_start_s(self) -> float | None:
+        if self.created is None or self.ready_since is None:
+            return None
+        return max(0.0, (self.ready_since - self.created).total_seconds())
+
+
+def parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _condition(pod: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == type:
+            return cond
+    return None
+
+
+def replica_pod(pod: Mapping[str, Any]) -> ReplicaPod:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    standby = labels.get(LABEL_ROLE) == ROLE_STANDBY
+    ready = _condition(pod, "Ready")
+    is_ready = ready is not None and ready.get("status") == "True"
+    scheduled = _condition(pod, "PodScheduled")
+    if meta.get("deletionTimestamp"):
+        state = ReplicaState.DRAINING
+    elif is_ready:
+        state = ReplicaState.STANDBY if standby else ReplicaState.SERVING
+    elif scheduled is not None and scheduled.get("status") == "False":
+        state = ReplicaState.PENDING
+    else:
+        state = ReplicaState.LOADING
+    message = ""
+    if scheduled is not None and scheduled.get("status") == "False":
+        message = str(scheduled.get("message") or scheduled.get("reason") or "")
+    return ReplicaPod(
+        name=str(labels.get(LABEL_REPLICA) or meta.get("name", "")),
+        state=state,
+        standby=standby,
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
+        accelerator=str(annotations.get(ANNOTATION_ACCELERATOR, "")),
+        cached=annotations.get(ANNOTATION_CACHED) == "true",
+        created=parse_time(meta.get("creationTimestamp")),
+        ready_since=parse_time(ready.get("lastTransitionTime")) if is_ready and ready is not None else None,
+        scheduled_message=message,
+    )
+
+
+def replica_pods(pods: Iterable[Mapping[str, Any]]) -> tuple[ReplicaPod, ...]:
+    return tuple(sorted((replica_pod(p) for p in pods), key=lambda r: r.name))
