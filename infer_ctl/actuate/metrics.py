@@ -1,0 +1,65 @@
+"""The controller's own Prometheus metrics (prometheus_client), in a registry of their own.
+
+Names follow Prometheus conventions (`_seconds`, `_total`, base units); every per-service series is labelled
+`namespace` and `service`, so a dashboard can put a service's traffic, forecast and replicas on one panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+COLD_START_BUCKETS_S = (5, 10, 20, 30, 60, 90, 120, 180, 240, 300, 420, 600, 900, 1200, 1800)
+RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        svc = ["namespace", "service"]
+        r = self.registry
+        self.replicas = Gauge("infer_ctl_replicas", "Replicas by state (Loading, Serving, Standby, Draining, Pending).",
+                              [*svc, "state"], registry=r)
+        self.desired = Gauge("infer_ctl_desired_replicas", "Replicas the controller wants, by role.",
+                             [*svc, "role"], registry=r)
+        self.forecast_rps = Gauge("infer_ctl_forecast_requests_per_second",
+                                  "Forecast request rate at the cold-start horizon (mean and upper quantile).",
+                                  [*svc, "bound"], registry=r)
+        self.observed_rps = Gauge("infer_ctl_observed_requests_per_second", "Request rate the controller observed.",
+                                  svc, registry=r)
+        self.decisions = Counter("infer_ctl_scaling_decisions", "Scaling decisions, by reason code.",
+                                 [*svc, "reason"], registry=r)
+        self.cold_start = Histogram("infer_ctl_cold_start_seconds", "Replica creation to Ready.",
+                                    ["accelerator", "cached"], buckets=COLD_START_BUCKETS_S, registry=r)
+        self.placement_failures = Counter("infer_ctl_placement_failures",
+                                          "Replicas that could not be placed, by reason.", [*svc, "reason"],
+                                          registry=r)
+        self.fragmentation = Gauge("infer_ctl_gpu_fragmentation_ratio",
+                                   "Share of free GPU capacity that the cluster's workload mix cannot use (FGD).",
+                                   registry=r)
+        self.gang_demand = Gauge("infer_ctl_pending_gang_gpus", "GPUs held back for pending gangs, by source.",
+                                 ["source"], registry=r)
+        self.reconcile = Histogram("infer_ctl_reconcile_seconds", "One control cycle of one service.",
+                                   buckets=RECONCILE_BUCKETS_S, registry=r)
+
+    def set_replicas(self, namespace: str, service: str, by_state: Mapping[str, int]) -> None:
+        for state, count in by_state.items():
+            self.replicas.labels(namespace, service, state).set(count)
+
+    def forget(self, namespace: str, service: str) -> None:
+        """Drop a deleted service's series so that they do not linger at their last values."""
+        per_service: tuple[tuple[Gauge | Counter, tuple[str, ...]], ...] = (
+            (self.replicas, ("state",)), (self.desired, ("role",)), (self.forecast_rps, ("bound",)),
+            (self.observed_rps, ()), (self.decisions, ("reason",)), (self.placement_failures, ("reason",)),
+        )
+        for metric, extra in per_service:
+            children = {tuple(sample.labels[n] for n in ("namespace", "service", *extra))
+                        for family in metric.collect() for sample in family.samples}
+            for labels in children:
+                if labels[:2] == (namespace, service):
+                    metric.remove(*labels)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve /metrics on a background thread (the controller's metrics port)."""
+        start_http_server(port, addr=addr, registry=self.registry)
