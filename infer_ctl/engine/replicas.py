@@ -1,0 +1,119 @@
+"""From desired counts to actions on replicas (pure): create, promote, demote, replace, remove.
+
+The decision says how many serving and standby replicas a service should have; this says what to do with the
+replicas it has, in the order that keeps capacity up:
+
+1. Draining replicas are already leaving and count for nothing.
+2. Serving short: promote ready standby replicas first (they are warm: capacity now, no cold start), then
+   create serving replicas for the rest. Standby short: create standby replicas.
+3. Serving over: demote ready serving replicas to standby while standby is short (they stay warm), remove the
+   rest. Standby over: remove.
+4. What is removed, in order: replicas that cannot be scheduled (they hold nothing), out-of-date replicas, then
+   the ready replica whose removal frees the most useful capacity (a `removal_cost`, e.g. from the placement
+   engine's fragmentation score: lower is removed first). Never a replica that is still loading: a surplus of
+   loading replicas waits until they are ready.
+5. Out-of-date replicas (their Pod was made from an older spec) are replaced one at a time: while every
+   replica is ready, one extra replica is created; once it is ready, an out-of-date one is removed (surge 1).
+
+E.g. desired 3 serving / 1 standby; have serving [a ready, b loading], standby [c ready, d ready]:
+promote c (serving 3), keep d as the standby, create nothing, remove nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from infer_ctl.core.api import ReplicaState
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    name: str
+    state: ReplicaState  # LOADING, SERVING, STANDBY, DRAINING, PENDING
+    standby: bool  # labelled standby (for a loading or pending replica: what it will be once ready)
+    up_to_date: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaActions:
+    create_serving: int = 0
+    create_standby: int = 0
+    promote: tuple[str, ...] = ()  # standby -> serving
+    demote: tuple[str, ...] = ()  # serving -> standby
+    remove: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create_serving or self.create_standby or self.promote or self.demote or self.remove)
+
+
+def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
+                  removal_cost: Callable[[str], float] | None = None) -> ReplicaActions:
+    if desired_serving < 0 or desired_standby < 0:
+        raise ValueError(f"desired replicas must not be negative, got {desired_serving}/{desired_standby}")
+    live = [r for r in replicas if r.state is not ReplicaState.DRAINING]
+    serving = [r for r in live if not r.standby]
+    standby = [r for r in live if r.standby]
+    promote: list[str] = []
+    demote: list[str] = []
+    remove: list[str] = []
+
+    # Serving short: warm standby replicas first.
+    short = desired_serving - len(serving)
+    if short > 0:
+        ready_standby = [r for r in standby if r.state is ReplicaState.STANDBY and r.up_to_date]
+        for r in ready_standby[:short]:
+            promote.append(r.name)
+        standby = [r for r in standby if r.name not in promote]
+        serving = serving + [r for r in ready_standby if r.name in promote]
+    # Serving over: demote ready ones into a short standby pool, remove the rest.
+    over = len(serving) - desired_serving
+    if over > 0:
+        candidates = _removal_order(serving, removal_cost)
+        standby_short = max(0, desired_standby - len(standby))
+        for r in candidates[:over]:
+            if standby_short and r.state is ReplicaState.SERVING and r.up_to_date:
+                demote.append(r.name)
+                standby_short -= 1
+            else:
+                remove.append(r.name)
+        leaving = {r.name for r in candidates[:over]}
+        standby = standby + [r for r in serving if r.name in demote]
+        serving = [r for r in serving if r.name not in leaving]
+    over_standby = len(standby) - desired_standby
+    if over_standby > 0:
+        remove.extend(r.name for r in _removal_order(standby, removal_cost)[:over_standby])
+        standby = [r for r in standby if r.name not in remove]
+
+    create_serving = max(0, desired_serving - len(serving))
+    create_standby = max(0, desired_standby - len(standby))
+
+    # Rolling replacement of out-of-date replicas, one at a time, only when nothing else is in motion.
+    kept_replicas = serving + standby
+    outdated = [r for r in kept_replicas if not r.up_to_date]
+    settled = all(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in kept_replicas)
+    if outdated and settled and not (create_serving or create_standby or remove or promote or demote):
+        target = outdated[0]
+        if target.standby:
+            create_standby += 1
+        else:
+            create_serving += 1
+        # The surge replica's twin is removed in a later cycle, once the new one is ready (it then counts
+        # as one too many, and out-of-date replicas are removed first).
+    return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), tuple(remove))
+
+
+def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | None) -> list[Replica]:
+    """Unschedulable first, then out of date, then ready by cost. Loading replicas are never candidates: their
+    cold start is paid and the decision started them for a reason; a surplus of them waits until they are
+    ready."""
+
+    def key(r: Replica) -> tuple[int, float, str]:
+        if r.state is ReplicaState.PENDING:
+            return (0, 0.0, r.name)
+        if not r.up_to_date:
+            return (1, 0.0, r.name)
+        return (2, cost(r.name) if cost is not None else 0.0, r.name)
+
+    return sorted((r for r in replicas if r.state is not ReplicaState.LOADING), key=key)

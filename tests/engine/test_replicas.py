@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infer_ctl.core.api import ReplicaState as S
+from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
+
+
+def serving(name: str, state: S = S.SERVING, *, up_to_date: bool = True) -> Replica:
+    return Replica(name, state, standby=False, up_to_date=up_to_date)
+
+
+def standby(name: str, state: S = S.STANDBY, *, up_to_date: bool = True) -> Replica:
+    return Replica(name, state, standby=True, up_to_date=up_to_date)
+
+
+CASES = [
+    pytest.param([serving("a")], 1, 0, ReplicaActions(), id="nothing to do when the counts match"),
+    pytest.param([serving("a")], 3, 0, ReplicaActions(create_serving=2), id="serving short creates serving"),
+    pytest.param([serving("a"), standby("s")], 2, 0, ReplicaActions(promote=("s",)),
+                 id="a warm standby is promoted before anything is created"),
+    pytest.param([serving("a"), standby("s")], 2, 1, ReplicaActions(create_standby=1, promote=("s",)),
+                 id="a promoted standby is replaced to keep the standby pool"),
+    pytest.param([serving("a"), standby("s", S.LOADING)], 2, 0, ReplicaActions(create_serving=1),
+                 id="a loading standby is not promoted and not removed"),
+    pytest.param([serving("a"), serving("b")], 1, 1, ReplicaActions(demote=("a",)),
+                 id="a surplus serving replica becomes the missing standby"),
+    pytest.param([serving("a"), serving("b"), serving("c")], 1, 0, ReplicaActions(remove=("a", "b")),
+                 id="a surplus with no standby wanted is removed"),
+    pytest.param([serving("a"), serving("b", S.LOADING)], 1, 0, ReplicaActions(remove=("a",)),
+                 id="the ready replica goes, never the loading one"),
+    pytest.param([serving("a", S.LOADING), serving("b", S.LOADING)], 1, 0, ReplicaActions(),
+                 id="a surplus of loading replicas waits"),
+    pytest.param([serving("a"), serving("p", S.PENDING)], 1, 0, ReplicaActions(remove=("p",)),
+                 id="an unschedulable replica is removed first"),
+    pytest.param([serving("a"), serving("gone", S.DRAINING)], 2, 0, ReplicaActions(create_serving=1),
+                 id="a draining replica counts for nothing"),
+    pytest.param([serving("old", up_to_date=False), serving("b")], 2, 0, ReplicaActions(create_serving=1),
+                 id="an out of date replica is replaced with a surge of one"),
+    pytest.param([serving("old", up_to_date=False), serving("b"), serving("new")], 2, 0,
+                 ReplicaActions(remove=("old",)), id="once the surge is ready the out of date replica goes"),
+    pytest.param([serving("old", up_to_date=False), serving("b", S.LOADING)], 2, 0, ReplicaActions(),
+                 id="no replacement while a replica is loading"),
+    pytest.param([standby("s1"), standby("s2")], 0, 0, ReplicaActions(remove=("s1", "s2")),
+                 id="scale to zero removes the standby replicas too"),
+]
+
+
+@pytest.mark.parametrize(("replicas", "want_serving", "want_standby", "expected"), CASES)
+def test_replica_actions(replicas: list[Replica], want_serving: int, want_standby: int,
+                         expected: ReplicaActions) -> None:
+    assert plan_replicas(replicas, want_serving, want_standby) == expected
+
+
+def test_the_cheapest_ready_replica_to_lose_is_removed_first() -> None:
+    cost = {"a": 5.0, "b": 1.0, "c": 3.0}
+    actions = plan_replicas([serving("a"), serving("b"), serving("c")], 2, 0, removal_cost=cost.__getitem__)
+    assert actions.remove == ("b",)
+
+
+replica_lists = st.lists(
+    st.builds(Replica, name=st.text("abcdefgh", min_size=1, max_size=3),
+              state=st.sampled_from(list(S)), standby=st.booleans(), up_to_date=st.booleans()),
+    max_size=12, unique_by=lambda r: r.name)
+
+
+@given(replica_lists, st.integers(0, 8), st.integers(0, 4))
+def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving: int, want_standby: int) -> None:
+    actions = plan_replicas(replicas, want_serving, want_standby)
+    by_name = {r.name: r for r in replicas}
+    touched = [*actions.promote, *actions.demote, *actions.remove]
+    assert len(touched) == len(set(touched)), "a replica gets at most one action"
+    assert all(by_name[n].state is not S.LOADING for n in actions.remove), "never remove a loading replica"
+    assert all(by_name[n].state is not S.DRAINING for n in touched), "draining replicas are left alone"
+    assert all(by_name[n].standby and by_name[n].state is S.STANDBY for n in actions.promote)
+    assert all(not by_name[n].standby and by_name[n].state is S.SERVING for n in actions.demote)
+    live = [r for r in replicas if r.state is not S.DRAINING]
+    serving_after = (sum(not r.standby for r in live) + len(actions.promote) - len(actions.demote)
+                     - sum(not by_name[n].standby for n in actions.remove) + actions.create_serving)
+    loading_serving = sum(not r.standby and r.state is S.LOADING for r in live)
+    # Serving ends at the desired count, unless loading replicas hold it above, or a surge of one replaces.
+    assert serving_after >= want_serving
+    assert serving_after <= max(want_serving, loading_serving + len(actions.promote)) + 1
