@@ -370,15 +370,16 @@ class Scheduler:
         node = state.obj
         labels = node["metadata"].get("labels") or {}
         tolerations = spec.get("tolerations") or []
+        # kube-scheduler's filter order: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit.
         if (node.get("spec") or {}).get("unschedulable") and not _tolerates(
                 tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
             return "node(s) were unschedulable"
-        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or \
-                not _affinity_ok(pod, node):
-            return "node(s) didn't match Pod's node affinity/selector"
         for taint in (node.get("spec") or {}).get("taints") or []:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
                 return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
+        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or \
+                not _affinity_ok(pod, node):
+            return "node(s) didn't match Pod's node affinity/selector"
         if state.used_pods + 1 > state.pods:
             return "Too many pods"
         if state.used_cpu + cpu > state.cpu:

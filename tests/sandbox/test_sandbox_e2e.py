@@ -1,0 +1,155 @@
+"""End to end: the whole sandbox with real model-server processes, a front door, and `infer-ctl sandbox up`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from infer_ctl.sandbox.runtime import Sandbox, load, sandbox_in_thread
+from infer_ctl.sandbox.testing import pod
+
+ROOT = Path(__file__).resolve().parents[2]
+PODS = "/api/v1/namespaces/default/pods"
+IS_PATH = "/apis/infer-ctl.io/v1alpha1/namespaces/default/inferenceservices"
+pytestmark = pytest.mark.slow
+
+
+def model_server_pods() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "infer_ctl.sandbox.modelserver"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    cluster, catalog = load(ROOT / "deploy/sandbox/small.yaml")
+    with sandbox_in_thread(cluster, catalog) as running:
+        yield running
+    assert model_server_pods() == [], "the node agent left model servers running"
+
+
+def wait_for(http: httpx.Client, path: str, predicate: Any, timeout_s: float = 20) -> dict[str, Any]:
+    """Follow a watch until `predicate(object)` holds (no sleeping and polling)."""
+    with http.stream("GET", path, params={"watch": "true", "timeoutSeconds": timeout_s}) as response:
+        for line in response.iter_lines():
+            event = json.loads(line)
+            if event["type"] != "DELETED" and predicate(event["object"]):
+                result: dict[str, Any] = event["object"]
+                return result
+    raise AssertionError(f"condition not reached on {path} in {timeout_s} s")
+
+
+def is_ready(obj: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
+
+
+def replica(name: str, cold_start_s: float = 0.3, service_time_ms: float = 30) -> dict[str, Any]:
+    body = pod(name, labels={"infer-ctl.io/service": "llm-8b", "infer-ctl.io/role": "serving"},
+               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+               nodeSelector={"sandbox.infer-ctl.io/pool": "h100"})
+    body["metadata"]["annotations"] = {"sandbox.infer-ctl.io/cold-start-seconds": str(cold_start_s),
+                                       "sandbox.infer-ctl.io/service-time-ms": str(service_time_ms),
+                                       "infer-ctl.io/model-cache-key": "llama-8b"}
+    return body
+
+
+def test_bound_pods_become_ready_model_servers_behind_one_front_door(sandbox: Sandbox) -> None:
+    http = httpx.Client(base_url=sandbox.url, timeout=30)
+    crd = yaml.safe_load((ROOT / "crds/inferenceservice.yaml").read_text())
+    assert http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd).status_code == 201
+    manifest = next(d for d in yaml.safe_load_all((ROOT / "deploy/examples/llm-8b.yaml").read_text())
+                    if d and d.get("kind") == "InferenceService")
+    manifest["metadata"].update(name="llm-8b", namespace="default")
+    assert http.post(IS_PATH, json=manifest).status_code == 201
+    for name in ("r0", "r1"):
+        assert http.post(PODS, json=replica(name)).status_code == 201
+    for name in ("r0", "r1"):
+        ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name={name}", is_ready)
+        assert ready["spec"]["nodeName"].startswith("h100-")
+        assert ready["status"]["phase"] == "Running" and ready["status"]["containerStatuses"][0]["started"]
+    service = wait_for(http, IS_PATH, lambda o: "sandbox.infer-ctl.io/url" in o["metadata"].get("annotations", {}))
+    door = service["metadata"]["annotations"]["sandbox.infer-ctl.io/url"]
+    served = [httpx.post(f"{door}/v1/completions", json={"prompt": "hi"}, timeout=10) for _ in range(6)]
+    assert all(r.status_code == 200 for r in served)
+    assert {r.json()["pod"] for r in served} == {"r0", "r1"}
+    address = http.get(f"{PODS}/r0").json()["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    metrics = httpx.get(f"http://{address}/metrics").text
+    assert 'infer_ctl_requests_total{code="200",namespace="default",pod="r0",service="llm-8b"}' in metrics
+    assert "infer_ctl_request_duration_seconds_bucket" in metrics
+
+
+def test_deleting_a_pod_drains_its_in_flight_request_before_the_process_stops(sandbox: Sandbox) -> None:
+    http = httpx.Client(base_url=sandbox.url, timeout=30)
+    assert http.post(PODS, json=replica("slow", service_time_ms=1500)).status_code == 201
+    ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=slow", is_ready)
+    address = ready["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    answers: list[int] = []
+    started = threading.Event()
+
+    def call() -> None:
+        started.set()
+        answers.append(httpx.post(f"http://{address}/v1/completions", json={}, timeout=10).status_code)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    started.wait()
+    # The request must be inside the server before the delete; the process is observable only over HTTP.
+    gauge = 'infer_ctl_inflight_requests{namespace="default",pod="slow",service="llm-8b"} 1.0'
+    for _ in range(100):
+        if gauge in httpx.get(f"http://{address}/metrics").text:
+            break
+        time.sleep(0.01)
+    rv = http.get(f"{PODS}/slow").json()["metadata"]["resourceVersion"]
+    assert http.delete(f"{PODS}/slow").status_code == 202
+    with http.stream("GET", PODS, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": 20}) as r:
+        events = (json.loads(line) for line in r.iter_lines())
+        assert any(e["type"] == "DELETED" and e["object"]["metadata"]["name"] == "slow" for e in events)
+    caller.join(10)
+    assert answers == [200]
+
+
+def test_a_pod_on_a_node_with_the_model_cached_starts_faster() -> None:
+    cluster, catalog = load(ROOT / "deploy/sandbox/small.yaml")
+    with sandbox_in_thread(cluster, catalog) as sandbox:
+        http = httpx.Client(base_url=sandbox.url, timeout=30)
+        body = replica("cached", cold_start_s=5)
+        body["metadata"]["annotations"]["infer-ctl.io/model-cache-key"] = "meta-llama/Llama-3.1-8B-Instruct"
+        body["metadata"]["annotations"]["sandbox.infer-ctl.io/warm-start-seconds"] = "0.2"
+        http.post(PODS, json=body)
+        ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=cached", is_ready, timeout_s=4)
+        assert ready["status"]["containerStatuses"][0]["ready"]
+
+
+def test_sandbox_up_prints_its_endpoints_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infer_ctl.cli.main", "sandbox", "up", "--cluster", str(ROOT / "deploy/sandbox/small.yaml"),
+         "--kubeconfig", str(kubeconfig)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("Ctrl-C"):
+            break
+    text = "".join(lines)
+    assert "API server:  http://127.0.0.1:" in text and str(kubeconfig) in text
+    config = yaml.safe_load(kubeconfig.read_text())
+    url = config["clusters"][0]["cluster"]["server"]
+    assert httpx.get(f"{url}/api/v1/nodes").json()["items"]
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and "stopped." in out
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/version")
