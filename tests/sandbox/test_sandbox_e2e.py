@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 def model_server_pods() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "infer_ctl.sandbox.modelserver"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "infer_ctl.sandbox.modelserver"], capture_output=True, text=True,
+                         check=False)
     return [int(p) for p in out.stdout.split()]
 
 
@@ -134,8 +135,9 @@ def test_a_pod_on_a_node_with_the_model_cached_starts_faster() -> None:
 def test_sandbox_up_prints_its_endpoints_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "infer_ctl.cli.main", "sandbox", "up", "--cluster", str(ROOT / "deploy/sandbox/small.yaml"),
-         "--kubeconfig", str(kubeconfig)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        [sys.executable, "-m", "infer_ctl.cli.main", "sandbox", "up",
+         "--cluster", str(ROOT / "deploy/sandbox/small.yaml"), "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
     lines = []
