@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("demo", "run the local demo on the sandbox"),
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
     ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
+    ("loadgen", "open-loop HTTP load generator: traffic shapes, trace replay, latency percentiles"),
 )
 
 

@@ -1,0 +1,278 @@
+"""`python -m loadgen` end to end against a real HTTP server on 127.0.0.1 (the `upstream` fixture)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loadgen.cli import EXIT_ERROR_RATIO, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
+from loadgen.report import SUMMARY_KEYS
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return json.loads(self.out)  # type: ignore[no-any-return]
+
+
+def loadgen(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_constant_rate_is_met_within_one_percent_and_the_json_has_the_documented_keys(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), "--shape", "200@2s", "--json", "--seed", "1")
+    assert r.code == EXIT_OK, r.err
+    s = r.summary
+    assert list(s)[: len(SUMMARY_KEYS)] == list(SUMMARY_KEYS)
+    assert (s["target_rps"], s["sent"], s["ok"], s["errors"]) == (200.0, 400, 400, 0)
+    assert abs(float(s["achieved_rps"]) - 200.0) <= 2.0
+    assert 0 < float(s["p50_ms"]) <= float(s["p95_ms"]) <= float(s["p99_ms"])
+    assert upstream.requests == 400
+
+
+def test_each_step_of_a_step_shape_is_sent_at_its_rate(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    timeline = tmp_path / "timeline.csv"
+    r = loadgen(upstream.url("/ok"), "--shape", "100@1s,300@1s", "--json", "--timeline", str(timeline))
+    assert r.code == EXIT_OK, r.err
+    rows = list(csv.DictReader(timeline.open()))
+    assert [int(row["scheduled"]) for row in rows[:2]] == [100, 300]
+    assert [float(row["target"]) for row in rows[:2]] == [100.0, 300.0]
+    assert abs(int(rows[0]["sent"]) - 100) <= 3 and abs(int(rows[1]["sent"]) - 300) <= 3
+    assert float(r.summary["achieved_rps"]) == pytest.approx(200.0, rel=0.01)
+
+
+def test_a_slow_server_raises_latency_while_the_rate_holds(upstream) -> None:  # type: ignore[no-untyped-def]
+    fast = loadgen(upstream.url("/ok"), "--shape", "50@2s", "--json").summary
+    slow = loadgen(upstream.url("/slow?ms=300"), "--shape", "50@2s", "--json").summary
+    assert float(slow["p50_ms"]) >= 300 > 10 * float(fast["p50_ms"])
+    for s in (fast, slow):
+        assert s["sent"] == 100 and s["ok"] == 100
+        assert float(s["achieved_rps"]) == pytest.approx(50.0, rel=0.01)
+    assert int(slow["in_flight_peak"]) >= 12  # 50 req/s x 0.3 s (Little's law)
+
+
+def test_a_refused_connection_ends_with_a_summary_of_what_was_tried_and_exit_status_3() -> None:
+    port = free_port()
+    r = loadgen(f"http://127.0.0.1:{port}/v1/infer", "--shape", "20@1s", "--json")
+    assert r.code == EXIT_UNREACHABLE
+    s = r.summary
+    assert (s["sent"], s["ok"], s["errors"]) == (20, 0, 20)
+    assert s["errors_by_kind"] == {"connect_refused": 20}
+    assert f"no response from http://127.0.0.1:{port}/v1/infer: tried 20 requests" in r.err
+    assert "Connection refused" in r.err and "Traceback" not in r.err
+
+
+def test_the_installed_command_reports_a_refused_target_without_a_traceback() -> None:
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", f"http://127.0.0.1:{port}/", "--shape", "10@0.5s", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == EXIT_UNREACHABLE
+    assert "errors     connect_refused: 5" in proc.stdout
+    assert "no response from" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shape", "50@60s,5x0@2m"], 'loadgen: error: shape "50@60s,5x0@2m": "5x0@2m": rate "5x0" is not a number'),
+        (["--shape", "100"], "a bare rate needs --duration"),
+        (["--shape", "10@1s", "--body", '{"p": ${prompt}}'], "unknown placeholder ${prompt}"),
+        (["--shape", "10@1s", "-H", "NoColon"], "--header 'NoColon' is not 'Name: value'"),
+        (["--trace", "/nonexistent.csv"], "/nonexistent.csv: cannot open"),
+    ],
+    ids=[
+        "a malformed shape names the token",
+        "a bare rate without a duration says what is missing",
+        "an unknown body placeholder is named",
+        "a malformed header is named",
+        "a missing trace file is named",
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(upstream, argv: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), *argv)
+    assert r.code == EXIT_USAGE
+    assert message in r.err
+    assert upstream.requests == 0
+
+
+def test_a_malformed_trace_file_exits_2_naming_the_line(upstream, write_csv) -> None:  # type: ignore[no-untyped-def]
+    path = write_csv("t.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:17:03.1,5,6", "oops,5,6"])
+    r = loadgen(upstream.url("/echo"), "--trace", str(path))
+    assert r.code == EXIT_USAGE
+    assert f'{path} line 3: TIMESTAMP "oops" is not a timestamp' in r.err
+
+
+def test_an_azure_trace_is_replayed_with_its_token_counts_in_the_body(upstream, azure_trace) -> None:  # type: ignore[no-untyped-def]
+    path = azure_trace(n=20, gap_s=0.5)  # 9.5 s of trace
+    r = loadgen(upstream.url("/echo"), "--trace", str(path), "--compress", "10", "--json")
+    assert r.code == EXIT_OK, r.err
+    s = r.summary
+    assert (s["sent"], s["ok"], s["method"]) == (20, 20, "POST")
+    assert float(s["duration_s"]) == pytest.approx(0.95)
+    ordered = sorted(upstream.bodies, key=lambda b: b["context_tokens"])
+    assert ordered[0] == {"context_tokens": 100, "generated_tokens": 10}
+    assert [b["generated_tokens"] for b in ordered] == list(range(10, 30))
+
+
+def test_a_count_trace_is_replayed_at_its_compressed_rate(upstream, write_csv) -> None:  # type: ignore[no-untyped-def]
+    path = write_csv("calls.csv", ["DateTime,Calls", "2003-03-03T07:00:00Z,30", "2003-03-03T07:05:00Z,90"])
+    r = loadgen(upstream.url("/ok"), "--trace", str(path), "--compress", "300", "--json")
+    assert r.code == EXIT_OK, r.err
+    assert (r.summary["sent"], r.summary["target_rps"]) == (120, 60.0)
+
+
+def test_http_errors_are_counted_by_status_and_fail_the_run_past_the_error_ratio(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/status/503"), "--shape", "20@1s", "--json")
+    assert r.code == EXIT_ERROR_RATIO
+    assert r.summary["errors_by_kind"] == {"http_503": 20}
+    assert r.summary["statuses"] == {"503": 20}
+    tolerated = loadgen(upstream.url("/status/503"), "--shape", "20@1s", "--json", "--max-error-ratio", "1")
+    assert tolerated.code == EXIT_OK
+
+
+def test_an_in_flight_cap_that_binds_is_reported_and_its_wait_counts_as_latency(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/slow?ms=200"), "--shape", "50@1s", "--max-in-flight", "2")
+    assert r.code == EXIT_OK, r.err
+    waited = re.search(r"cap 2: BOUND, (\d+) requests waited", r.out)
+    assert waited and int(waited.group(1)) > 30
+    # 2 in flight x 5 req/s each = 10 req/s against 50 scheduled: the last ones wait about 4 s.
+    assert re.search(r"p99 [3-9]\.\d+ s", r.out)
+
+
+def test_a_timeline_as_json_and_a_plot_are_written(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    timeline, plot = tmp_path / "t.json", tmp_path / "run.png"
+    r = loadgen(upstream.url("/ok"), "--shape", "20..60@2s", "--timeline", str(timeline), "--plot", str(plot), "--json")
+    assert r.code == EXIT_OK, r.err
+    rows = json.loads(timeline.read_text())
+    assert [row["scheduled"] for row in rows[:2]] == [30, 50]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_prometheus_metrics_are_served_during_the_run_and_the_port_is_freed_after(upstream) -> None:  # type: ignore[no-untyped-def]
+    announced = threading.Event()
+    port: list[int] = []
+
+    class Err(io.StringIO):
+        def write(self, s: str) -> int:
+            m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", s)
+            if m:
+                port.append(int(m.group(1)))
+                announced.set()
+            return super().write(s)
+
+    codes: list[int] = []
+    out = io.StringIO()
+    run = threading.Thread(
+        target=lambda: codes.append(
+            main([upstream.url("/ok"), "--shape", "40@2s", "--metrics-port", "0"], out=out, err=Err())
+        )
+    )
+    run.start()
+    try:
+        assert announced.wait(10)
+        text = ""
+        while 'loadgen_responses_total{outcome="ok"}' not in text:  # until the first responses are in
+            text = httpx.get(f"http://127.0.0.1:{port[0]}/metrics", timeout=5).text
+        assert "loadgen_requests_sent_total" in text
+        assert 'loadgen_request_duration_seconds_bucket{le="+Inf"}' in text
+        assert "loadgen_target_rate_rps 40.0" in text
+    finally:
+        run.join(30)
+    assert codes == [EXIT_OK]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port[0]}/metrics", timeout=2)
+
+
+def test_poisson_arrivals_repeat_with_the_same_seed(upstream) -> None:  # type: ignore[no-untyped-def]
+    runs = [
+        loadgen(upstream.url("/ok"), "--shape", "100@1s", "--arrivals", "poisson", "--seed", "9", "--json")
+        for _ in range(2)
+    ]
+    assert runs[0].summary["sent"] == runs[1].summary["sent"]
+    assert runs[0].summary["seed"] == 9
+
+
+def test_progress_lines_go_to_stderr_when_asked(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), "--shape", "30@2s", "--progress", "--json")
+    assert re.search(r"\[\s+1s\] target\s+30\.0/s sent\s+\d+/s", r.err)
+    json.loads(r.out)  # stdout stays one JSON object
+
+
+def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for option in (
+        "--shape",
+        "--trace",
+        "--compress",
+        "--rate-scale",
+        "--body",
+        "--max-in-flight",
+        "--timeline",
+        "--plot",
+        "--metrics-port",
+        "--json",
+        "exit status",
+    ):
+        assert option in text
+
+
+def test_infer_ctl_loadgen_forwards_every_argument(upstream, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from infer_ctl.cli.main import main as infer_ctl_main
+
+    code = infer_ctl_main(["loadgen", upstream.url("/ok"), "--shape", "20@0.5s", "--json"])
+    assert code == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["sent"] == 10
+
+
+def test_loadgen_stands_alone_and_never_imports_infer_ctl() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "loadgen"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n == "infer_ctl" or n.startswith("infer_ctl.") for n in names), path
+
+
+def test_the_loadgen_module_runs_as_a_script_with_help() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0 and "open-loop" in proc.stdout.lower()
