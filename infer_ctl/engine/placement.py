@@ -1,0 +1,129 @@
+"""Placing a service's new replicas (pure): the InferenceService's needs as a placement `Request`, the
+placement engine's choice per replica, and the pinned ResourceClaim for each success.
+
+The request admits only what the spec allows, through CEL selectors that kube-scheduler evaluates too:
+the products (by the `productName` strings the catalog lists for them) and the minimum CUDA compute
+capability. Memory is a filter of the engine (`device_memory_bytes`: the model's memory split over `count`
+GPUs). Sharing maps to the engine's modes: Exclusive takes `count` whole GPUs of one node, MIG the smallest
+partition that fits (from the `mig.nvidia.com` class when the spec left the default class), Shared a
+memory share of one GPU's consumable capacity.
+
+Replicas of one cycle are placed one after the other on the same snapshot, each assuming the previous ones
+(as kube-scheduler's cycle does), so two new replicas never get the same device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from infer_ctl.core import api
+from infer_ctl.core.checks import candidate_products, memory_per_device_bytes
+from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.place.claims import PinnedClaim, pinned_claim
+from infer_ctl.place.framework import CycleInputs, Decision, Engine, apply, summarize
+from infer_ctl.place.inventory import NVIDIA_DRIVER, Inventory, Toleration
+from infer_ctl.place.request import Request, Sharing
+from infer_ctl.place.state import ClusterState
+
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+# GPU nodes carry NVIDIA's taint; model servers are meant for them.
+GPU_TOLERATIONS = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    replica: str
+    decision: Decision
+    claim: PinnedClaim | None  # None when it does not fit
+    product: str  # catalog name of the chosen GPU ("" when unknown or unplaced)
+    cached: bool  # the node holds the model in its cache
+
+    @property
+    def placed(self) -> bool:
+        return self.claim is not None
+
+    @property
+    def why_not(self) -> str:
+        return "" if self.placed else summarize(self.decision.status.reasons) or self.decision.status.message
+
+
+def device_class(spec: api.InferenceServiceSpec) -> str:
+    acc = spec.accelerator
+    if acc.sharing is api.Sharing.MIG and acc.device_class_name == api.DEFAULT_DEVICE_CLASS:
+        return MIG_DEVICE_CLASS
+    return acc.device_class_name
+
+
+def selectors(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) -> tuple[str, ...]:
+    """CEL selectors for what the spec allows. MIG devices carry their parent's productName in NVIDIA's driver."""
+    out: list[str] = []
+    attrs = f"device.attributes['{NVIDIA_DRIVER}']"
+    if spec.accelerator.products:
+        names = [p for acc in candidate_products(spec, catalog) for p in acc.product_names]
+        listed = ", ".join("'" + n.replace("\\", "\\\\").replace("'", "\\'") + "'" for n in names)
+        out.append(f"{attrs}.productName in [{listed}]")
+    if spec.accelerator.min_compute_capability is not None:
+        major, minor = spec.accelerator.min_compute_capability
+        out.append(f"{attrs}.cudaComputeCapability.compareTo(semver('{major}.{minor}.0')) >= 0")
+    return tuple(out)
+
+
+def replica_request(svc: api.InferenceService, catalog: AcceleratorCatalog, replica: str) -> Request:
+    spec = svc.spec
+    per_device = memory_per_device_bytes(spec)
+    sharing = {api.Sharing.EXCLUSIVE: Sharing.EXCLUSIVE, api.Sharing.MIG: Sharing.MIG,
+               api.Sharing.SHARED: Sharing.SHARED}[spec.accelerator.sharing]
+    shared: Mapping[str, Fraction] = {}
+    if sharing is Sharing.SHARED:
+        shared = {f"{NVIDIA_DRIVER}/memory": Fraction(per_device)}
+    return Request(
+        name=replica,
+        cpu_milli=spec.runtime.cpu_milli,
+        memory_bytes=spec.runtime.host_memory_bytes,
+        sharing=sharing,
+        count=spec.accelerator.count if sharing is Sharing.EXCLUSIVE else 1,
+        device_class=device_class(spec),
+        selectors=selectors(spec, catalog),
+        device_memory_bytes=per_device,
+        shared_capacity=shared,
+        pod_tolerations=GPU_TOLERATIONS,
+        service=svc.meta.name,
+        cache_key=spec.model.cache_key,
+    )
+
+
+def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inventory: Inventory,
+                   replicas: Sequence[str], *, engine: Engine, inputs: CycleInputs, seed: int,
+                   claim_labels: Mapping[str, str] | None = None) -> tuple[ReplicaPlacement, ...]:
+    """Place `replicas` one after the other; a replica that does not fit says why and the rest still try."""
+    state = ClusterState.from_inventory(inventory)
+    rng = np.random.default_rng(seed)
+    out: list[ReplicaPlacement] = []
+    for name in replicas:
+        request = replica_request(svc, catalog, name)
+        decision = engine.schedule(request, state, inputs, rng)
+        if decision.placement is None:
+            out.append(ReplicaPlacement(name, decision, None, "", False))
+            continue
+        apply(state, request, decision)
+        claim = pinned_claim(decision.placement, request, inventory, name=f"{name}-gpu",
+                             namespace=svc.meta.namespace, labels=claim_labels)
+        product = _product_of(decision, inventory, catalog)
+        out.append(ReplicaPlacement(name, decision, claim, product, decision.placement.node in inputs.cached_nodes))
+    return tuple(out)
+
+
+def _product_of(decision: Decision, inventory: Inventory, catalog: AcceleratorCatalog) -> str:
+    assert decision.placement is not None
+    wanted = set(decision.placement.devices)
+    for device in inventory.devices:
+        if device.id in wanted:
+            name = device.attribute("productName", device.id.driver)
+            if isinstance(name, str):
+                acc = catalog.by_product_name(name)
+                return acc.name if acc is not None else name
+    return ""
