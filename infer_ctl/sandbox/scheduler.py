@@ -139,20 +139,30 @@ class Scheduler:
     cycles: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _last_message: dict[str, str] = field(default_factory=dict)
+    _inventory: Inventory | None = None
 
     def __post_init__(self) -> None:
         self.store.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        if event.key in _WATCHED:
-            if event.key == ("", "pods") and event.type == "DELETED":
+        if event.key not in _WATCHED:
+            return
+        if event.key == ("", "pods"):
+            if event.type == "DELETED":
                 self._release_claims(event.obj)
-            self._wake.set()
+            elif event.type == "MODIFIED" and not self._is_pending(event.obj) and \
+                    not event.obj["metadata"].get("deletionTimestamp") and \
+                    (event.obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                return  # a running pod's status report frees nothing and needs no scheduling
+        else:
+            self._inventory = None
+        self._wake.set()
 
     async def run(self) -> None:
         self._wake.set()
         while True:
             await self._wake.wait()
+            await asyncio.sleep(0.005)  # gather a burst of creations into one cycle, as the scheduling queue does
             self._wake.clear()
             try:
                 self.cycle()
@@ -176,11 +186,15 @@ class Scheduler:
         claims_rt = store.type("resource.k8s.io", "v1", "resourceclaims")
         claims = store.list_objects(claims_rt)
         nodes = self._node_states(pods)
-        inventory = Inventory.build(
-            nodes=[n.obj for n in nodes.values()],
-            slices=store.list_objects(store.type("resource.k8s.io", "v1", "resourceslices")),
-            device_classes=store.list_objects(store.type("resource.k8s.io", "v1", "deviceclasses")),
-            claims=[c for c in claims if (c.get("status") or {}).get("allocation")])
+        if self._inventory is None:
+            # Rebuilt only when nodes, slices, classes or claims changed: parsing slices and compiling CEL is
+            # the expensive part of a cycle, and pod churn alone does not change the devices.
+            self._inventory = Inventory.build(
+                nodes=[n.obj for n in nodes.values()],
+                slices=store.list_objects(store.type("resource.k8s.io", "v1", "resourceslices")),
+                device_classes=store.list_objects(store.type("resource.k8s.io", "v1", "deviceclasses")),
+                claims=[c for c in claims if (c.get("status") or {}).get("allocation")])
+        inventory = self._inventory
         allocator = Allocator(inventory)
         by_claim = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
         pending = [p for p in store.list_objects(pods_rt) if self._is_pending(p)]
