@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infer_ctl.core import api
@@ -70,7 +70,8 @@ def replica_name(service: str, ordinal: int) -> str:
 
 
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
-                node_selector: Mapping[str, str]) -> dict[str, Any]:
+                node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
+                annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node."""
     spec = svc.spec
     runtime = spec.runtime
@@ -100,6 +101,8 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         "terminationGracePeriodSeconds": DRAIN_SECONDS,
         "restartPolicy": "Always",
     }
+    if tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in tolerations]
     if node_selector:
         pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
@@ -112,7 +115,8 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
             "name": replica,
             "namespace": svc.meta.namespace,
             "labels": labels,
-            "annotations": {ANNOTATION_SPEC_HASH: spec_hash(spec), ANNOTATION_CACHE_KEY: spec.model.cache_key},
+            "annotations": {ANNOTATION_SPEC_HASH: spec_hash(spec), ANNOTATION_CACHE_KEY: spec.model.cache_key,
+                            **(annotations or {})},
             "ownerReferences": [owner_reference(svc.meta)],
         },
         "spec": pod_spec,

@@ -44,7 +44,7 @@ class ColdStarts:
             out = out.add(accelerator, cached, seconds)
         return out
 
-    def keys(self) -> tuple[tuple[str, bool], ...]:
+    def measured_keys(self) -> tuple[tuple[str, bool], ...]:
         return tuple(k for k, _ in self.samples)
 
     def estimate(self, accelerator: str, cached: bool, hint_s: float | None = None) -> ColdStartEstimate:

@@ -14,3 +14,5 @@ ANNOTATION_CACHED = "infer-ctl.io/model-cached"
 MANAGER = "infer-ctl"
 ROLE_SERVING = "serving"
 ROLE_STANDBY = "standby"
+ANNOTATION_MODEL_CACHE = "infer-ctl.io/model-cache"  # on Nodes: comma-separated cache keys held locally
+ANNOTATION_SANDBOX_ADDRESS = "sandbox.infer-ctl.io/address"  # on sandbox Pods: host:port of the local process

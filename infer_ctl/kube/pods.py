@@ -14,7 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from infer_ctl.core.api import ReplicaState
-from infer_ctl.kube.labels import ANNOTATION_ACCELERATOR, ANNOTATION_CACHED, LABEL_REPLICA, LABEL_ROLE, ROLE_STANDBY
+from infer_ctl.kube.labels import (
+    ANNOTATION_ACCELERATOR,
+    ANNOTATION_CACHED,
+    ANNOTATION_SANDBOX_ADDRESS,
+    ANNOTATION_SPEC_HASH,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    ROLE_STANDBY,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,8 @@ class ReplicaPod:
     created: datetime | None
     ready_since: datetime | None
     scheduled_message: str  # why it is not scheduled (PodScheduled=False), empty otherwise
+    spec_hash: str = ""  # the spec the Pod was made from (`infer_ctl.actuate.manifests.spec_hash`)
+    address: str = ""  # host:port where the model server answers ("" until known)
 
     @property
     def cold_start_s(self) -> float | None:
@@ -81,7 +91,22 @@ def replica_pod(pod: Mapping[str, Any]) -> ReplicaPod:
         created=parse_time(meta.get("creationTimestamp")),
         ready_since=parse_time(ready.get("lastTransitionTime")) if is_ready and ready is not None else None,
         scheduled_message=message,
+        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH, "")),
+        address=_address(pod),
     )
+
+
+def _address(pod: Mapping[str, Any]) -> str:
+    """Where the Pod's server answers: the sandbox's per-process address, else the Pod IP and container port."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ANNOTATION_SANDBOX_ADDRESS):
+        return str(annotations[ANNOTATION_SANDBOX_ADDRESS])
+    ip = (pod.get("status") or {}).get("podIP")
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for port in container.get("ports") or ():
+            if ip and port.get("name") == "http":
+                return f"{ip}:{port.get('containerPort')}"
+    return ""
 
 
 def replica_pods(pods: Iterable[Mapping[str, Any]]) -> tuple[ReplicaPod, ...]:

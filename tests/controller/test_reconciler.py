@@ -1,0 +1,129 @@
+"""Control cycles against the sandbox over real HTTP: replicas placed and bound on fitting devices, idempotent
+repeats, clear conditions for what cannot run. Time is given to each cycle; the sandbox runs in real time."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+
+T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def apply(kube: KubeClient, builder: InferenceServiceBuilder) -> dict[str, Any]:
+    return kube.create(INFERENCE_SERVICES, builder.build(), "default")
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)  # the sandbox's scheduler and node agent run on their own loop: poll its API
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def service(name: str = "llm", replicas: int = 2) -> InferenceServiceBuilder:
+    return (InferenceServiceBuilder(name).with_("spec.scaling.minReplicas", replicas)
+            .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"]))
+
+
+def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type)
+
+
+async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service())
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await reconciler.cycle(body, T0)
+    actions = result.actions
+    assert actions.create_serving + actions.create_standby == 2 and all(p.placed for p in result.placements)
+    assert sum(result.status["desired"].values()) == 2
+    assert condition(result.status, "Valid")["status"] == "True"
+
+    pods = cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
+    assert sorted(p["metadata"]["name"] for p in pods) == ["llm-r0", "llm-r1"]
+    claims = wait_for("claims allocated", lambda: [
+        c for c in cluster.kube.list(RESOURCE_CLAIMS, "default")
+        if (c.get("status") or {}).get("allocation")] if len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 2
+        and all((c.get("status") or {}).get("allocation") for c in cluster.kube.list(RESOURCE_CLAIMS, "default"))
+        else None)
+    # The scheduler (first match, as kube-scheduler) allocated exactly the devices the engine chose.
+    chosen = {(d.pool, d.name) for p in result.placements for d in p.decision.placement.devices}
+    allocated = {(r["pool"], r["device"]) for c in claims for r in c["status"]["allocation"]["devices"]["results"]}
+    assert allocated == chosen
+
+    def ready() -> bool:
+        return sum(any(x["type"] == "Ready" and x["status"] == "True" for x in
+                       (p.get("status") or {}).get("conditions") or ())
+                   for p in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")) == 2
+
+    wait_for("replicas ready", ready)
+    later = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
+    assert later.actions.empty  # a repeated cycle creates nothing twice
+    assert later.status["replicas"]["ready"] == 2
+    assert condition(later.status, "Ready")["status"] == "True"
+    assert {c["accelerator"] for c in later.status.get("coldStarts", [])} == {"H100-80GB"}
+    await reconciler.close()
+
+
+async def test_a_restarted_controller_adopts_the_replicas_it_finds(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service())
+    first = Reconciler(cluster.kube, Settings(cluster.policies))
+    await first.cycle(body, T0)
+    await first.close()
+    second = Reconciler(cluster.kube, Settings(cluster.policies))  # no memory of the first
+    result = await second.cycle(cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=5))
+    assert result.actions.create_serving == result.actions.create_standby == 0
+    assert len(cluster.kube.list(PODS, "default")) == 2 and len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 2
+    await second.close()
+
+
+async def test_a_service_no_device_can_hold_gets_a_placed_false_condition_and_an_event(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service("big", 1).with_("spec.accelerator.products", ["L4"])
+                 .with_("spec.model.memory", "22Gi").with_("spec.accelerator.count", 8))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await reconciler.cycle(body, T0)
+    placed = condition(result.status, "Placed")
+    assert placed["status"] == "False" and "not placed" in placed["message"]
+    assert cluster.kube.list(PODS, "default") == [] and cluster.kube.list(RESOURCE_CLAIMS, "default") == []
+    events = cluster.kube.list(EVENTS, "default")
+    assert any(e["reason"] == "PlacementFailed" and e["regarding"]["name"] == "big" for e in events)
+    await reconciler.close()
+
+
+async def test_a_spec_the_catalog_cannot_run_is_invalid_and_touches_nothing(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service("typo", 1).with_("spec.accelerator.products", ["H100"]))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await reconciler.cycle(body, T0)
+    valid = condition(result.status, "Valid")
+    assert valid["status"] == "False" and "unknown product 'H100'" in valid["message"]
+    assert valid["observedGeneration"] == body["metadata"]["generation"]
+    await reconciler.cycle(body, T0 + timedelta(seconds=10))  # the same problem again: no second Event
+    warnings = [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "InvalidSpec"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    assert cluster.kube.list(PODS, "default") == []
+    await reconciler.close()
+
+
+async def test_scaling_down_removes_ready_replicas_and_their_claims(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service("shrink", 3).with_("spec.scaling.preset", "cost-saver"))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    await reconciler.cycle(body, T0)
+    wait_for("three ready", lambda: sum(
+        any(x["type"] == "Ready" and x["status"] == "True" for x in (p.get("status") or {}).get("conditions") or ())
+        for p in cluster.kube.list(PODS, "default")) == 3)
+    cluster.kube.merge_patch(INFERENCE_SERVICES, "shrink", {"spec": {"replicas": 1}}, "default")
+    result = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"),
+                                    T0 + timedelta(seconds=10))
+    assert len(result.actions.remove) == 2 and result.status["lastDecision"]["reason"] == "Paused"
+    wait_for("two pods gone", lambda: len(cluster.kube.list(PODS, "default")) == 1, timeout_s=60)
+    await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=20))
+    assert len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 1
+    await reconciler.close()
