@@ -1,10 +1,19 @@
 """The open loop: one scheduler task sends each request at its scheduled time, whatever came before.
 
-Hot path per request: the scheduler calls `_fire`, which starts one task running `_request`; that task builds
-the body, sends through httpx.AsyncClient, classifies the outcome and records it in RunStats. Nothing waits on
+Hot path per request: the scheduler calls `_fire`, which starts one task running `_request`; that task renders
+the body, sends it through a Sender, classifies the outcome and records it in RunStats. Nothing waits on
 earlier responses: a slow server shows up as latency and in-flight growth, not as a lower rate. When the
 optional in-flight cap binds, due requests queue (FIFO) and still count their latency from the scheduled time;
 the summary reports how many waited.
+
+Senders (--transport):
+* fast (default): loadgen.transport's connection pool driven directly with a request head rendered once;
+  per request only the body and Content-Length are joined on. No httpx Request/Response objects: profiling
+  showed httpx's client layer (headers, cookies, response objects) costing about two thirds of the CPU per
+  request, which is what bounds an open loop on one core.
+* httpx-fast: httpx.AsyncClient over loadgen.transport (the same pool, with httpx's request/response objects).
+* httpx: httpx.AsyncClient with its stock transport (httpcore): HTTP proxies, HTTP/2 with `h2` installed.
+All three raise httpx's exception types, classified the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import errno
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -83,14 +92,95 @@ def classify(exc: BaseException) -> str:
     return "client_" + type(exc).__name__.lower()
 
 
-def make_client(cfg: ClientConfig) -> httpx.AsyncClient:
-    headers = {"user-agent": USER_AGENT, "accept-encoding": "identity"}
+def request_headers(cfg: ClientConfig) -> dict[str, str]:
+    """Headers every request carries (lower-case names); the user's -H values override the defaults."""
+    headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": "identity"}
     if cfg.body is not None:
         headers["content-type"] = "application/json"
     for name, value in cfg.headers:
         headers[name.lower()] = value
-    timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+    return headers
+
+
+class Sender(Protocol):
+    """Sends one request with `body`; stores the loop time it was written in `written[0]`; returns the status.
+    Failures raise (httpx exception types)."""
+
+    async def send(self, body: bytes | None, written: list[float]) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class DirectSender:
+    """The default hot path: FastTransport.exchange with a request head rendered once per run."""
+
+    def __init__(self, cfg: ClientConfig) -> None:
+        self._transport = FastTransport(cfg.connections, verify=cfg.verify_tls)
+        url = httpx.URL(cfg.url)
+        self._pool = self._transport.pool_for(url)
+        headers = {"host": url.netloc.decode("ascii"), **request_headers(cfg)}
+        lines = [f"{cfg.method} {url.raw_path.decode('ascii')} HTTP/1.1\r\n"]
+        lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+        self._prefix = "".join(lines).encode("latin-1")
+        # A bodyless POST/PUT/PATCH still says Content-Length: 0 (servers may answer 411 otherwise).
+        empty = "content-length: 0\r\n\r\n" if cfg.method in ("POST", "PUT", "PATCH") else "\r\n"
+        self._bodyless = self._prefix + empty.encode()
+        self._is_head = cfg.method == "HEAD"
+        self._timeouts = (cfg.timeout_s, cfg.connect_timeout_s, cfg.timeout_s)
+
+    async def send(self, body: bytes | None, written: list[float]) -> int:
+        if body is None:
+            payload = self._bodyless
+        else:
+            payload = b"".join((self._prefix, b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body))
+        pool_s, connect_s, read_s = self._timeouts
+        result = await self._transport.exchange(
+            self._pool,
+            payload,
+            is_head=self._is_head,
+            pool_timeout_s=pool_s,
+            connect_timeout_s=connect_s,
+            read_timeout_s=read_s,
+            sent=written,
+        )
+        return result[0]
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+class HttpxSender:
+    """httpx.AsyncClient.request per request; `client` defaults to make_client(cfg)."""
+
+    def __init__(self, cfg: ClientConfig, client: httpx.AsyncClient | None = None) -> None:
+        self._client = client if client is not None else make_client(cfg)
+        self._method = cfg.method
+        self._url = httpx.URL(cfg.url)
+        self._stock = cfg.transport == "httpx"
+
+    async def send(self, body: bytes | None, written: list[float]) -> int:
+        if self._stock:
+            extensions: dict[str, Any] = {"trace": _tracer(asyncio.get_running_loop(), written)}
+        else:
+            extensions = {"loadgen_sent": written}
+        response = await self._client.request(self._method, self._url, content=body, extensions=extensions)
+        return response.status_code
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def make_sender(cfg: ClientConfig) -> Sender:
     if cfg.transport == "fast":
+        return DirectSender(cfg)
+    return HttpxSender(cfg)
+
+
+def make_client(cfg: ClientConfig) -> httpx.AsyncClient:
+    """httpx.AsyncClient for --transport httpx-fast (loadgen's transport) or httpx (the stock one)."""
+    headers = request_headers(cfg)
+    timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+    if cfg.transport == "httpx-fast":
         return httpx.AsyncClient(
             transport=FastTransport(cfg.connections, verify=cfg.verify_tls), headers=headers, timeout=timeout
         )
@@ -109,9 +199,9 @@ class Runner:
         stats: RunStats | None = None,
         target_of: Callable[[int], float] | None = None,
         on_tick: Callable[[Runner, int], None] | None = None,
-        client_factory: Callable[[ClientConfig], httpx.AsyncClient] = make_client,
+        client_factory: Callable[[ClientConfig], Sender] = make_sender,
     ) -> None:
-        """`client_factory` builds the httpx client; tests pass one over httpx.MockTransport."""
+        """`client_factory` builds the Sender; tests pass an HttpxSender over httpx.MockTransport."""
         self.cfg = cfg
         self._client_factory = client_factory
         self.stats = stats if stats is not None else RunStats()
@@ -124,8 +214,7 @@ class Runner:
         self._queue: collections.deque[tuple[float, int, int, int]] = collections.deque()
         self._idle = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._url = httpx.URL(cfg.url)
+        self._sender: Sender | None = None
         self._last_start_s = 0.0
         self.current_second = 0
 
@@ -154,8 +243,9 @@ class Runner:
         loop = asyncio.get_running_loop()
         self._loop = loop
         drain_timeout_s = drain_timeout_s if drain_timeout_s is not None else self.cfg.timeout_s * 2 + 5
-        async with self._client_factory(self.cfg) as client:
-            self._client = client
+        sender = self._client_factory(self.cfg)
+        self._sender = sender
+        try:
             # Move everything allocated so far (modules, numpy, the schedule's first chunk) out of the
             # collector's reach: a full collection over it took 10-20 ms, long enough to show as send lag.
             gc.collect()
@@ -170,6 +260,8 @@ class Runner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
             ended = loop.time() - self.t0
+        finally:
+            await sender.aclose()
         self.stats.sample_in_flight(ended)
         self.stats.finalize_before(float("inf"), self.target_of)
         return RunOutcome(
@@ -238,20 +330,16 @@ class Runner:
 
     async def _request(self, sched_s: float, context_tokens: int, generated_tokens: int, seq: int) -> None:
         cfg = self.cfg
-        client = self._client
+        sender = self._sender
         loop = self._loop
-        assert client is not None and loop is not None
+        assert sender is not None and loop is not None
         t0 = self.t0
         written = [0.0]
-        extensions: dict[str, Any] = {"loadgen_sent": written}
-        if cfg.transport != "fast":
-            extensions = {"trace": _tracer(loop, written)}
         body = cfg.body.render(context_tokens, generated_tokens, seq) if cfg.body is not None else None
         status = 0
         kind: str | None = None
         try:
-            response = await client.request(cfg.method, self._url, content=body, extensions=extensions)
-            status = response.status_code
+            status = await sender.send(body, written)
             if status >= 400:
                 kind = f"http_{status}"
         except asyncio.CancelledError:

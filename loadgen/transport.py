@@ -396,9 +396,46 @@ class FastTransport(httpx.AsyncBaseTransport):
         if pool.open < self.max_connections:
             self._wake_one(pool, None)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def pool_for(self, url: str | httpx.URL) -> _Pool:
+        """The pool of `url`'s origin, for `exchange`."""
+        return self._pool(url if isinstance(url, httpx.URL) else httpx.URL(url))
+
+    async def exchange(
+        self,
+        pool: _Pool,
+        payload: bytes,
+        *,
+        is_head: bool = False,
+        pool_timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+        sent: list[float] | None = None,
+    ) -> Result:
+        """Send one complete request (head and body bytes) and return (status, headers, body, keep-alive,
+        reason). The lowest level, used directly by loadgen's hot path: no httpx objects per request."""
         if self._closed:
             raise httpx.ConnectError("transport is closed")
+        conn = await self._acquire(pool, pool_timeout_s, connect_timeout_s)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Result] = loop.create_future()
+        conn.begin(waiter, is_head)
+        assert conn.transport is not None
+        conn.transport.write(payload)
+        if sent is not None:
+            sent[0] = loop.time()
+        timer = loop.call_later(read_timeout_s, conn.timed_out) if read_timeout_s else None
+        try:
+            result = await waiter
+        except BaseException:
+            self._release(pool, conn, keep_alive=False)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._release(pool, conn, result[3])
+        return result
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = request.extensions.get("timeout", {})
         pool = self._pool(request.url)
         try:
@@ -411,28 +448,15 @@ class FastTransport(httpx.AsyncBaseTransport):
         head.append(b"\r\n")
         if content:
             head.append(content)
-        payload = b"".join(head)
-
-        conn = await self._acquire(pool, timeouts.get("pool"), timeouts.get("connect"))
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[Result] = loop.create_future()
-        conn.begin(waiter, request.method == "HEAD")
-        assert conn.transport is not None
-        conn.transport.write(payload)
-        sent = request.extensions.get("loadgen_sent")
-        if sent is not None:
-            sent[0] = loop.time()
-        read_timeout = timeouts.get("read")
-        timer = loop.call_later(read_timeout, conn.timed_out) if read_timeout else None
-        try:
-            status, headers, body, keep_alive, reason = await waiter
-        except BaseException:
-            self._release(pool, conn, keep_alive=False)
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-        self._release(pool, conn, keep_alive)
+        status, headers, body, _, reason = await self.exchange(
+            pool,
+            b"".join(head),
+            is_head=request.method == "HEAD",
+            pool_timeout_s=timeouts.get("pool"),
+            connect_timeout_s=timeouts.get("connect"),
+            read_timeout_s=timeouts.get("read"),
+            sent=request.extensions.get("loadgen_sent"),
+        )
         return httpx.Response(
             status,
             headers=headers,

@@ -57,6 +57,21 @@ def test_a_constant_rate_is_met_within_one_percent_and_the_json_has_the_document
     assert upstream.requests == 400
 
 
+@pytest.mark.parametrize(
+    "transport",
+    ["fast", "httpx-fast", "httpx"],
+    ids=["the direct sender", "httpx over loadgen's transport", "httpx with its stock transport"],
+)
+def test_every_transport_sends_the_same_bodies_and_counts_the_same(upstream, transport: str) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/echo"), "--shape", "40@1s", "--body", '{"seq": ${seq}, "ctx": ${context_tokens}}',
+                "--tokens", "64,8", "--transport", transport, "--json")  # fmt: skip
+    assert r.code == EXIT_OK, r.err
+    assert (r.summary["sent"], r.summary["ok"], r.summary["transport"]) == (40, 40, transport)
+    assert float(r.summary["send_lag_ms_p99"]) > 0  # the write time was recorded
+    assert sorted(b["seq"] for b in upstream.bodies) == list(range(40))
+    assert {b["ctx"] for b in upstream.bodies} == {64}
+
+
 def test_each_step_of_a_step_shape_is_sent_at_its_rate(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     timeline = tmp_path / "timeline.csv"
     r = loadgen(upstream.url("/ok"), "--shape", "100@1s,300@1s", "--json", "--timeline", str(timeline))

@@ -9,14 +9,12 @@ import httpx
 import numpy as np
 import pytest
 
-from loadgen.runner import ClientConfig, Runner
+from loadgen.runner import ClientConfig, HttpxSender, Runner, Sender
 from loadgen.schedule import Arrivals, curve_arrivals
 from loadgen.shapes import parse_shape
 
 
-def mock_server(
-    service_s: Callable[[int], float], fail: Exception | None = None
-) -> Callable[[ClientConfig], httpx.AsyncClient]:
+def mock_server(service_s: Callable[[int], float], fail: Exception | None = None) -> Callable[[ClientConfig], Sender]:
     """A client factory whose 'server' answers after service_s(n) seconds of loop time (n = request number)."""
     served = 0
 
@@ -30,8 +28,8 @@ def mock_server(
         await asyncio.sleep(service_s(n))
         return httpx.Response(200, content=b"ok")
 
-    def factory(cfg: ClientConfig) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    def factory(cfg: ClientConfig) -> Sender:
+        return HttpxSender(cfg, client=httpx.AsyncClient(transport=httpx.MockTransport(handle)))
 
     return factory
 

@@ -184,3 +184,42 @@ async def test_the_request_goes_out_with_its_body_and_the_send_time_is_recorded(
     assert seen[0].startswith(b"POST /v1/x?a=1 HTTP/1.1\r\n")
     assert seen[0].endswith(b'\r\n\r\n{"n": 1}')
     assert before <= sent[0] <= loop.time()
+
+
+async def test_the_direct_sender_writes_a_complete_request_with_the_users_headers(raw_server) -> None:  # type: ignore[no-untyped-def]
+    from loadgen.body import parse_template
+    from loadgen.runner import ClientConfig, DirectSender
+
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                seen.append(await read_request(reader))
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+
+    port = await raw_server(handler)
+    cfg = ClientConfig(
+        url=f"http://127.0.0.1:{port}/v1/infer?x=1",
+        method="POST",
+        headers=(("Authorization", "Bearer t"), ("User-Agent", "mine")),
+        body=parse_template('{"n": ${seq}}'),
+    )
+    sender = DirectSender(cfg)
+    written = [0.0]
+    try:
+        assert await sender.send(b'{"n": 7}', written) == 202
+        assert await sender.send(None, written) == 202
+    finally:
+        await sender.aclose()
+    head, _, body = seen[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /v1/infer?x=1 HTTP/1.1"
+    assert {f"host: 127.0.0.1:{port}", "user-agent: mine", "authorization: Bearer t",
+            "content-type: application/json", "content-length: 8"} <= set(lines[1:])  # fmt: skip
+    assert body == b'{"n": 7}'
+    assert seen[1].endswith(b"content-length: 0\r\n\r\n")  # a bodyless POST still says so
+    assert written[0] > 0
