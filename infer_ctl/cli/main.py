@@ -16,6 +16,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
     ("demo", "run the local demo on the sandbox"),
+    ("controller", "run the InferenceService controller (kopf) against a cluster or the sandbox"),
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
     ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
     ("loadgen", "open-loop HTTP load generator: traffic shapes, trace replay, latency percentiles"),

@@ -91,6 +91,11 @@ class KubeClient:
         return cls(kubernetes.client.ApiClient(configuration))
 
     @property
+    def configuration(self) -> kubernetes.client.Configuration:
+        configuration: kubernetes.client.Configuration = self._api.configuration
+        return configuration
+
+    @property
     def host(self) -> str:
         return str(self._api.configuration.host)
 

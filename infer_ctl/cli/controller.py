@@ -1,0 +1,53 @@
+"""`infer-ctl controller`: run the InferenceService controller against a cluster (or the sandbox)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("controller", help="run the InferenceService controller (kopf)",
+                            description=__doc__)
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+    parser.add_argument("--prometheus-url", default=None,
+                        help="Prometheus to read request rates from; without it replicas' /metrics are scraped")
+    parser.add_argument("--namespace", action="append", default=[], metavar="NS",
+                        help="watch only this namespace (repeatable; default: cluster-wide)")
+    parser.add_argument("--peering", default=None, metavar="NAME",
+                        help="elect one active controller among several through the KopfPeering NAME")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve the controller's /metrics here")
+    parser.add_argument("--metrics-address", default="127.0.0.1", help="address for --metrics-port")
+    parser.add_argument("--policies", type=Path, default=None, help="policies folder (default: policies/)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import sys
+
+    from infer_ctl.config.policies import load_policies
+    from infer_ctl.controller.operator import OperatorConfig
+    from infer_ctl.controller.operator import run as run_operator
+    from infer_ctl.controller.reconciler import Settings
+    from infer_ctl.core.errors import SpecError
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        policies = load_policies(args.policies)
+    except SpecError as exc:
+        print(f"infer-ctl controller: the policies are invalid: {exc}", file=sys.stderr)
+        return 2
+    config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url), kubeconfig=args.kubeconfig,
+                            namespaces=tuple(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
+                            metrics_address=args.metrics_address)
+    try:
+        asyncio.run(run_operator(config))
+    except KeyboardInterrupt:
+        pass
+    return 0

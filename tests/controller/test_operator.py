@@ -1,0 +1,63 @@
+"""The real kopf runtime against the sandbox: applying an InferenceService makes replicas appear, status is
+written through the status subresource, deleting the service cascades to its Pods and claims."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infer_ctl.controller.operator import OperatorConfig, run
+from infer_ctl.controller.reconciler import Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS
+from infer_ctl.sandbox.threaded import LoopThread
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+
+
+@pytest.fixture
+def operator(cluster: Cluster) -> Iterator[Cluster]:
+    thread = LoopThread("kopf")
+    stop, ready = threading.Event(), threading.Event()
+    config = OperatorConfig(Settings(cluster.policies), kubeconfig=str(cluster.kubeconfig), namespaces=("default",))
+
+    async def main() -> None:
+        await run(config, stop_flag=stop, ready_flag=ready)
+
+    future = asyncio.run_coroutine_threadsafe(main(), thread.loop)
+    assert ready.wait(30), "kopf did not start"
+    try:
+        yield cluster
+    finally:
+        stop.set()
+        future.result(timeout=30)
+        thread.stop()
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)  # kopf and the sandbox run on their own loops: poll the API as a user would
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_applying_a_service_makes_replicas_and_writes_status(operator: Cluster) -> None:
+    kube = operator.kube
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm").with_("spec.scaling.minReplicas", 2)
+                .with_("spec.runtime.coldStartSeconds", 0.5).build(), "default")
+    wait_for("two replica pods", lambda: len(kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm"))
+             == 2)
+    status = wait_for("status written", lambda: (kube.get(INFERENCE_SERVICES, "llm", "default") or {}).get("status"))
+    assert status["observedGeneration"] == 1
+    assert any(c["type"] == "Valid" and c["status"] == "True" for c in status["conditions"])
+
+    kube.delete(INFERENCE_SERVICES, "llm", "default")
+    wait_for("pods and claims collected", lambda: not kube.list(PODS, "default")
+             and not kube.list(RESOURCE_CLAIMS, "default"), timeout_s=60)
