@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
     import logging
     import sys
 
@@ -46,8 +47,6 @@ def run(args: argparse.Namespace) -> int:
     config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url), kubeconfig=args.kubeconfig,
                             namespaces=tuple(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
                             metrics_address=args.metrics_address)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: kopf has already stopped its tasks
         asyncio.run(run_operator(config))
-    except KeyboardInterrupt:
-        pass
     return 0
