@@ -1,0 +1,361 @@
+"""How many replicas, serving and standby: a pure function of values and `now`, with its reason as data.
+
+`decide(inputs, state, policy) -> (Decision, DecideState)`. Nothing is read from the clock or the world; the
+state that must survive between control ticks (recent recommendations, the idle-time histogram) goes in and
+comes out as a frozen value, so the live controller and the simulator call exactly the same thing.
+
+The sizing, in order (capacity `cap` = requests/s one replica serves within the SLO):
+
+1. Horizon: a replica started now is ready after the measured cold start (p90), and the next chance to act is
+   one control period later, so provision for the peak upper-quantile forecast over
+   `horizon_s = cold_start_p90_s + control_period_s` (or the spec's explicit prewarm lead).
+   E.g. cold start p90 120 s, period 10 s, forecast upper peak 430 rps, cap 10 rps -> 43 replicas.
+2. Burst guard: when the observed rate runs above the forecast's upper bound for now, the forecast has missed;
+   size for the observed rate plus the same headroom the forecast would have kept (upper - mean), at once.
+3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
+4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does), never below the
+   replicas still loading (they are not removed: their cold start is already paid and they were started for a
+   reason), and only if the ready replicas that remain absorb the observed load (consolidation-aware).
+5. Missing data (NaN rate) never scales down: it holds, and the reason says so.
+6. Scale to zero (if enabled and minReplicas is 0): after the rate has been zero for the keep-alive (explicit, or
+   learned from the idle-time histogram, `infer_ctl.decide.keepalive`) and the forecast expects less than one
+   request over the horizon. From zero, the first observed request wakes the service, and a forecast that
+   expects traffic within the horizon pre-warms it.
+7. Bounds: [minReplicas, maxReplicas]; the reason records when a bound clipped the decision.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from infer_ctl.core.api import ReplicaState, ScalingSpec
+from infer_ctl.core.policy import EffectiveScaling
+from infer_ctl.decide.keepalive import IdleHistogram
+from infer_ctl.forecast.models import Forecast
+
+
+class Reason(enum.StrEnum):
+    """Why the desired replicas are what they are (status, Events and metrics carry these codes)."""
+
+    FORECAST = "Forecast"  # provisioned for the upper forecast over the cold-start horizon
+    BURST = "BurstGuard"  # observed traffic above the forecast: scaled for what is observed
+    OBSERVED = "Observed"  # the observed rate alone needs these replicas (no forecast yet)
+    STEADY = "Steady"  # nothing to change
+    STABILIZING = "Stabilizing"  # a lower count is wanted but the stabilization window holds the peak
+    SCALE_DOWN = "ScaleDown"  # fewer replicas after the stabilization window
+    HOLD_LOADING = "HoldLoading"  # would go lower, but replicas still loading are never removed
+    HOLD_CONSOLIDATION = "HoldConsolidation"  # the ready replicas left would not absorb the observed load
+    HOLD_MISSING_METRICS = "HoldMissingMetrics"  # no valid rate: hold, never scale down on missing data
+    KEEP_ALIVE = "KeepAlive"  # idle, waiting out the keep-alive before scaling to zero
+    SCALE_TO_ZERO = "ScaleToZero"  # idle longer than the keep-alive and no traffic forecast
+    WAKE = "Wake"  # at zero, a request arrived
+    PREWARM_FROM_ZERO = "PrewarmFromZero"  # at zero, the forecast expects traffic within the horizon
+    AT_MIN = "AtMinReplicas"  # clipped up to minReplicas
+    AT_MAX = "AtMaxReplicas"  # clipped down to maxReplicas
+
+
+@dataclass(frozen=True, slots=True)
+class DecidePolicy:
+    """A service's scaling settings, resolved (spec fields, preset values and controller settings)."""
+
+    target_rps_per_replica: float
+    min_replicas: int = 1
+    max_replicas: int = 10
+    quantile: float = 0.95
+    standby_replicas: int = 0
+    scale_down_stabilization_s: float = 300.0
+    control_period_s: float = 10.0
+    forecast_enabled: bool = True
+    prewarm_lead_s: float | None = None  # None: measured cold start p90 + one control period
+    scale_to_zero: bool = False
+    keep_alive_s: float | None = None  # None: learned from the idle-time histogram
+    default_keep_alive_s: float = 600.0  # until enough idle periods have been seen
+    wake_penalty_factor: float = 4.0  # a wake-up costs this many cold starts on top of its own (keepalive.py)
+
+    def __post_init__(self) -> None:
+        if not self.target_rps_per_replica > 0:
+            raise ValueError(f"target_rps_per_replica must be > 0, got {self.target_rps_per_replica}")
+        if not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(f"need 0 <= min_replicas <= max_replicas, got {self.min_replicas}, {self.max_replicas}")
+
+    @staticmethod
+    def from_spec(spec: ScalingSpec, effective: EffectiveScaling) -> DecidePolicy:
+        return DecidePolicy(
+            target_rps_per_replica=spec.target_rps_per_replica,
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            quantile=effective.quantile,
+            standby_replicas=effective.standby_replicas,
+            scale_down_stabilization_s=effective.scale_down_stabilization_s,
+            control_period_s=effective.control_period_s,
+            forecast_enabled=spec.forecast.enabled,
+            prewarm_lead_s=spec.prewarm.lead_s,
+            scale_to_zero=spec.scale_to_zero.enabled and spec.min_replicas == 0,
+            keep_alive_s=spec.scale_to_zero.keep_alive_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """One replica as the decision sees it."""
+
+    name: str
+    state: ReplicaState
+    created_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecideInputs:
+    now_s: float
+    observed_rps: float  # the current request rate; NaN when the metric is missing
+    replicas: tuple[ReplicaView, ...]
+    cold_start_p90_s: float  # measured (or the spec's hint until measured)
+    forecast: Forecast | None = None  # positioned at (about) now; None when forecasting is off or not ready
+
+
+@dataclass(frozen=True, slots=True)
+class DecideState:
+    """What crosses ticks: recent recommendations (stabilization) and idle-time learning."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()  # (time_s, total replicas recommended)
+    idle_since_s: float | None = None  # when the observed rate last dropped to zero
+    idle_histogram: IdleHistogram = field(default_factory=IdleHistogram)
+    # the learned keep-alive and the cold start it was computed for (recomputed when either changes)
+    learned_keep_alive: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    serving: int
+    standby: int
+    reason: Reason
+    message: str
+    current: int  # replicas that existed (not draining) when deciding
+    horizon_s: float
+    demand_rps: float  # the rate the decision provisioned for
+    keep_alive_s: float | None = None
+
+    @property
+    def total(self) -> int:
+        return self.serving + self.standby
+
+
+def _track_idle(state: DecideState, now_s: float, observed_rps: float) -> DecideState:
+    if math.isnan(observed_rps):
+        return state
+    if observed_rps > 0:
+        if state.idle_since_s is not None:
+            gap_s = now_s - state.idle_since_s
+            return replace(
+                state, idle_since_s=None, idle_histogram=state.idle_histogram.add(gap_s), learned_keep_alive=None
+            )
+        return state
+    if state.idle_since_s is None:
+        return replace(state, idle_since_s=now_s)
+    return state
+
+
+def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[Decision, DecideState]:
+    now = inputs.now_s
+    cap = policy.target_rps_per_replica
+    reps = inputs.replicas
+    by_state = Counter(r.state for r in reps)
+    current = len(reps) - by_state[ReplicaState.DRAINING]
+    loading = by_state[ReplicaState.LOADING] + by_state[ReplicaState.PENDING]
+    horizon_s = (
+        policy.prewarm_lead_s
+        if policy.prewarm_lead_s is not None
+        else inputs.cold_start_p90_s + policy.control_period_s
+    )
+    observed = inputs.observed_rps
+    missing = math.isnan(observed)
+    state = _track_idle(state, now, observed)
+    fc = inputs.forecast if policy.forecast_enabled else None
+
+    # 1-3: the raw recommendation
+    need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
+    demand = 0.0 if missing else observed
+    reason = Reason.OBSERVED
+    message = ""
+    if fc is not None:
+        upper_peak = fc.peak_upper_rps(horizon_s, now)
+        demand = max(demand, upper_peak)
+        reason = Reason.FORECAST
+        message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
+        upper_now, mean_now = fc.upper_at(now), fc.mean_at(now)
+        if not missing and observed > upper_now:
+            burst = observed + max(0.0, upper_now - mean_now)
+            if burst > upper_peak:
+                demand = burst
+                reason = Reason.BURST
+                message = (
+                    f"observed {observed:.1f} rps above the forecast's upper bound {upper_now:.1f} rps: "
+                    f"sized for {burst:.1f} rps now"
+                )
+    elif not missing:
+        message = f"observed {observed:.1f} rps (no forecast)"
+    serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
+    # serving: what the next control period needs; standby: the rest of the horizon plus the preset's spares
+    near = observed if not missing else 0.0
+    if fc is not None:
+        near = max(near, fc.peak_upper_rps(policy.control_period_s, now))
+    serving_now = min(serving_need, math.ceil(near / cap - 1e-9))
+    raw_total = serving_need + policy.standby_replicas
+
+    # 6: scale to zero / wake
+    keep_alive = None
+    if policy.scale_to_zero:
+        if policy.keep_alive_s is not None:
+            keep_alive = policy.keep_alive_s
+        elif state.learned_keep_alive is not None and state.learned_keep_alive[0] == inputs.cold_start_p90_s:
+            keep_alive = state.learned_keep_alive[1]
+        else:
+            keep_alive = state.idle_histogram.keep_alive_s(
+                inputs.cold_start_p90_s, policy.default_keep_alive_s, policy.wake_penalty_factor
+            )
+            state = replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
+        expected_requests = fc.peak_mean_rps(horizon_s, now) * horizon_s if fc is not None else 0.0
+        if current == 0:
+            if not missing and observed > 0:
+                total = max(1, raw_total)
+                return _finish(
+                    state,
+                    now,
+                    policy,
+                    total,
+                    serving_now,
+                    current,
+                    horizon_s,
+                    demand,
+                    Reason.WAKE,
+                    f"a request arrived at zero replicas ({observed:.2f} rps)",
+                    keep_alive,
+                )
+            if expected_requests >= 1.0:
+                total = max(1, raw_total)
+                return _finish(
+                    state,
+                    now,
+                    policy,
+                    total,
+                    serving_now,
+                    current,
+                    horizon_s,
+                    demand,
+                    Reason.PREWARM_FROM_ZERO,
+                    f"forecast expects {expected_requests:.1f} requests within {horizon_s:.0f} s",
+                    keep_alive,
+                )
+            return _finish(
+                state,
+                now,
+                policy,
+                0,
+                0,
+                current,
+                horizon_s,
+                0.0,
+                Reason.SCALE_TO_ZERO,
+                "idle, no traffic forecast",
+                keep_alive,
+            )
+        if state.idle_since_s is not None and not missing and observed == 0:
+            idle_s = now - state.idle_since_s
+            if idle_s >= keep_alive and expected_requests < 1.0 and loading == 0:
+                return _finish(
+                    state,
+                    now,
+                    policy,
+                    0,
+                    0,
+                    current,
+                    horizon_s,
+                    0.0,
+                    Reason.SCALE_TO_ZERO,
+                    f"idle {idle_s:.0f} s >= keep-alive {keep_alive:.0f} s, "
+                    f"{expected_requests:.2f} requests forecast within {horizon_s:.0f} s",
+                    keep_alive,
+                )
+            if expected_requests < 1.0:
+                # idle and nothing forecast: one warm replica until the keep-alive runs out
+                raw_total = 1
+                reason = Reason.KEEP_ALIVE
+                message = f"idle {idle_s:.0f} s of keep-alive {keep_alive:.0f} s"
+    floor = policy.min_replicas if policy.scale_to_zero else max(1, policy.min_replicas)
+    if raw_total < floor:
+        reason, message = Reason.AT_MIN, f"{raw_total} wanted, held at the minimum {floor} ({message})"
+        raw_total = floor
+
+    # 4-5: scale down only through the stabilization window, the loading rule and consolidation
+    total = raw_total
+    if raw_total < current:
+        window_start = now - policy.scale_down_stabilization_s
+        recent = [n for t, n in state.recommendations if t > window_start]
+        stabilized = max([raw_total, *recent])
+        if missing:
+            total, reason, message = current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding"
+        elif stabilized >= current:
+            total, reason = current, Reason.STABILIZING
+            message = (
+                f"{raw_total} wanted, holding {current} (highest recommendation in the last "
+                f"{policy.scale_down_stabilization_s:.0f} s is {stabilized})"
+            )
+        else:
+            total, reason = stabilized, Reason.SCALE_DOWN
+            message = f"{current} -> {stabilized}: " + message
+            if total < loading:
+                total, reason = loading, Reason.HOLD_LOADING
+                message = f"{loading} replicas still loading are not removed ({stabilized} wanted)"
+            absorbing = total - loading
+            if absorbing * cap < observed and total < current:
+                total = min(current, loading + need_now)
+                reason = Reason.HOLD_CONSOLIDATION
+                message = f"the {absorbing} ready replicas left would not absorb {observed:.1f} rps; keeping {total}"
+    elif raw_total == current and reason in (Reason.FORECAST, Reason.OBSERVED):
+        reason = Reason.STEADY
+        message = message or "no change"
+    return _finish(
+        state,
+        now,
+        policy,
+        total,
+        serving_now,
+        current,
+        horizon_s,
+        demand,
+        reason,
+        message,
+        keep_alive,
+        raw_total=raw_total,
+    )
+
+
+def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
+    state: DecideState,
+    now: float,
+    policy: DecidePolicy,
+    total: int,
+    serving: int,
+    current: int,
+    horizon_s: float,
+    demand: float,
+    reason: Reason,
+    message: str,
+    keep_alive: float | None,
+    raw_total: int | None = None,
+) -> tuple[Decision, DecideState]:
+    bounded = min(max(total, policy.min_replicas), policy.max_replicas)
+    if bounded != total:
+        reason = Reason.AT_MAX if bounded < total else Reason.AT_MIN
+        message = f"{total} wanted, clipped to {bounded} ({message})"
+    total = bounded
+    serving = min(max(serving, 1 if total > 0 else 0), total)
+    standby = total - serving
+    window_start = now - policy.scale_down_stabilization_s
+    rec = raw_total if raw_total is not None else total
+    recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
+    decision = Decision(serving, standby, reason, message, current, horizon_s, demand, keep_alive)
+    return decision, replace(state, recommendations=recommendations)

@@ -1,0 +1,208 @@
+"""One control step, pure: observed rate samples -> history -> forecast -> decide -> desired replicas.
+
+`step(inputs, state, config) -> (EngineOutput, EngineState)` is what both the live controller and the
+simulator call once per control period and per service. Everything that must survive between ticks is in the
+frozen `EngineState`: the bucketed rate history, the fitted forecaster (positioned at the last complete
+bucket) and the decision's own state.
+
+Cost. A tick absorbs the buckets completed since the last tick into the fitted model (O(1) each) and predicts
+a few steps: tens of microseconds. The expensive part, choosing and fitting the forecaster by backtest
+(`infer_ctl.forecast.select`), runs on a schedule: after `refit_min_interval_s` while the history is short
+(so that seasonal models are picked up as soon as there is enough data), then with intervals growing with the
+history's span, capped at `refit_interval_s` (a week by default; smoothing parameters barely move in a week,
+and the states are updated every bucket anyway).
+
+Placement is the next stage and not part of this step: `EngineOutput.desired_serving/standby` is what the
+placement engine (issue 3) receives; the controller chains it after this step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from infer_ctl.core.api import ForecastMethod, Seasonality
+from infer_ctl.decide.decision import DecideInputs, DecidePolicy, DecideState, Decision, ReplicaView, decide
+from infer_ctl.forecast.models import (
+    DAY_S,
+    WEEK_S,
+    DampedTrend,
+    Ewma,
+    Fitted,
+    Forecast,
+    Forecaster,
+    HoltWinters,
+    SeasonalNaive,
+)
+from infer_ctl.forecast.select import CandidateScore, select_and_fit
+from infer_ctl.forecast.series import RateSeries
+
+
+def candidates_for(
+    method: ForecastMethod = ForecastMethod.AUTO,
+    seasonality: Seasonality = Seasonality.AUTO,
+    season_step_s: float = 300.0,
+) -> tuple[Forecaster, ...]:
+    """The forecasters the spec allows (`spec.scaling.forecast.method/seasonality`), longest memory first.
+    Short-term models are always kept last as the fallback for a too-short history."""
+    seasons: list[tuple[float, str]] = []
+    if seasonality in (Seasonality.AUTO, Seasonality.WEEKLY, Seasonality.DAILY_WEEKLY):
+        seasons.append((WEEK_S, "weekly"))
+    if seasonality in (Seasonality.AUTO, Seasonality.DAILY, Seasonality.DAILY_WEEKLY):
+        seasons.append((DAY_S, "daily"))
+    out: list[Forecaster] = []
+    if method in (ForecastMethod.AUTO, ForecastMethod.HOLT_WINTERS, ForecastMethod.ETS):
+        for season_s, name in seasons:
+            # a weekly season on 30-minute buckets (336 of them) keeps the fit well under a second
+            fit_seasons, step_s = (3, 6 * season_step_s) if season_s == WEEK_S else (7, season_step_s)
+            out.append(HoltWinters(season_s, step_s, fit_seasons, method=f"holt-winters-{name}"))
+    if method in (ForecastMethod.AUTO, ForecastMethod.SEASONAL_NAIVE):
+        out.extend(SeasonalNaive(s, season_step_s, method=f"seasonal-naive-{name}") for s, name in seasons)
+    if method in (ForecastMethod.AUTO, ForecastMethod.DAMPED_TREND, ForecastMethod.ETS):
+        out.append(DampedTrend())
+    out.append(Ewma())
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    history_step_s: float = 60.0  # forecast grid
+    history_window_s: float = 5 * WEEK_S  # history kept for refits
+    refit_interval_s: float = WEEK_S  # longest interval between forecaster re-selections
+    refit_min_interval_s: float = 600.0  # shortest (young services)
+    # samples are rates over this trailing window (the metric query's `[1m]`): a rate over [t - w, t] measures
+    # the traffic around t - w/2, so it is booked there; otherwise the history, and every seasonal forecast
+    # learned from it, would run half a window late
+    rate_window_s: float = 60.0
+    candidates: tuple[Forecaster, ...] = field(default_factory=candidates_for)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInputs:
+    now_s: float
+    samples: Sequence[tuple[float, float]]  # (time_s, rate_rps) observed since the last tick, NaN = missing
+    replicas: tuple[ReplicaView, ...]
+    cold_start_p90_s: float
+    policy: DecidePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    origin_s: float | None = None  # start of bucket 0 (the first sample's bucket)
+    history: RateSeries | None = None  # complete buckets up to the last refit (bounded window)
+    recent: tuple[float, ...] = ()  # complete buckets since the last refit
+    open_bucket: int = 0  # index of the bucket being filled
+    open_sum: float = 0.0
+    open_n: int = 0
+    last_rps: float = math.nan  # most recent valid observation
+    last_rps_s: float = -math.inf
+    fitted: Fitted | None = None
+    fit_note: str = ""
+    fit_scores: tuple[CandidateScore, ...] = ()
+    next_refit_s: float = -math.inf
+    decide_state: DecideState = field(default_factory=DecideState)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOutput:
+    decision: Decision
+    forecast: Forecast | None
+    observed_rps: float
+    fit_note: str
+
+    @property
+    def desired_serving(self) -> int:
+        return self.decision.serving
+
+    @property
+    def desired_standby(self) -> int:
+        return self.decision.standby
+
+
+def _absorb(state: EngineState, samples: Sequence[tuple[float, float]], step_s: float, offset_s: float) -> EngineState:
+    """Add samples to the open bucket; close buckets as time passes them (a bucket without a valid sample is
+    NaN) and feed closed buckets to the fitted model."""
+    if not samples:
+        return state
+    origin = state.origin_s
+    if origin is None:
+        origin = math.floor((samples[0][0] - offset_s) / step_s) * step_s
+    closed: list[float] = []
+    bucket, acc, n = state.open_bucket, state.open_sum, state.open_n
+    last_rps, last_rps_s = state.last_rps, state.last_rps_s
+    prev_t = -math.inf
+    for i, (t, r) in enumerate(samples):
+        if t < prev_t:
+            raise ValueError(f"sample {i}: time {t} is before the previous sample ({prev_t})")
+        prev_t = t
+        b = int((t - offset_s - origin) // step_s)
+        if b > bucket:
+            closed.append(acc / n if n else math.nan)
+            closed.extend([math.nan] * (b - bucket - 1))
+            bucket, acc, n = b, 0.0, 0
+        if b == bucket and not math.isnan(r) and r >= 0:
+            acc += r
+            n += 1
+            last_rps, last_rps_s = r, t
+    fitted = state.fitted
+    if closed and fitted is not None:
+        fitted = fitted.update(np.asarray(closed, dtype=np.float64))
+    return replace(
+        state,
+        origin_s=origin,
+        recent=state.recent + tuple(closed),
+        open_bucket=bucket,
+        open_sum=acc,
+        open_n=n,
+        last_rps=last_rps,
+        last_rps_s=last_rps_s,
+        fitted=fitted,
+    )
+
+
+def _refit(state: EngineState, now_s: float, horizon_s: float, quantile: float, config: EngineConfig) -> EngineState:
+    assert state.origin_s is not None
+    step_s = config.history_step_s
+    base = state.history or RateSeries(state.origin_s, step_s, np.empty(0))
+    history = base.append(np.asarray(state.recent, dtype=np.float64)).tail(config.history_window_s)
+    horizon_steps = max(1, math.ceil(horizon_s / step_s))
+    selection = select_and_fit(history, horizon_steps, quantile, candidates=config.candidates)
+    span_s = len(history) * step_s
+    interval = min(config.refit_interval_s, max(config.refit_min_interval_s, span_s / 2))
+    return replace(
+        state,
+        history=history,
+        recent=(),
+        fitted=selection.fitted,
+        fit_note=selection.note,
+        fit_scores=selection.scores,
+        next_refit_s=now_s + interval,
+    )
+
+
+def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tuple[EngineOutput, EngineState]:
+    policy = inputs.policy
+    state = _absorb(state, inputs.samples, config.history_step_s, config.rate_window_s / 2)
+    # a sample older than two control periods is no evidence of the current rate
+    fresh = inputs.now_s - state.last_rps_s <= 2 * policy.control_period_s + 1e-9
+    observed = state.last_rps if fresh else math.nan
+    horizon_s = (
+        policy.prewarm_lead_s
+        if policy.prewarm_lead_s is not None
+        else inputs.cold_start_p90_s + policy.control_period_s
+    )
+    forecast: Forecast | None = None
+    if policy.forecast_enabled and state.origin_s is not None:
+        if inputs.now_s >= state.next_refit_s and (state.recent or state.history is not None):
+            state = _refit(state, inputs.now_s, horizon_s, policy.quantile, config)
+        if state.fitted is not None:
+            # the open bucket is not complete yet: forecast from the model's end to the horizon past now
+            ahead_s = inputs.now_s + horizon_s - state.fitted.end_s
+            forecast = state.fitted.predict(max(1, math.ceil(ahead_s / config.history_step_s)))
+    decide_inputs = DecideInputs(inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast)
+    decision, decide_state = decide(decide_inputs, state.decide_state, policy)
+    out = EngineOutput(decision, forecast, observed, state.fit_note)
+    return out, replace(state, decide_state=decide_state)

@@ -1,0 +1,571 @@
+"""Forecasters: `Forecaster.fit(history) -> Fitted`, `Fitted.update(new buckets)`, `Fitted.predict(steps)`.
+
+Every model here is a small state-space recursion (the ETS family written out), so that a fitted model can
+absorb each new bucket in O(1) (`update`) and a control tick stays cheap; the expensive part, estimating the
+smoothing parameters, happens in `fit`, which the engine runs on a schedule.
+
+- `Ewma`: simple exponential smoothing (ETS(A,N,N)); the flat forecast of a level.
+- `DampedTrend`: Holt's linear method with a damped trend (ETS(A,Ad,N), Gardner & McKenzie 1985).
+- `SeasonalNaive`: tomorrow (or next week) looks like today (last week): y[t+h] = y[t+h-m].
+- `HoltWinters`: additive Holt-Winters with a damped trend (ETS(A,Ad,A)). The parameters and initial states
+  come from statsmodels' `ExponentialSmoothing` (maximum likelihood); the recursion below is statsmodels'
+  `_holt_win_add_add_dam` written out so the fitted model can keep filtering new data without refitting
+  (a test checks it reproduces statsmodels' fitted values).
+
+Seasonal models work on coarser buckets (`season_step_s`: 5 minutes for daily seasons, 288 buckets; 30 minutes
+for a weekly Holt-Winters, 336) so that the season stays short enough to estimate; they average the fine buckets
+they are fed, on buckets aligned to the clock (08:00-08:05, not 07:58-08:03).
+
+The upper quantile comes from the model's own errors: normalised errors e = (y - ŷ) / sqrt(max(ŷ, floor)) at
+each horizon step, measured out of sample by the backtest (`infer_ctl.forecast.select`) or in sample as a
+fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `MIN_ERRORS` errors exist (a young service), the
+quantile cannot be estimated and the upper bound is the highest rate seen so far: conservative, and said so.
+The square-root scale is between absolute errors
+(wrong at low rates) and relative ones (wrong near zero): Poisson counts have exactly this variance shape.
+
+A missing bucket (NaN) is filled by the model's own one-step forecast: the state advances without correction.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+
+from infer_ctl.forecast.series import FloatArray, RateSeries
+
+# Below this rate (requests/s) errors are scaled as if the rate were this: keeps the quantile finite at zero.
+SCALE_FLOOR_RPS = 1.0
+# errors needed before an error quantile is trusted; until then the upper bound is the peak rate seen
+MIN_ERRORS = 10
+# Forecasts are capped at this multiple of the highest rate seen: a trend fitted across a sudden step would
+# otherwise extrapolate far past anything the service has served (the burst guard handles real growth).
+PEAK_CAP_FACTOR = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Mean and upper-quantile rate for each future bucket after `origin_s` (bucket j covers
+    [origin_s + j*step_s, origin_s + (j+1)*step_s))."""
+
+    method: str
+    origin_s: float
+    step_s: float
+    mean_rps: FloatArray
+    upper_rps: FloatArray
+    quantile: float
+    note: str = ""
+
+    def _window(self, horizon_s: float, now_s: float | None) -> slice:
+        """Buckets overlapping [now_s, now_s + horizon_s] (now_s defaults to the origin); at least one."""
+        start = self.origin_s if now_s is None else max(self.origin_s, now_s)
+        first = min(self.mean_rps.size - 1, int((start - self.origin_s) // self.step_s))
+        last = max(first + 1, min(self.mean_rps.size, math.ceil((start + horizon_s - self.origin_s) / self.step_s)))
+        return slice(first, last)
+
+    def peak_upper_rps(self, horizon_s: float, now_s: float | None = None) -> float:
+        """The highest upper-quantile rate in the buckets overlapping the next `horizon_s` from `now_s`."""
+        return float(np.max(self.upper_rps[self._window(horizon_s, now_s)]))
+
+    def peak_mean_rps(self, horizon_s: float, now_s: float | None = None) -> float:
+        return float(np.max(self.mean_rps[self._window(horizon_s, now_s)]))
+
+    def upper_at(self, t_s: float) -> float:
+        return float(self.upper_rps[self._window(0.0, t_s).start])
+
+    def mean_at(self, t_s: float) -> float:
+        return float(self.mean_rps[self._window(0.0, t_s).start])
+
+
+class Fitted(Protocol):
+    """A model with estimated parameters and a current state, positioned at the end of its data (`end_s`)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def end_s(self) -> float: ...
+
+    @property
+    def note(self) -> str: ...
+
+    def update(self, values_rps: FloatArray) -> Fitted:
+        """Absorb the next buckets (NaN = missing) and return the model positioned after them."""
+        ...
+
+    def predict(self, steps: int) -> Forecast:
+        """Mean and upper rate for the next `steps` buckets."""
+        ...
+
+
+class Forecaster(Protocol):
+    @property
+    def method(self) -> str: ...
+
+    def min_history_s(self, step_s: float) -> float:
+        """The shortest history this model can be fitted on."""
+        ...
+
+    def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted: ...
+
+
+class _Kernel(Protocol):
+    """The recursion of one model with fixed parameters; the state is a mutable list during filtering."""
+
+    def init(self) -> list[float]: ...
+
+    def step(self, state: list[float], y: float) -> None: ...
+
+    def forecast(self, state: Sequence[float], h: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _EwmaKernel:
+    alpha: float
+    level0: float
+
+    def init(self) -> list[float]:
+        return [self.level0]
+
+    def step(self, state: list[float], y: float) -> None:
+        if not math.isnan(y):  # not NaN
+            state[0] += self.alpha * (y - state[0])
+
+    def forecast(self, state: Sequence[float], h: int) -> float:
+        return state[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _DampedKernel:
+    alpha: float
+    beta: float
+    phi: float
+    level0: float
+    trend0: float
+
+    def init(self) -> list[float]:
+        return [self.level0, self.trend0]
+
+    def step(self, state: list[float], y: float) -> None:
+        level, trend = state
+        pred = level + self.phi * trend
+        if math.isnan(y):
+            y = pred
+        new_level = pred + self.alpha * (y - pred)
+        state[1] = self.beta * (new_level - level) + (1.0 - self.beta) * self.phi * trend
+        state[0] = new_level
+
+    def forecast(self, state: Sequence[float], h: int) -> float:
+        # sum of phi^1..phi^h
+        damp = self.phi * (1.0 - self.phi**h) / (1.0 - self.phi) if self.phi != 1.0 else float(h)
+        return state[0] + damp * state[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _SeasonalNaiveKernel:
+    """State: the last m values (a ring) and the ring position."""
+
+    period: int
+    season0: tuple[float, ...]
+
+    def init(self) -> list[float]:
+        return [*self.season0, 0.0]
+
+    def step(self, state: list[float], y: float) -> None:
+        pos = int(state[-1])
+        if not math.isnan(y):
+            state[pos] = y
+        state[-1] = float((pos + 1) % self.period)
+
+    def forecast(self, state: Sequence[float], h: int) -> float:
+        pos = int(state[-1])
+        return state[(pos + (h - 1)) % self.period]
+
+
+@dataclass(frozen=True, slots=True)
+class _HoltWintersKernel:
+    """State: [level, trend, s_0 .. s_{m-1}, pos]; s at ring position pos is the seasonal of the next bucket."""
+
+    alpha: float
+    beta: float
+    gamma: float
+    phi: float
+    level0: float
+    trend0: float
+    season0: tuple[float, ...]
+
+    def init(self) -> list[float]:
+        return [self.level0, self.trend0, *self.season0, 0.0]
+
+    def step(self, state: list[float], y: float) -> None:
+        m = len(self.season0)
+        pos = int(state[-1])
+        level, trend = state[0], state[1]
+        season = state[2 + pos]
+        base = level + self.phi * trend
+        if math.isnan(y):
+            y = base + season
+        new_level = self.alpha * (y - season) + (1.0 - self.alpha) * base
+        state[1] = self.beta * (new_level - level) + (1.0 - self.beta) * self.phi * trend
+        state[2 + pos] = self.gamma * (y - base) + (1.0 - self.gamma) * season
+        state[0] = new_level
+        state[-1] = float((pos + 1) % m)
+
+    def forecast(self, state: Sequence[float], h: int) -> float:
+        m = len(self.season0)
+        pos = int(state[-1])
+        damp = self.phi * (1.0 - self.phi**h) / (1.0 - self.phi) if self.phi != 1.0 else float(h)
+        return state[0] + damp * state[1] + state[2 + (pos + h - 1) % m]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFitted:
+    """A fitted recursive model. `agg` fine buckets make one model bucket (1 for short-term models)."""
+
+    method: str
+    kernel: _Kernel
+    state: tuple[float, ...]
+    end_s: float
+    step_s: float
+    agg: int
+    quantile: float
+    # q[j] = error quantile for fine horizon step j+1 (normalised, see the module docstring)
+    error_quantiles: tuple[float, ...]
+    pending: tuple[float, ...] = ()
+    note: str = ""
+    # until enough errors have been seen to estimate the quantile, the upper bound is the highest rate seen
+    calibrated: bool = True
+    peak_rps: float = 0.0
+
+    def update(self, values_rps: FloatArray) -> KernelFitted:
+        if values_rps.size == 0:
+            return self
+        state = list(self.state)
+        pending = list(self.pending)
+        kernel = self.kernel
+        peak = self.peak_rps
+        for v in values_rps.tolist():
+            pending.append(v)
+            peak = max(peak, v)
+            if len(pending) == self.agg:
+                finite = [p for p in pending if not math.isnan(p)]
+                kernel.step(state, sum(finite) / len(finite) if finite else math.nan)
+                pending.clear()
+        return replace(
+            self,
+            state=tuple(state),
+            pending=tuple(pending),
+            end_s=self.end_s + values_rps.size * self.step_s,
+            peak_rps=peak,
+        )
+
+    def predict(self, steps: int) -> Forecast:
+        steps = max(1, steps)
+        npend = len(self.pending)
+        agg = self.agg
+        cache: dict[int, float] = {}
+        mean: list[float] = []
+        for j in range(steps):
+            c = (npend + j) // agg + 1
+            if c not in cache:
+                cache[c] = max(0.0, self.kernel.forecast(self.state, c))
+            mean.append(cache[c])
+        q = list(self.error_quantiles) or [0.0]
+        if len(q) < steps:
+            # beyond the measured horizons, widen like a random walk: q_h = q_H * sqrt(h / H)
+            last, n = q[-1], len(q)
+            q.extend(last * math.sqrt(h / n) for h in range(n + 1, steps + 1))
+        # a trend may extrapolate, but not to more than PEAK_CAP_FACTOR x the highest rate ever seen
+        cap = PEAK_CAP_FACTOR * max(self.peak_rps, SCALE_FLOOR_RPS)
+        mean = [min(m, cap) for m in mean]
+        if self.calibrated:
+            upper = [
+                min(cap, m + max(0.0, qj * math.sqrt(max(m, SCALE_FLOOR_RPS)))) for m, qj in zip(mean, q, strict=False)
+            ]
+        else:
+            upper = [max(m, self.peak_rps) for m in mean]
+        return Forecast(self.method, self.end_s, self.step_s, np.array(mean), np.array(upper), self.quantile, self.note)
+
+    def with_error_quantiles(
+        self, error_quantiles: Sequence[float], note: str | None = None, calibrated: bool | None = None
+    ) -> KernelFitted:
+        return replace(
+            self,
+            error_quantiles=tuple(float(x) for x in error_quantiles),
+            note=self.note if note is None else note,
+            calibrated=self.calibrated if calibrated is None else calibrated,
+        )
+
+
+def _aggregate(values: FloatArray, agg: int) -> FloatArray:
+    """Means of `agg` consecutive buckets (NaN-aware); a trailing partial block is dropped."""
+    n = values.size // agg
+    if agg == 1:
+        return values[:n].copy()
+    blocks = values[: n * agg].reshape(n, agg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.nanmean(blocks, axis=1), dtype=np.float64)
+
+
+def _fill_missing(values: FloatArray) -> FloatArray:
+    """Linear interpolation over NaN (edges: nearest value); all-NaN becomes zeros."""
+    ok = np.isfinite(values)
+    if ok.all():
+        return values
+    if not ok.any():
+        return np.zeros_like(values)
+    idx = np.arange(values.size)
+    return np.interp(idx, idx[ok], values[ok])
+
+
+def _filter_errors(kernel: _Kernel, coarse: FloatArray, horizon: int, start: int = 0) -> tuple[list[float], FloatArray]:
+    """Run the recursion over `coarse`; from index `start` on, record normalised h-step errors for
+    h = 1..horizon. Returns the final state and an (origins x horizon) error matrix (NaN where unknown)."""
+    state = kernel.init()
+    ys = coarse.tolist()
+    n = len(ys)
+    origins = max(0, n - start)
+    errors = np.full((origins, horizon), np.nan)
+    for t in range(n):
+        if t >= start:
+            row = errors[t - start]
+            for h in range(1, horizon + 1):
+                if t + h - 1 < n:
+                    y = ys[t + h - 1]
+                    if not math.isnan(y):
+                        f = max(0.0, kernel.forecast(state, h))
+                        row[h - 1] = (y - f) / math.sqrt(max(f, SCALE_FLOOR_RPS))
+        kernel.step(state, ys[t])
+    return state, errors
+
+
+def error_quantiles_by_step(errors: FloatArray, quantile: float, agg: int, steps: int) -> list[float]:
+    """Per fine horizon step, the `quantile` of the normalised errors of the coarse step covering it."""
+    out: list[float] = []
+    for j in range(steps):
+        c = min(j // agg, errors.shape[1] - 1)
+        col = errors[:, c]
+        col = col[np.isfinite(col)]
+        out.append(float(np.quantile(col, quantile)) if col.size >= MIN_ERRORS else 0.0)
+    return out
+
+
+def _horizon_coarse(horizon_steps: int, agg: int) -> int:
+    return max(1, math.ceil(horizon_steps / agg) + 1)
+
+
+def _finish(
+    method: str,
+    kernel: _Kernel,
+    history: RateSeries,
+    *,
+    agg: int,
+    horizon_steps: int,
+    quantile: float,
+    note: str = "",
+) -> KernelFitted:
+    coarse = _aggregate(history.values_rps, agg)
+    hc = _horizon_coarse(horizon_steps, agg)
+    state, errors = _filter_errors(kernel, coarse, hc)
+    used = coarse.size * agg
+    finite = history.values_rps[np.isfinite(history.values_rps)]
+    fitted = KernelFitted(
+        method=method,
+        kernel=kernel,
+        state=tuple(state),
+        end_s=history.start_s + used * history.step_s,
+        step_s=history.step_s,
+        agg=agg,
+        quantile=quantile,
+        error_quantiles=tuple(error_quantiles_by_step(errors, quantile, agg, horizon_steps)),
+        note=note,
+        calibrated=int(np.isfinite(errors[:, -1]).sum()) >= MIN_ERRORS if errors.size else False,
+        peak_rps=float(finite.max()) if finite.size else 0.0,
+    )
+    # the trailing partial coarse bucket goes through `update`, which keeps it pending
+    return fitted.update(history.values_rps[used:])
+
+
+def _sse(kernel: _Kernel, ys: list[float]) -> float:
+    state = kernel.init()
+    total = 0.0
+    for y in ys:
+        if not math.isnan(y):
+            e = y - kernel.forecast(state, 1)
+            total += e * e
+        kernel.step(state, y)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Ewma:
+    """Simple exponential smoothing; alpha chosen from a small grid by one-step squared error."""
+
+    fit_window_s: float = 2 * 86400.0
+    alphas: tuple[float, ...] = (0.1, 0.2, 0.4, 0.7, 1.0)
+    method: str = "ewma"
+
+    def min_history_s(self, step_s: float) -> float:
+        return step_s
+
+    def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted:
+        h = history.tail(self.fit_window_s)
+        ys = h.values_rps.tolist()
+        finite = [y for y in ys if not math.isnan(y)]
+        level0 = finite[0] if finite else 0.0
+        best = min(self.alphas, key=lambda a: _sse(_EwmaKernel(a, level0), ys))
+        return _finish(
+            self.method,
+            _EwmaKernel(best, level0),
+            h,
+            agg=1,
+            horizon_steps=horizon_steps,
+            quantile=quantile,
+            note=f"alpha={best}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DampedTrend:
+    """Holt's damped trend; (alpha, beta) from a small grid by one-step squared error, phi = 0.9."""
+
+    fit_window_s: float = 2 * 86400.0
+    alphas: tuple[float, ...] = (0.2, 0.5, 0.8)
+    betas: tuple[float, ...] = (0.05, 0.2)
+    phi: float = 0.9
+    method: str = "damped-trend"
+
+    def min_history_s(self, step_s: float) -> float:
+        return 10 * step_s
+
+    def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted:
+        h = history.tail(self.fit_window_s)
+        ys = h.values_rps.tolist()
+        finite = [y for y in ys if not math.isnan(y)]
+        level0 = finite[0] if finite else 0.0
+        grid = [(a, b) for a in self.alphas for b in self.betas]
+        a, b = min(grid, key=lambda ab: _sse(_DampedKernel(ab[0], ab[1], self.phi, level0, 0.0), ys))
+        kernel = _DampedKernel(a, b, self.phi, level0, 0.0)
+        return _finish(
+            self.method,
+            kernel,
+            h,
+            agg=1,
+            horizon_steps=horizon_steps,
+            quantile=quantile,
+            note=f"alpha={a} beta={b} phi={self.phi}",
+        )
+
+
+def _agg_factor(step_s: float, season_step_s: float) -> int:
+    return max(1, round(season_step_s / step_s))
+
+
+def _aligned(history: RateSeries, agg: int) -> RateSeries:
+    """Drop leading buckets so that model buckets start at multiples of agg * step_s since the epoch: a
+    15-minute bucket is 08:00-08:15, not 07:55-08:10, and a ramp at the full hour stays sharp."""
+    coarse_s = agg * history.step_s
+    skip = round(((-history.start_s) % coarse_s) / history.step_s) % agg
+    return RateSeries(history.start_s + skip * history.step_s, history.step_s, history.values_rps[skip:])
+
+
+@dataclass(frozen=True, slots=True)
+class SeasonalNaive:
+    """y[t+h] = y[t+h-m]: the same bucket one season ago (daily or weekly), on `season_step_s` buckets."""
+
+    season_s: float = 86400.0
+    season_step_s: float = 300.0
+    method: str = "seasonal-naive-daily"
+
+    def min_history_s(self, step_s: float) -> float:
+        return 2 * self.season_s
+
+    def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted:
+        agg = _agg_factor(history.step_s, self.season_step_s)
+        coarse_step_s = agg * history.step_s
+        m = max(1, round(self.season_s / coarse_step_s))
+        h = _aligned(history.tail(max(self.min_history_s(history.step_s), 4 * self.season_s)), agg)
+        coarse = _fill_missing(_aggregate(h.values_rps, agg))
+        if coarse.size < 2 * m:
+            raise ValueError(f"{self.method} needs {2 * m} buckets of {coarse_step_s:.0f} s, has {coarse.size}")
+        kernel = _SeasonalNaiveKernel(m, tuple(coarse[:m].tolist()))
+        rest = RateSeries(h.start_s + m * agg * h.step_s, h.step_s, h.values_rps[m * agg :])
+        return _finish(
+            self.method,
+            kernel,
+            rest,
+            agg=agg,
+            horizon_steps=horizon_steps,
+            quantile=quantile,
+            note=f"period={m}x{coarse_step_s:.0f}s",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HoltWinters:
+    """Additive damped Holt-Winters, parameters estimated by statsmodels on `season_step_s` buckets."""
+
+    season_s: float = 86400.0
+    season_step_s: float = 300.0
+    fit_seasons: int = 4
+    method: str = "holt-winters-daily"
+
+    def min_history_s(self, step_s: float) -> float:
+        return 2 * self.season_s + self.season_step_s
+
+    def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted:
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+        agg = _agg_factor(history.step_s, self.season_step_s)
+        coarse_step_s = agg * history.step_s
+        m = max(2, round(self.season_s / coarse_step_s))
+        h = _aligned(history.tail(self.fit_seasons * self.season_s), agg)
+        coarse = _fill_missing(_aggregate(h.values_rps, agg))
+        if coarse.size < 2 * m + 1:
+            raise ValueError(f"{self.method} needs {2 * m + 1} buckets of {coarse_step_s:.0f} s, has {coarse.size}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = ExponentialSmoothing(
+                coarse,
+                trend="add",
+                damped_trend=True,
+                seasonal="add",
+                seasonal_periods=m,
+                initialization_method="heuristic",
+            ).fit()
+        p = res.params
+        kernel = _HoltWintersKernel(
+            alpha=float(p["smoothing_level"]),
+            beta=float(p["smoothing_trend"]),
+            gamma=float(p["smoothing_seasonal"]),
+            phi=float(p["damping_trend"]),
+            level0=float(p["initial_level"]),
+            trend0=float(p["initial_trend"]),
+            season0=tuple(float(x) for x in np.asarray(p["initial_seasons"])),
+        )
+        note = (
+            f"period={m}x{coarse_step_s:.0f}s alpha={kernel.alpha:.3f} beta={kernel.beta:.3f} "
+            f"gamma={kernel.gamma:.3f} phi={kernel.phi:.3f}"
+        )
+        return _finish(self.method, kernel, h, agg=agg, horizon_steps=horizon_steps, quantile=quantile, note=note)
+
+
+DAY_S = 86400.0
+WEEK_S = 7 * DAY_S
+
+
+def default_candidates(season_step_s: float = 300.0) -> tuple[Forecaster, ...]:
+    """Every model the automatic choice considers, longest-memory first."""
+    return (
+        HoltWinters(WEEK_S, 6 * season_step_s, fit_seasons=3, method="holt-winters-weekly"),
+        HoltWinters(DAY_S, season_step_s, fit_seasons=7, method="holt-winters-daily"),
+        SeasonalNaive(WEEK_S, season_step_s, method="seasonal-naive-weekly"),
+        SeasonalNaive(DAY_S, season_step_s, method="seasonal-naive-daily"),
+        DampedTrend(),
+        Ewma(),
+    )

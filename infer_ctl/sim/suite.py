@@ -1,0 +1,133 @@
+"""Build the policies for a simulated service and run them over one trace."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from infer_ctl.decide.decision import DecidePolicy
+from infer_ctl.engine.step import EngineConfig
+from infer_ctl.forecast.series import FloatArray
+from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.policies import (
+    AibrixApa,
+    Hpa,
+    InferCtl,
+    Keda,
+    Kpa,
+    Oracle,
+    RayServe,
+    SimPolicy,
+    oracle_schedule,
+)
+from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
+from infer_ctl.sim.trace import Trace
+
+POLICY_NAMES = ("infer-ctl", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "oracle")
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSettings:
+    model: ServiceModel
+    quantile: float = 0.95
+    standby_replicas: int = 0
+    scale_down_stabilization_s: float = 300.0
+    control_period_s: float = 10.0
+    scale_to_zero: bool = True  # for the policies that can (infer-ctl, KPA, KEDA, Ray Serve) when min is 0
+
+
+def parse_policy_names(text: str) -> tuple[str, ...]:
+    if text.strip() == "all":
+        return POLICY_NAMES
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown policy {', '.join(unknown) or '(none)'}; expected all or {', '.join(POLICY_NAMES)}")
+    return names
+
+
+def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, tick_s: float) -> SimPolicy:
+    m = settings.model
+    c = m.target_rps_per_replica
+    zero_ok = settings.scale_to_zero and m.min_replicas == 0
+    lo = m.min_replicas if zero_ok else max(1, m.min_replicas)
+    if name == "infer-ctl":
+        dp = DecidePolicy(
+            target_rps_per_replica=c,
+            min_replicas=lo,
+            max_replicas=m.max_replicas,
+            quantile=settings.quantile,
+            standby_replicas=settings.standby_replicas,
+            scale_down_stabilization_s=settings.scale_down_stabilization_s,
+            control_period_s=settings.control_period_s,
+            scale_to_zero=zero_ok,
+        )
+        return InferCtl(dp, EngineConfig(), cold_start_hint_s=m.cold_start_s)
+    if name == "hpa":
+        return Hpa(c, max(1, m.min_replicas), m.max_replicas)
+    if name == "kpa":
+        return Kpa(c, lo, m.max_replicas)
+    if name == "keda":
+        return Keda(c, lo, m.max_replicas)
+    if name == "ray-serve":
+        return RayServe(c * m.mean_latency_s(c), lo, m.max_replicas)
+    if name == "aibrix-apa":
+        return AibrixApa(c, max(1, m.min_replicas), m.max_replicas)
+    if name == "oracle":
+        sched = oracle_schedule(
+            arrivals, tick_s, c, m.cold_start_quantile_s(0.9), min_replicas=lo, max_replicas=m.max_replicas
+        )
+        return Oracle(sched, tick_s)
+    raise ValueError(f"unknown policy {name!r}")
+
+
+def _forecast_probe(state: Any) -> float:
+    out = state[1] if isinstance(state, tuple) and len(state) == 2 else None
+    fc = getattr(out, "forecast", None)
+    if fc is None:
+        return math.nan
+    return float(fc.upper_rps[0])
+
+
+def run_policies(
+    trace: Trace,
+    names: Sequence[str],
+    settings: ScenarioSettings,
+    *,
+    tick_s: float,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[SimResult]:
+    arrivals = arrivals_per_tick(trace, tick_s, rate_scale, np.random.default_rng(seed))
+    results = []
+    for name in names:
+        policy = build_policy(name, settings, arrivals, tick_s)
+        cb = None
+        if progress is not None:
+
+            def cb(frac: float, _name: str = name) -> None:
+                progress(_name, frac)
+
+        initial = max(
+            1,
+            math.ceil(
+                float(arrivals[: max(1, round(60 / tick_s))].mean()) / tick_s / settings.model.target_rps_per_replica
+            ),
+        )
+        results.append(
+            simulate(
+                arrivals,
+                policy,
+                settings.model,
+                SimConfig(tick_s=tick_s, seed=seed),
+                initial_replicas=initial,
+                progress=cb,
+                forecast_probe=_forecast_probe if name == "infer-ctl" else None,
+            )
+        )
+    return results

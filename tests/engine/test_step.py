@@ -1,0 +1,77 @@
+"""The engine step over simulated days: history bucketing, refits on schedule, pre-warming before a ramp."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineState, step
+
+DAY_S = 86400.0
+PERIOD_S = 60.0
+
+
+def office_hours_rps(t: float) -> float:
+    """60 requests/s from 08:00 to 18:00, 0 otherwise, every day."""
+    hour = (t % DAY_S) / 3600.0
+    return 60.0 if 8.0 <= hour < 18.0 else 0.0
+
+
+def replicas(n: int) -> tuple[ReplicaView, ...]:
+    return tuple(ReplicaView(f"r{i}", ReplicaState.SERVING, 0.0) for i in range(n))
+
+
+def run_days(days: float, rate=office_hours_rps, policy: DecidePolicy | None = None):  # type: ignore[no-untyped-def]
+    policy = policy or DecidePolicy(
+        10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=PERIOD_S
+    )
+    state = EngineState()
+    config = EngineConfig(history_step_s=300.0)
+    outs = []
+    n = 1
+    for k in range(int(days * DAY_S / PERIOD_S)):
+        now = k * PERIOD_S
+        out, state = step(EngineInputs(now, ((now, rate(now)),), replicas(n), 120.0, policy), state, config)
+        n = out.decision.total
+        outs.append((now, out))
+    return outs, state
+
+
+def test_with_days_of_history_the_service_is_warm_before_the_morning_traffic() -> None:
+    outs, state = run_days(5)
+    assert "seasonal" in state.fit_note or "holt-winters" in state.fit_note, state.fit_note
+    last_day = [(t, o) for t, o in outs if t >= 4 * DAY_S]
+    before_open = [o for t, o in last_day if 4 * DAY_S + 8 * 3600 - 130 <= t < 4 * DAY_S + 8 * 3600]
+    assert any(o.decision.total >= 6 for o in before_open), [o.decision.message for o in before_open]
+    night = [o for t, o in last_day if 4 * DAY_S + 2 * 3600 <= t < 4 * DAY_S + 5 * 3600]
+    assert all(o.decision.total == 0 for o in night)
+
+
+def test_missing_samples_hold_the_replicas() -> None:
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=20, control_period_s=PERIOD_S)
+    outs, state = run_days(0.5, rate=lambda t: 50.0, policy=policy)
+    before = outs[-1][1].decision.total
+    now = outs[-1][0]
+    for k in range(1, 30):
+        t = now + k * PERIOD_S
+        out, state = step(EngineInputs(t, ((t, math.nan),), replicas(before), 120.0, policy), state, EngineConfig())
+        assert out.decision.total >= before
+    assert out.decision.reason in (Reason.HOLD_MISSING_METRICS, Reason.STEADY, Reason.FORECAST)
+    assert math.isnan(out.observed_rps)
+
+
+def test_out_of_order_samples_are_refused_with_their_index() -> None:
+    policy = DecidePolicy(10.0)
+    with pytest.raises(ValueError, match="sample 1"):
+        step(EngineInputs(100.0, ((90.0, 1.0), (80.0, 1.0)), replicas(1), 120.0, policy), EngineState(), EngineConfig())
+
+
+def test_refits_are_scheduled_not_done_every_tick() -> None:
+    outs, state = run_days(2, rate=lambda t: 20.0 + 5 * np.sin(t / 3600.0))
+    notes = {o.fit_note for _, o in outs}
+    assert 1 < len(notes) < 40
+    assert state.next_refit_s > outs[-1][0]

@@ -1,0 +1,152 @@
+"""Forecasters: numerics against statsmodels, gaps and resets, quantile calibration, fallbacks."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infer_ctl.forecast.models import (
+    DAY_S,
+    DampedTrend,
+    Ewma,
+    HoltWinters,
+    KernelFitted,
+    SeasonalNaive,
+    _HoltWintersKernel,
+)
+from infer_ctl.forecast.select import select_and_fit
+from infer_ctl.forecast.series import RateSeries, SeriesError, bucket_rates, counter_increases, counter_rates
+
+STEP_S = 300.0
+
+
+def daily_series(
+    days: float, *, noise: float = 0.0, seed: int = 0, base: float = 60.0, amp: float = 40.0
+) -> RateSeries:
+    """A daily sine around `base` requests/s on 5-minute buckets, Poisson-like noise of `noise` x sqrt(rate)."""
+    n = int(days * DAY_S / STEP_S)
+    t = np.arange(n) * STEP_S
+    y = base + amp * np.sin(2 * np.pi * t / DAY_S)
+    if noise:
+        y = y + noise * np.sqrt(y) * np.random.default_rng(seed).standard_normal(n)
+    return RateSeries(0.0, STEP_S, np.maximum(y, 0.0))
+
+
+def test_counter_reset_counts_the_new_value_as_the_increase() -> None:
+    assert counter_increases(np.array([10.0, 15.0, 3.0, 7.0])).tolist() == [5.0, 3.0, 4.0]
+
+
+def test_counter_rates_survive_a_restart_and_leave_gaps_missing() -> None:
+    times = np.array([0.0, 60.0, 120.0, 180.0, 400.0])
+    counters = np.array([0.0, 600.0, 60.0, 660.0, 2860.0])  # restart between 60 and 120
+    series = counter_rates(times, counters, 0.0, 60.0, 7)
+    assert series.values_rps[1] == pytest.approx(10.0)
+    assert series.values_rps[2] == pytest.approx(1.0)  # 60 requests since the restart
+    assert series.values_rps[3] == pytest.approx(10.0)
+    assert math.isnan(series.values_rps[4]) and math.isnan(series.values_rps[5])  # no sample: missing, not zero
+    assert series.values_rps[6] == pytest.approx(10.0)
+
+
+def test_unsorted_samples_are_an_error_naming_the_sample() -> None:
+    with pytest.raises(SeriesError, match="sample 2"):
+        bucket_rates(np.array([0.0, 10.0, 5.0]), np.array([1.0, 1.0, 1.0]), 0.0, 60.0, 2)
+
+
+def test_holt_winters_recursion_reproduces_statsmodels_fitted_values() -> None:
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    y = daily_series(4, noise=1.0).values_rps[::3]  # 15-minute buckets, period 96
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ExponentialSmoothing(
+            y, trend="add", damped_trend=True, seasonal="add", seasonal_periods=96, initialization_method="heuristic"
+        ).fit()
+    p = res.params
+    kernel = _HoltWintersKernel(
+        float(p["smoothing_level"]),
+        float(p["smoothing_trend"]),
+        float(p["smoothing_seasonal"]),
+        float(p["damping_trend"]),
+        float(p["initial_level"]),
+        float(p["initial_trend"]),
+        tuple(float(x) for x in p["initial_seasons"]),
+    )
+    state = kernel.init()
+    mine = []
+    for v in y.tolist():
+        mine.append(kernel.forecast(state, 1))
+        kernel.step(state, v)
+    np.testing.assert_allclose(mine, res.fittedvalues, rtol=1e-9, atol=1e-9)
+
+
+def test_seasonal_naive_repeats_yesterday_exactly() -> None:
+    series = daily_series(3)
+    fitted = SeasonalNaive(DAY_S, 900.0).fit(series, 3, 0.95)
+    fc = fitted.predict(3)
+    yesterday = series.values_rps[-288:-285]
+    assert fc.mean_rps == pytest.approx(np.full(3, yesterday.mean()), rel=1e-9)
+
+
+def test_a_missing_bucket_advances_the_model_without_correcting_it() -> None:
+    fitted = Ewma().fit(RateSeries(0.0, 60.0, np.full(30, 5.0)), 2, 0.95)
+    after = fitted.update(np.array([np.nan, np.nan]))
+    assert after.predict(1).mean_rps[0] == pytest.approx(5.0)
+    assert after.end_s == fitted.end_s + 120.0
+
+
+def test_a_too_short_history_falls_back_to_ewma_and_says_so() -> None:
+    sel = select_and_fit(RateSeries(0.0, 60.0, np.array([3.0, 4.0, 5.0])), 3, 0.95)
+    assert sel.fitted.method == "ewma"
+    assert "too short" in sel.note or "without backtest" in sel.note
+    # the quantile cannot be estimated yet, so the upper bound is the highest rate seen
+    assert sel.fitted.predict(3).upper_rps.min() >= 5.0
+
+
+def test_a_trend_never_extrapolates_past_one_and_a_half_times_the_peak() -> None:
+    y = np.concatenate([np.full(20, 10.0), np.linspace(10, 100, 10)])
+    fitted = DampedTrend().fit(RateSeries(0.0, 60.0, y), 30, 0.95)
+    assert fitted.predict(30).upper_rps.max() <= 150.0 + 1e-9
+
+
+def test_backtest_prefers_a_seasonal_model_when_the_horizon_is_an_hour_of_seasonal_data() -> None:
+    sel = select_and_fit(daily_series(9, noise=0.5), 12, 0.95)
+    assert "seasonal" in sel.fitted.method or "holt-winters" in sel.fitted.method, sel.note
+    scored = {s.method: s for s in sel.scores if math.isfinite(s.mase)}
+    assert scored[sel.fitted.method].mase < 1.0
+
+
+def test_the_upper_quantile_covers_about_its_nominal_share_out_of_sample() -> None:
+    history = daily_series(14, noise=1.0, seed=1)
+    future = daily_series(17, noise=1.0, seed=2).values_rps[history.values_rps.size :]
+    sel = select_and_fit(history, 1, 0.9)
+    model = sel.fitted
+    hits = []
+    for v in future.tolist():
+        hits.append(v <= model.predict(1).upper_rps[0])
+        model = model.update(np.array([v]))
+    assert 0.8 <= np.mean(hits) <= 0.99
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.one_of(st.floats(0, 1e4), st.just(math.nan)), min_size=1, max_size=80),
+    st.integers(1, 12),
+)
+def test_forecasts_are_finite_non_negative_and_upper_is_at_least_mean(values: list[float], steps: int) -> None:
+    series = RateSeries(0.0, 60.0, np.asarray(values, dtype=np.float64))
+    for forecaster in (Ewma(), DampedTrend()):
+        fitted = forecaster.fit(series, steps, 0.95)
+        assert isinstance(fitted, KernelFitted)
+        fc = fitted.predict(steps)
+        assert np.all(np.isfinite(fc.mean_rps)) and np.all(fc.mean_rps >= 0)
+        assert np.all(fc.upper_rps >= fc.mean_rps)
+
+
+def test_holt_winters_refuses_a_history_shorter_than_two_seasons() -> None:
+    with pytest.raises(ValueError, match="needs"):
+        HoltWinters(DAY_S, 900.0).fit(daily_series(1.5), 2, 0.95)
