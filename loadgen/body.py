@@ -14,7 +14,9 @@ from dataclasses import dataclass
 PLACEHOLDERS = ("context_tokens", "generated_tokens", "seq")
 _TOKEN = re.compile(r"\$\$|\$\{([^}]*)\}|\$")
 
-DEFAULT_TRACE_BODY = '{"context_tokens": ${context_tokens}, "generated_tokens": ${generated_tokens}}'
+# OpenAI-style names, so that servers that scale work by `max_tokens` (vLLM-like servers, the sandbox's model
+# server) do so without a template; `prompt_tokens` carries the context length.
+DEFAULT_TRACE_BODY = '{"prompt_tokens": ${context_tokens}, "max_tokens": ${generated_tokens}}'
 
 
 class TemplateError(ValueError):

@@ -50,7 +50,7 @@ shapes (--shape):
 
 traces (--trace):
   Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens): every request at its own time, with its
-  token counts in the body (default body {"context_tokens": N, "generated_tokens": M}, POST).
+  token counts in the body (default body {"prompt_tokens": N, "max_tokens": M}, POST).
   Count CSV (a timestamp column and a count column per fixed bucket, e.g. DateTime,Calls): each bucket is a
   constant rate of count / bucket seconds.
   --compress 60 plays a trace minute per second; --rate-scale 2 doubles the rate at the same speed.

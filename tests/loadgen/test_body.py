@@ -9,7 +9,7 @@ from loadgen.body import DEFAULT_TRACE_BODY, TemplateError, parse_template
 
 def test_the_default_trace_body_is_json_with_the_token_counts() -> None:
     body = parse_template(DEFAULT_TRACE_BODY).render(4808, 10, 0)
-    assert json.loads(body) == {"context_tokens": 4808, "generated_tokens": 10}
+    assert json.loads(body) == {"prompt_tokens": 4808, "max_tokens": 10}
 
 
 def test_placeholders_are_filled_and_dollars_escaped() -> None:

@@ -6,10 +6,12 @@ import csv
 import io
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,9 +158,9 @@ def test_an_azure_trace_is_replayed_with_its_token_counts_in_the_body(upstream, 
     s = r.summary
     assert (s["sent"], s["ok"], s["method"]) == (20, 20, "POST")
     assert float(s["duration_s"]) == pytest.approx(0.95)
-    ordered = sorted(upstream.bodies, key=lambda b: b["context_tokens"])
-    assert ordered[0] == {"context_tokens": 100, "generated_tokens": 10}
-    assert [b["generated_tokens"] for b in ordered] == list(range(10, 30))
+    ordered = sorted(upstream.bodies, key=lambda b: b["prompt_tokens"])
+    assert ordered[0] == {"prompt_tokens": 100, "max_tokens": 10}
+    assert [b["max_tokens"] for b in ordered] == list(range(10, 30))
 
 
 def test_a_count_trace_is_replayed_at_its_compressed_rate(upstream, write_csv) -> None:  # type: ignore[no-untyped-def]
@@ -291,3 +293,68 @@ def test_the_loadgen_module_runs_as_a_script_with_help() -> None:
         [sys.executable, "-m", "loadgen", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0 and "open-loop" in proc.stdout.lower()
+
+
+def test_ctrl_c_stops_scheduling_prints_the_summary_and_exits_130() -> None:
+    port = free_port()  # nothing listening: the run would go on for 30 s
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", f"http://127.0.0.1:{port}/", "--shape", "20@30s", "--progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the first progress line: the loop is running
+        assert first.startswith("[    1s]"), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert "interrupted: the schedule was stopped early" in out
+    assert "Traceback" not in err
+
+
+@pytest.fixture
+def model_server() -> Iterator[str]:
+    """The sandbox's model-server stand-in as a real process: 20 ms per 100 max_tokens, 64 in parallel."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infer_ctl.sandbox.modelserver", "--service-time-ms", "20", "--reference-tokens",
+         "100", "--concurrency", "64", "--drain-s", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        port = None
+        for line in proc.stdout:
+            if line.startswith("LISTENING"):
+                port = int(line.split()[1])
+            if line.startswith("READY"):
+                break
+        assert port is not None, "model server did not start"
+        yield f"http://127.0.0.1:{port}/v1/completions"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_replaying_a_trace_against_the_sandbox_model_server_scales_its_work_by_the_tokens(
+    model_server: str, write_csv: Callable[[str, list[str]], Path]
+) -> None:
+    def trace(generated: int) -> Path:
+        rows = [f"2023-11-16 18:17:{i // 10:02d}.{i % 10}000000,1000,{generated}" for i in range(20)]
+        return write_csv(f"t{generated}.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", *rows])
+
+    short = loadgen(model_server, "--trace", str(trace(50)), "--json").summary
+    long = loadgen(model_server, "--trace", str(trace(500)), "--json").summary
+    assert short["ok"] == long["ok"] == 20
+    assert 10 <= float(short["p50_ms"]) < 40  # 20 ms x 50/100
+    assert 100 <= float(long["p50_ms"]) < 160  # 20 ms x 500/100
