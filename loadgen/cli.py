@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from loadgen.traces import (
     load_trace,
     request_trace_chunks,
 )
+
+if TYPE_CHECKING:  # the runner imports httpx; `--help` and input errors do not need it
+    from loadgen.runner import ClientConfig, Runner
 
 EXIT_OK = 0
 EXIT_ERROR_RATIO = 1
@@ -365,10 +368,10 @@ class Progress:
         self.last_ok = 0
         self.last_err = 0
 
-    def tick(self, runner: Any, second: int) -> None:
+    def tick(self, runner: Runner, second: int) -> None:
         s = runner.stats
         p50, p99 = s.window_latency_us.quantiles((0.5, 0.99))
-        s.window_latency_us = type(s.window_latency_us)(s.window_latency_us.significant_bits)
+        s.window_latency_us.reset()
         sent, ok, err = s.sent - self.last_sent, s.ok - self.last_ok, s.errors - self.last_err
         self.last_sent, self.last_ok, self.last_err = s.sent, s.ok, s.errors
         target = f"target {self.rate_now(second - 0.5):7.1f}/s " if self.rate_now is not None else ""
@@ -389,7 +392,7 @@ class Progress:
             self.stream.flush()
 
 
-async def _run(args: argparse.Namespace, plan: Plan, cfg: Any, *, seed: int, out: TextIO, err: TextIO) -> int:
+async def _run(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, *, seed: int, out: TextIO, err: TextIO) -> int:
     from loadgen.report import plot_timeline, render_text, render_unreachable, summarize, write_timeline
     from loadgen.runner import Runner
 

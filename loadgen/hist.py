@@ -79,6 +79,10 @@ class LogLinearHistogram:
             self.min_value = value
         self.total += 1
 
+    def reset(self) -> None:
+        self.counts = {}
+        self.total = self.min_value = self.max_value = 0
+
     def merge(self, other: LogLinearHistogram) -> None:
         if other._bits != self._bits:
             raise ValueError("cannot merge histograms of different precision")

@@ -93,3 +93,11 @@ def test_cumulative_counts_for_prometheus_buckets_are_monotonic_and_end_at_the_t
 def test_precision_out_of_range_is_refused(bits: int) -> None:
     with pytest.raises(ValueError, match="significant_bits"):
         LogLinearHistogram(bits)
+
+
+def test_a_reset_histogram_is_empty_and_records_afresh() -> None:
+    h = histogram_of([5, 50, 500])
+    h.reset()
+    assert (h.total, h.quantile(0.5), h.counts) == (0, 0, {})
+    h.record(7)
+    assert (h.min_value, h.max_value, h.quantile(1.0)) == (7, 7, 7)
