@@ -92,7 +92,18 @@ def run(args: argparse.Namespace) -> int:
     config = None
     policy_file = args.placement_policy or Path("policies/placement.yaml")
     if policy_file.exists():
-        config = yaml.safe_load(policy_file.read_text()) or {}
+        from infer_ctl.core.errors import SpecError
+        from infer_ctl.core.policy import parse_placement_policy
+
+        try:
+            policy = parse_placement_policy(yaml.safe_load(policy_file.read_text()) or {}, str(policy_file))
+        except (SpecError, yaml.YAMLError) as exc:
+            print(f"infer-ctl bench placement: {exc}", file=sys.stderr)
+            return 2
+        config = {"filters": list(policy.filters), "scores": dict(policy.score_weights)}
+    elif args.placement_policy is not None:
+        print(f"infer-ctl bench placement: {policy_file}: no such file", file=sys.stderr)
+        return 2
     for path in (args.nodes, args.pods):
         if not path.exists():
             print(f"infer-ctl bench placement: {path}: no such file", file=sys.stderr)

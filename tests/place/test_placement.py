@@ -352,8 +352,11 @@ def test_the_policy_file_builds_a_profile() -> None:
 
     import yaml
 
-    config = yaml.safe_load((Path(__file__).parents[2] / "policies" / "placement.yaml").read_text())
-    profile = build_profile(config)
+    from infer_ctl.core.policy import parse_placement_policy
+    from infer_ctl.place.plugins import profile_from_policy
+
+    doc = yaml.safe_load((Path(__file__).parents[2] / "policies" / "placement.yaml").read_text())
+    profile = profile_from_policy(parse_placement_policy(doc))
     assert {p.name for p, _ in profile.scores} >= {"Fragmentation", "BestFit"}
 
 

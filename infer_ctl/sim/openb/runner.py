@@ -119,6 +119,7 @@ def simulate(
     tune: float = 1.3,
     placement_config: dict[str, object] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    mix_coverage: float = 0.95,
 ) -> RunResult:
     started = time.perf_counter()
     state = build_state(nodes)
@@ -129,7 +130,7 @@ def simulate(
     tracker = AffinityTracker(len(state.nodes))
     engine = Engine(make_profile(policy, tracker, placement_config))
     mix = WorkloadMix.typical(p.task_class for p in pods)
-    policy_mix = mix
+    policy_mix = mix if policy != "infer-ctl" else WorkloadMix.typical((p.task_class for p in pods), mix_coverage)
     # The reference names nodes "<random rank>-<name>" and breaks score ties by the smallest name: a fixed,
     # seeded priority order of nodes.
     priority = np.random.default_rng(seeds[1]).permutation(len(state.nodes))
