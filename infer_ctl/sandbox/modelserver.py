@@ -11,6 +11,12 @@ the node agent starts one process per Pod and 100 Pods must be ready in seconds 
 imports only asyncio and prometheus_client (about 0.1 s of CPU to start instead of 0.4 s).
 
 Protocol with the node agent on stdout: `LISTENING <port>` once bound, `READY` after the cold start.
+
+`--zygote` is the node agent's fork server: it imports all of this once and forks one child process per Pod
+on request (a JSON line `{"id": ..., "args": [...]}` on stdin), reporting `<id> PID <pid>`, the child's
+`<id> LISTENING <port>` / `<id> READY`, and `<id> EXITED <code>`. Each Pod is still its own process, but starting
+one costs a fork (milliseconds) instead of an interpreter start (0.2 s of CPU), which is what lets 100 Pods
+become ready within seconds on two cores.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -126,11 +133,15 @@ class ModelServer:
         return 200, "application/json", json.dumps(answer).encode()
 
 
-async def serve(args: argparse.Namespace) -> int:
+def _print(message: str) -> None:
+    print(message, flush=True)
+
+
+async def serve(args: argparse.Namespace, emit: Callable[[str], None] = _print) -> int:
     model = ModelServer(args)
     server = await asyncio.start_server(model.handle, "127.0.0.1", args.port, backlog=1024)
     port = server.sockets[0].getsockname()[1]
-    print(f"LISTENING {port}", flush=True)
+    emit(f"LISTENING {port}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -141,7 +152,7 @@ async def serve(args: argparse.Namespace) -> int:
     if loading.done() and not stop.is_set():
         model.ready = True
         model.ready_gauge.labels(**model.labels).set(1)
-        print("READY", flush=True)
+        emit("READY")
     await stopping
     loading.cancel()
     # Drain: no new requests (503, connections closed after the answer), in-flight ones finish.
@@ -149,7 +160,69 @@ async def serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(model.idle.wait(), args.drain_s)
     server.close()
-    print("STOPPED", flush=True)
+    emit("STOPPED")
+    return 0
+
+
+def zygote() -> int:
+    """Fork server: one child per command line on stdin; stdin closing stops every child and the zygote."""
+    out = sys.stdout
+    children: dict[int, str] = {}
+
+    def write(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    def reap(_signum: int = 0, _frame: object = None) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            ident = children.pop(pid, None)
+            if ident is not None:
+                write(f"{ident} EXITED {os.waitstatus_to_exitcode(status)}")
+
+    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent stops the zygote by closing its stdin
+    for line in sys.stdin:
+        try:
+            command = json.loads(line)
+            ident, argv = str(command["id"]), [str(a) for a in command["args"]]
+            args = parse_args(argv)
+        except (ValueError, KeyError, TypeError, SystemExit) as e:
+            write(f"- ERROR {e!r}")
+            continue
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # record the pid before its exit is reaped
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            os.setsid()
+            os.close(0)
+            prefix = ident
+
+            def emit(message: str, prefix: str = prefix) -> None:
+                write(f"{prefix} {message}")
+
+            code = 1
+            try:
+                code = asyncio.run(serve(args, emit))
+            finally:
+                os._exit(code)
+        children[pid] = ident
+        write(f"{ident} PID {pid}")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    for pid in list(children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for pid in list(children):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
     return 0
 
 
@@ -173,7 +246,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(serve(parse_args(argv)))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments == ["--zygote"]:
+        return zygote()
+    return asyncio.run(serve(parse_args(arguments)))
 
 
 if __name__ == "__main__":

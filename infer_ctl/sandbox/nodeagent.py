@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
+import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +44,110 @@ ANNOTATION_ADDRESS = PREFIX + "address"
 ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
 
 
+@dataclass(eq=False)
+class Child:
+    """One model-server process forked by the zygote."""
+
+    ident: str
+    on_line: Callable[[str], None]
+    pid: int | None = None
+    exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def signal(self, sig: int) -> None:
+        if self.pid is not None and not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM (the server drains), SIGKILL once `grace_s` has passed."""
+        if self.exited.done():
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), timeout=max(grace_s, 0.1))
+        except TimeoutError:
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), timeout=5)
+
+
+@dataclass(eq=False)
+class Zygote:
+    """`python -m infer_ctl.sandbox.modelserver --zygote`: forks a model server per Pod (see modelserver)."""
+
+    python: str
+    children: dict[str, Child] = field(default_factory=dict)
+    _process: asyncio.subprocess.Process | None = None
+    _reader: asyncio.Task[None] | None = None
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            self.python, "-m", "infer_ctl.sandbox.modelserver", "--zygote", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
+        self._reader = asyncio.create_task(self._read())
+
+    async def spawn(self, args: list[str], on_line: Callable[[str], None]) -> Child:
+        assert self._process is not None and self._process.stdin is not None
+        child = Child(f"c{next(self._ids)}", on_line)
+        self.children[child.ident] = child
+        self._process.stdin.write(json.dumps({"id": child.ident, "args": args}).encode() + b"\n")
+        await self._process.stdin.drain()
+        return child
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        async for raw in self._process.stdout:
+            ident, _, rest = raw.decode().strip().partition(" ")
+            child = self.children.get(ident)
+            if child is None:
+                if rest.startswith("ERROR"):
+                    log.warning("model-server zygote: %s", rest)
+                continue
+            if rest.startswith("PID "):
+                child.pid = int(rest.split()[1])
+            elif rest.startswith("EXITED "):
+                self.children.pop(ident, None)
+                if not child.exited.done():
+                    child.exited.set_result(int(rest.split()[1]))
+            else:
+                child.on_line(rest)
+        # The zygote is gone: its children are orphans now; stop them and report them exited.
+        for child in list(self.children.values()):
+            child.signal(signal.SIGKILL)
+            if not child.exited.done():
+                child.exited.set_result(-9)
+        self.children.clear()
+
+    async def stop(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()  # the zygote kills what is left and exits
+        try:
+            await asyncio.wait_for(process.wait(), timeout=10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
 @dataclass
 class _Running:
     pod_uid: str
     namespace: str
     name: str
     node: str
-    process: asyncio.subprocess.Process | None = None
+    child: Child | None = None
     port: int | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
@@ -67,7 +166,8 @@ class NodeAgent:
     _running: dict[str, _Running] = field(default_factory=dict)
     _cache: dict[str, set[str]] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _processes: set[asyncio.subprocess.Process] = field(default_factory=set)
+    _zygote: Zygote | None = None
+    _zygote_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -190,7 +290,7 @@ class NodeAgent:
         service_ms = float(self._knob(pod, "service-time-ms") or self.default_service_time_ms) / max(relative, 1e-3)
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         probe_path = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path") or "/readyz"
-        args = [self.python, "-m", "infer_ctl.sandbox.modelserver", "--namespace", running.namespace,
+        args = ["--namespace", running.namespace,
                 "--service", (pod["metadata"].get("labels") or {}).get("infer-ctl.io/service", running.name),
                 "--pod", running.name, "--model", model, "--accelerator", accelerator,
                 "--service-time-ms", f"{service_ms:.3f}",
@@ -199,26 +299,19 @@ class NodeAgent:
                 "--drain-s", str((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))]
         backoff_s = 1.0
         while not running.stopping:
-            process = await asyncio.create_subprocess_exec(
-                *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
-            running.process = process
-            self._processes.add(process)
-            if running.stopping:  # deleted while the process was starting
-                await self._kill(process)
-                return
-            assert process.stdout is not None
-            async for raw in process.stdout:
-                line = raw.decode().strip()
+            zygote = await self._zygote_ready()
+
+            def on_line(line: str) -> None:
                 if line.startswith("LISTENING "):
                     running.port = int(line.split()[1])
                     self._report(running, started=True, ready=False)
                 elif line == "READY":
                     node_cache.add(model)
                     self._report(running, started=True, ready=True)
-            code = await process.wait()
-            self._processes.discard(process)
+
+            child = await zygote.spawn(args, on_line)
+            running.child = child
+            code = await asyncio.shield(child.exited)
             if running.stopping:
                 return
             running.restarts += 1
@@ -226,22 +319,27 @@ class NodeAgent:
             await asyncio.sleep(backoff_s)  # kubelet's CrashLoopBackOff, doubling up to 10 s
             backoff_s = min(backoff_s * 2, 10.0)
 
+    async def _zygote_ready(self) -> Zygote:
+        async with self._zygote_lock:  # pods bound together must share one zygote
+            if self._zygote is None or not self._zygote.alive:
+                zygote = Zygote(self.python)
+                await zygote.start()
+                self._zygote = zygote
+            return self._zygote
+
     async def _terminate(self, running: _Running, grace_s: float, *, confirm: bool) -> None:
-        if running.process is not None or confirm:
+        child = running.child
+        if child is not None or confirm:
             with contextlib.suppress(ApiError):
-                self._report(running, started=running.process is not None, ready=False)
-        process = running.process
-        if process is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), timeout=max(grace_s, 0.1))
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+                self._report(running, started=child is not None, ready=False)
+        if child is not None:
+            await child.stop(grace_s)
         if running.task is not None and not running.task.done():
             running.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running.task
+            if running.child is not None and running.child is not child:
+                await running.child.stop(0)  # spawned while we were stopping the previous one
         self._running.pop(running.pod_uid, None)
         if confirm:
             pods_rt = self.store.type("", "v1", "pods")
@@ -249,20 +347,14 @@ class NodeAgent:
                 self.store.delete(pods_rt, running.namespace, running.name, grace_period_s=0)
 
     async def shutdown(self) -> None:
-        """Stop every process this agent started (SIGTERM, then SIGKILL after 5 s)."""
+        """Stop every model server (SIGTERM, SIGKILL after 5 s), then the zygote, which kills any leftover."""
         runs = list(self._running.values())
         for running in runs:
             running.stopping = True
         await asyncio.gather(*(self._terminate(r, 5.0, confirm=False) for r in runs), return_exceptions=True)
-        for process in list(self._processes):  # started while shutting down
-            await self._kill(process)
-
-    async def _kill(self, process: asyncio.subprocess.Process) -> None:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-        self._processes.discard(process)
+        if self._zygote is not None:
+            await self._zygote.stop()
+            self._zygote = None
 
     # ------------------------------------------------------------------------------------------ status
 

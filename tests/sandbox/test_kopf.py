@@ -37,8 +37,9 @@ def operator(api: RunningApiServer, client: kubernetes.client.ApiClient) -> Iter
         settings.watching.server_timeout = 30
 
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="created")
-    def created(spec: Any, name: str, patch: kopf.Patch, **_: Any) -> dict[str, Any]:
+    def created(spec: Any, name: str, body: Any, patch: kopf.Patch, **_: Any) -> dict[str, Any]:
         patch.status["observedReplicas"] = spec["replicas"]
+        kopf.info(body, reason="Observed", message=f"{name} wants {spec['replicas']} replicas")
         calls.put(("create", name, dict(spec)))
         return {"handled": True}
 
@@ -109,3 +110,5 @@ def test_kopf_handles_create_update_and_delete_with_its_finalizer(
     with pytest.raises(kubernetes.client.ApiException) as caught:
         stored()
     assert caught.value.status == 404
+    events = core.list_namespaced_event("default", field_selector="involvedObject.name=w1").items
+    assert ("Observed", "w1 wants 2 replicas") in [(e.reason, e.message) for e in events]

@@ -27,9 +27,27 @@ pytestmark = pytest.mark.slow
 
 
 def model_server_pods() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "infer_ctl.sandbox.modelserver"], capture_output=True, text=True,
-                         check=False)
-    return [int(p) for p in out.stdout.split()]
+    """Model-server processes descended from this test process (other sandboxes on the machine are not ours)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return [pid for pid, cmd in commands.items() if "infer_ctl.sandbox.modelserver" in cmd and ours(pid)]
 
 
 @pytest.fixture

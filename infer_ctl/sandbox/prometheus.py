@@ -1,0 +1,111 @@
+"""A local Prometheus for the sandbox and the demo: Debian's `prometheus` on 127.0.0.1, a temporary data
+directory, and file-based service discovery that the caller keeps up to date with the replicas' addresses
+(in a cluster, Prometheus would discover Pods through the Kubernetes API; the sandbox's Pods are local
+processes with their own ports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import httpx
+
+
+class PrometheusError(RuntimeError):
+    pass
+
+
+def find_prometheus() -> str | None:
+    return shutil.which("prometheus")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LocalPrometheus:
+    def __init__(self, workdir: Path | None = None, *, scrape_interval_s: float = 1.0,
+                 executable: str | None = None) -> None:
+        self.executable = executable or find_prometheus()
+        if self.executable is None:
+            raise PrometheusError("prometheus is not installed (Debian: apt-get install prometheus)")
+        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="infer-ctl-prometheus-")
+        self.workdir = workdir or Path(self._tmp.name)  # type: ignore[union-attr]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.scrape_interval_s = scrape_interval_s
+        self.targets_file = self.workdir / "targets.json"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._targets: tuple[str, ...] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        interval = f"{round(self.scrape_interval_s * 1000)}ms"
+        self.set_targets(())
+        config = self.workdir / "prometheus.yml"
+        config.write_text(
+            f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
+            "scrape_configs:\n"
+            "  - job_name: model-servers\n"
+            f"    file_sd_configs: [{{files: ['{self.targets_file}'], refresh_interval: {interval}}}]\n"
+        )
+        data = self.workdir / "data"
+        data.mkdir(exist_ok=True)
+        self._proc = subprocess.Popen(
+            [str(self.executable), f"--config.file={config}", f"--storage.tsdb.path={data}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                err = self._proc.stderr.read().decode() if self._proc.stderr and self._proc.poll() is not None else ""
+                self.stop()
+                raise PrometheusError(f"prometheus did not become ready: {err[-1000:]}")
+            time.sleep(0.05)  # a starting process: nothing to await but its port
+
+    def set_targets(self, targets: Iterable[str]) -> None:
+        """Replace the scrape targets (host:port); written atomically, read by Prometheus within one interval."""
+        wanted = tuple(sorted(set(targets)))
+        if wanted == self._targets:
+            return
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"targets": list(wanted)}]))
+        os.replace(tmp, self.targets_file)
+        self._targets = wanted
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stderr:
+                self._proc.stderr.close()
+            self._proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> LocalPrometheus:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
