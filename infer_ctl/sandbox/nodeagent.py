@@ -1,10 +1,12 @@
 """The sandbox's kubelet: runs each bound Pod as a local model-server process and reports its status.
 
-One agent serves every node of the sandbox (each process is attributed to its Pod's node). For a bound Pod it
-starts `python -m infer_ctl.sandbox.modelserver` with the Pod's accelerator (from its allocated ResourceClaim:
-the device's productName, MIG profile and the catalog's relative throughput) and cold start (shorter when the
-node has the model cached, and every model loaded once stays cached on that node), then reports phase Running
-with container start time once the process listens, and `Ready` when the server says its model is loaded.
+One agent serves every node of the sandbox (each process is attributed to its Pod's node). For a bound Pod
+it starts a model-server process (forked by the `python -m infer_ctl.sandbox.modelserver --zygote` fork
+server, so a start costs milliseconds of CPU, not an interpreter start) with the Pod's accelerator (from its
+allocated ResourceClaim: the device's productName, MIG profile and the catalog's relative throughput) and cold
+start (shorter when the node has the model cached, and every model loaded once stays cached on that node),
+then reports phase Running with container start time once the process listens, and `Ready` when the server
+says its model is loaded.
 The Pod's address is 127.0.0.1 and its port, which every Pod on one machine cannot share, is in the annotation
 `sandbox.infer-ctl.io/address` (host:port).
 
