@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -140,6 +141,7 @@ class Scheduler:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _last_message: dict[str, str] = field(default_factory=dict)
     _inventory: Inventory | None = None
+    _match_cache: Any = None  # the placement Inventory's CEL match memo, shared across rebuilds
 
     def __post_init__(self) -> None:
         self.store.subscribe(self._on_event)
@@ -156,6 +158,8 @@ class Scheduler:
                 return  # a running pod's status report frees nothing and needs no scheduling
         else:
             self._inventory = None
+            if event.key != ("resource.k8s.io", "resourceclaims"):
+                self._match_cache = None  # devices or classes changed: CEL results may differ
         self._wake.set()
 
     async def run(self) -> None:
@@ -187,13 +191,18 @@ class Scheduler:
         claims = store.list_objects(claims_rt)
         nodes = self._node_states(pods)
         if self._inventory is None:
-            # Rebuilt only when nodes, slices, classes or claims changed: parsing slices and compiling CEL is
-            # the expensive part of a cycle, and pod churn alone does not change the devices.
-            self._inventory = Inventory.build(
+            # Rebuilt only when nodes, slices, classes or claims changed; pod churn alone changes no device.
+            inventory = Inventory.build(
                 nodes=[n.obj for n in nodes.values()],
                 slices=store.list_objects(store.type("resource.k8s.io", "v1", "resourceslices")),
                 device_classes=store.list_objects(store.type("resource.k8s.io", "v1", "deviceclasses")),
                 claims=[c for c in claims if (c.get("status") or {}).get("allocation")])
+            # CEL evaluation (about 1 ms a device with cel-python) dominates a cycle; its results depend on the
+            # devices and classes only, so the match cache survives rebuilds caused by allocations.
+            if self._match_cache is not None:
+                inventory = dataclasses.replace(inventory, _cache=self._match_cache)
+            self._match_cache = inventory._cache
+            self._inventory = inventory
         inventory = self._inventory
         allocator = Allocator(inventory)
         by_claim = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
