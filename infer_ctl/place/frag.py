@@ -90,6 +90,12 @@ class FragmentationModel:
         total: IntArray = free_milli.sum(axis=1)
         return n_fit, rest, total
 
+    def from_aggregates(self, n_fit: IntArray, rest: IntArray, total: IntArray, cpu_free: IntArray) -> FloatArray:
+        """Fragmentation from `aggregates` (the same number `fragmentation` computes)."""
+        runnable = (n_fit >= self.count[None, :]) & (cpu_free[:, None] >= self.cpu[None, :]) & self.gpu_class[None, :]
+        result: FloatArray = np.where(runnable, rest, total[:, None]) @ self.popularity
+        return result
+
     def after_slot_changes(self, n_fit: IntArray, rest: IntArray, total: IntArray, cpu_after: IntArray,
                            changes: Sequence[tuple[IntArray, IntArray, IntArray]]) -> FloatArray:
         """Fragmentation of S node states given their aggregates ([S, C], [S, C], [S]) after `changes`:

@@ -251,10 +251,9 @@ class FragmentationCache:
         idx = np.arange(len(state.nodes)) if nodes is None else nodes
         stale = idx[self._node_ver[idx] != state.version[idx]]
         if stale.size:
-            products = _slot_products(state, stale)
-            self._node_frag[stale] = self.model.fragmentation(state.free_milli[stale], state.cpu_free[stale], products)
-            self._n_fit[stale], self._rest[stale], self._total[stale] = self.model.aggregates(
-                state.free_milli[stale], products)
+            n_fit, rest, total = self.model.aggregates(state.free_milli[stale], _slot_products(state, stale))
+            self._n_fit[stale], self._rest[stale], self._total[stale] = n_fit, rest, total
+            self._node_frag[stale] = self.model.from_aggregates(n_fit, rest, total, state.cpu_free[stale])
             self._node_ver[stale] = state.version[stale]
         result: FloatArray = self._node_frag[idx]
         return result
@@ -283,7 +282,12 @@ class FragmentationCache:
         before = self.node_fragmentation(st, nodes)
         cpu_after = st.cpu_free[nodes] - req.cpu_milli
         if req.sharing is Sharing.SHARED:
-            fits = ctx.slot_fits()[nodes]
+            fits = ctx.slot_fits()[nodes].copy()
+            # GPUs of one node with the same free share give the same result: evaluate the first of each.
+            free_now = st.free_milli[nodes]
+            for j in range(1, st.width):
+                for k in range(j):
+                    fits[:, j] &= ~(fits[:, k] & (free_now[:, k] == free_now[:, j]))
             rows, slots = np.nonzero(fits)
             at = nodes[rows]
             old = st.free_milli[at, slots]

@@ -139,6 +139,22 @@ class ClusterState:
             if taken and parent_slot >= 0:
                 self.partitioned[node, parent_slot] = True
                 self.free_milli[node, parent_slot] = 0
+        # Slots grouped by identical capacity (and request policy, sharing flag): a share is computed per group.
+        self._capacity_group = np.full((n_nodes, width), -1, dtype=np.int64)
+        self._capacity_examples: list[Device] = []
+        groups: dict[tuple[object, ...], int] = {}
+        for node in range(n_nodes):
+            for slot in range(width):
+                dev = self.slot_device[node][slot]
+                if dev is None:
+                    continue
+                sig = (dev.allow_multiple_allocations,
+                       tuple(sorted((k, v.value, v.request_policy) for k, v in dev.capacity.items())))
+                group = groups.get(sig)
+                if group is None:
+                    group = groups[sig] = len(self._capacity_examples)
+                    self._capacity_examples.append(dev)
+                self._capacity_group[node, slot] = group
         self._eligible_cache: dict[tuple[object, ...], EligibleDevices] = {}
         self._share_cache: dict[tuple[tuple[str, Fraction], ...], IntArray] = {}
 
@@ -203,16 +219,8 @@ class ClusterState:
         if cached is not None:
             return cached
         need = np.full(self.exists.shape, MILLI + 1, dtype=np.int64)
-        memo: dict[tuple[object, ...], int] = {}
-        for node in range(len(self.nodes)):
-            for slot in range(self.width):
-                dev = self.slot_device[node][slot]
-                if dev is None:
-                    continue
-                sig = tuple(sorted((k, v.value, v.request_policy) for k, v in dev.capacity.items()))
-                if sig not in memo:
-                    memo[sig] = _share_milli(dev, request.shared_capacity)
-                need[node, slot] = memo[sig]
+        for group, dev in enumerate(self._capacity_examples):
+            need[self._capacity_group == group] = _share_milli(dev, request.shared_capacity)
         self._share_cache[key] = need
         return need
 
