@@ -15,12 +15,11 @@ from collections.abc import Sequence
 # (subcommand module under infer_ctl.cli, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
-    ("demo", "run the local demo on the sandbox"),
+    ("demo", "run the whole loop on the local sandbox: controller, Prometheus, loadgen's step profile"),
     ("controller", "run the InferenceService controller (kopf) against a cluster or the sandbox"),
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
     ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
     ("loadgen", "open-loop HTTP load generator: traffic shapes, trace replay, latency percentiles"),
-    ("simulate", "replay a traffic trace against infer-ctl and the peers' autoscalers in simulated time"),
 )
 
 
@@ -43,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `infer-ctl validate ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
     return code
 
 

@@ -400,7 +400,9 @@ class Reconciler:
                                            state=r.state) for r in c.replicas)
         status = api.InferenceServiceStatus(
             observed_generation=g, replicas=counts, desired=api.DesiredReplicas(c.serving, c.standby),
-            selector=selector(c.svc.meta), forecast=forecast, cold_starts=cold, placements=placed,
+            selector=selector(c.svc.meta),
+            observed_rps=None if math.isnan(c.output.observed_rps) else c.output.observed_rps, forecast=forecast,
+            cold_starts=cold, placements=placed,
             last_decision=c.memory.last_decision, conditions=conditions)
         return status.to_dict()
 

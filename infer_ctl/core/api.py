@@ -353,6 +353,7 @@ class InferenceServiceStatus:
     replicas: ReplicaCounts = field(default_factory=ReplicaCounts)
     desired: DesiredReplicas = field(default_factory=DesiredReplicas)
     selector: str = ""
+    observed_rps: float | None = None  # the request rate the last cycle observed (None: missing)
     forecast: ForecastStatus | None = None
     cold_starts: tuple[ColdStartStatus, ...] = ()
     placements: tuple[PlacementStatus, ...] = ()
@@ -368,6 +369,8 @@ class InferenceServiceStatus:
         }
         if self.selector:
             out["selector"] = self.selector
+        if self.observed_rps is not None:
+            out["observedRps"] = _dec(self.observed_rps)
         if self.forecast is not None:
             out["forecast"] = self.forecast.to_dict()
         if self.cold_starts:

@@ -84,10 +84,3 @@ def test_an_unreadable_or_broken_file_is_named_with_exit_2(tmp_path: Path) -> No
     broken.write_text("spec: [unclosed\n")
     result = infer_ctl("validate", str(broken))
     assert result.returncode == 2 and "broken.yaml: not valid YAML" in result.stderr
-
-
-def test_the_demo_explains_the_examples_and_says_what_is_not_built_yet() -> None:
-    result = infer_ctl("demo")
-    assert result.returncode == 0, result.stderr
-    assert "Accelerator catalog" in result.stdout and "llama-70b is valid" in result.stdout
-    assert "not built yet" in result.stdout
