@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"infer-ctl bench placement: --seeds: {args.seeds!r} is not a list of integers", file=sys.stderr)
         return 2
-    config = None
+    config: dict[str, object] | None = None
     policy_file = args.placement_policy or Path("policies/placement.yaml")
     if policy_file.exists():
         from infer_ctl.core.errors import SpecError

@@ -145,15 +145,15 @@ class ClusterState:
         groups: dict[tuple[object, ...], int] = {}
         for node in range(n_nodes):
             for slot in range(width):
-                dev = self.slot_device[node][slot]
-                if dev is None:
+                slot_dev = self.slot_device[node][slot]
+                if slot_dev is None:
                     continue
-                sig = (dev.allow_multiple_allocations,
-                       tuple(sorted((k, v.value, v.request_policy) for k, v in dev.capacity.items())))
+                sig = (slot_dev.allow_multiple_allocations,
+                       tuple(sorted((k, v.value, v.request_policy) for k, v in slot_dev.capacity.items())))
                 group = groups.get(sig)
                 if group is None:
                     group = groups[sig] = len(self._capacity_examples)
-                    self._capacity_examples.append(dev)
+                    self._capacity_examples.append(slot_dev)
                 self._capacity_group[node, slot] = group
         self._eligible_cache: dict[tuple[object, ...], EligibleDevices] = {}
         self._share_cache: dict[tuple[tuple[str, Fraction], ...], IntArray] = {}
