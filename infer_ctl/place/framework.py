@@ -180,6 +180,15 @@ class Engine:
 
     def schedule(self, request: Request, state: ClusterState, inputs: CycleInputs,
                  rng: np.random.Generator) -> Decision:
+        """Place one request. Never raises for a plugin defect: that is a Decision with an Error status
+        (kept apart from Unschedulable), so one bad replica cannot stop the cycle."""
+        try:
+            return self._schedule(request, state, inputs, rng)
+        except Exception as exc:  # a plugin defect must not crash a long-running loop
+            return Decision(request.name, None, Status(Code.ERROR, (), f"{type(exc).__name__}: {exc}"))
+
+    def _schedule(self, request: Request, state: ClusterState, inputs: CycleInputs,
+                  rng: np.random.Generator) -> Decision:
         eligible = state.eligible(request) if request.wants_devices else _NO_DEVICES_CACHE.get(state)
         share = state.share_needed(request) if request.sharing is Sharing.SHARED else _EMPTY
         ctx = CycleContext(request, state, inputs, eligible, share, rng)

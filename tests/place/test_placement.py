@@ -389,3 +389,41 @@ def test_no_device_or_node_is_ever_over_allocated_and_scheduling_never_mutates_t
             apply(state, req, decision)
         assert (state.free_milli >= 0).all()
         assert (state.cpu_free >= 0).all()
+
+
+def test_a_device_class_whose_cel_does_not_compile_matches_nothing_and_says_why(b: Any) -> None:
+    inv = Inventory.build(nodes=[b.node("n1")], slices=[b.slice("n1", [b.gpu("gpu-0")])],
+                          device_classes=[b.device_class("broken", "device.driver ==")])
+    assert any(p.kind == "DeviceClass" and "Syntax error" in p.message for p in inv.problems)
+    decision, _ = place(inv, exclusive(device_class="broken"))
+    assert decision.placement is None
+    assert "does not compile" in decision.status.reasons[0].example
+
+
+def test_capacity_consumed_by_existing_claims_is_not_offered_again(b: Any) -> None:
+    inv = Inventory.build(
+        nodes=[b.node("n1")], slices=[b.slice("n1", [b.gpu("gpu-0", shareable=True)])],
+        device_classes=[b.device_class()],
+        claims=[b.claim("other", capacity={"memory": "40Gi"},
+                        allocated=[{"pool": "n1", "device": "gpu-0", "shareID": "a1b2",
+                                    "consumedCapacity": {"memory": "40Gi"}}])])
+    assert place(inv, shared("50Gi"))[0].placement is None
+    assert place(inv, shared("40Gi"))[0].placement is not None
+
+
+def test_a_plugin_defect_is_an_error_status_not_an_exception(b: Any) -> None:
+    from infer_ctl.place.framework import Code, Profile
+
+    class Broken:
+        name = "Broken"
+
+        def filter(self, ctx: Any) -> Any:
+            raise RuntimeError("boom")
+
+    inv = Inventory.build(nodes=[b.node("n1")], slices=[b.slice("n1", [b.gpu("gpu-0")])],
+                          device_classes=[b.device_class()])
+    state = ClusterState.from_inventory(inv)
+    decision = Engine(Profile("broken", (Broken(),), ())).schedule(exclusive(), state, CycleInputs(),
+                                                                   np.random.default_rng(0))
+    assert decision.placement is None
+    assert decision.status.code is Code.ERROR and "boom" in decision.status.message
