@@ -92,6 +92,46 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 kind=rt.kind, namespaced=rt.namespaced, singular=rt.singular, verbs=set(rt.verbs),
                 shortnames=set(rt.short_names), categories=set(rt.categories), subresources=set(rt.subresources))
 
+    async def _serve_version(self, request: rendering.Request) -> Any:
+        payload: Any = await super()._serve_version(request)
+        if payload.get("groupVersion", "").startswith("/"):  # kmock writes "/v1" for the core group
+            payload["groupVersion"] = payload["groupVersion"][1:]
+        return payload
+
+    def _openapi_v3_root(self) -> dict[str, Any]:
+        """`/openapi/v3`: one document per group-version, as kube-apiserver lists them."""
+        paths = {}
+        for gv in sorted({(rt.group, rt.version) for rt in self.store.types()}):
+            prefix = f"apis/{gv[0]}/{gv[1]}" if gv[0] else f"api/{gv[1]}"
+            paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self.store.resource_version}"}
+        return {"paths": paths}
+
+    def _openapi_v3_group(self, group: str, version: str) -> dict[str, Any]:
+        """A minimal OpenAPI 3 document of one group-version: enough for kubectl to see, per kind, that PATCH
+        takes `fieldValidation` (so it validates on the server, which this server does, with the 1.37 schemas,
+        instead of downloading OpenAPI v2 schemas to validate on the client)."""
+        query = [{"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+                 for name in ("dryRun", "fieldManager", "fieldValidation", "force")]
+        paths: dict[str, Any] = {}
+        for rt in self.store.types():
+            if (rt.group, rt.version) != (group, version):
+                continue
+            base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            scope = "/namespaces/{namespace}" if rt.namespaced else ""
+            gvk = {"group": group, "version": version, "kind": rt.kind}
+            ok = {"200": {"description": "OK"}}
+            paths[f"{base}{scope}/{rt.plural}/{{name}}"] = {
+                "get": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "get", "responses": ok},
+                "patch": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch",
+                          "parameters": query, "responses": ok},
+            }
+            paths[f"{base}{scope}/{rt.plural}"] = {
+                "post": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "post",
+                         "parameters": query, "responses": ok},
+            }
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes (infer-ctl sandbox)", "version": "v1.37.0"},
+                "paths": paths, "components": {"schemas": {}}}
+
     async def _serve_kube_version(self) -> dict[str, str]:
         return {"major": "1", "minor": "37", "gitVersion": "v1.37.0-infer-ctl-sandbox", "gitTreeState": "clean",
                 "goVersion": "n/a", "compiler": "python", "platform": "linux/amd64"}
@@ -158,6 +198,11 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 payload = await self._serve_api(request)
             elif path == "/apis":
                 payload = await self._serve_apis(request)
+            elif path == "/openapi/v3":
+                payload = self._openapi_v3_root()
+            elif match := re.fullmatch(r"/openapi/v3/apis/([^/]+)/([^/]+)|/openapi/v3/api/([^/]+)", path):
+                group, version = (match.group(1), match.group(2)) if match.group(1) else ("", match.group(3))
+                payload = self._openapi_v3_group(group, version)
             elif match := re.fullmatch(r"/apis/([^/]+)", path):
                 request = attrs.evolve(request, resource=kmock.resource(group=match.group(1)))
                 payload = await self._serve_group(request)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
+from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.testing import RunningApiServer, config_map, owner_reference, pod, widget, widget_crd
 
 CM = "/api/v1/namespaces/default/configmaps"
@@ -477,8 +481,6 @@ def test_a_malformed_body_is_a_4xx_and_the_server_keeps_serving(http: httpx.Clie
 
 
 def test_the_inference_service_crd_serves_objects_with_its_defaults(http: httpx.Client) -> None:
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[2]
     crd = yaml.safe_load((root / "crds/inferenceservice.yaml").read_text())
     assert http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd).status_code == 201
@@ -503,3 +505,29 @@ def test_a_kmock_reaction_injects_a_fault_ahead_of_the_store(api: RunningApiServ
     api.handler["get /api/v1/namespaces/default/configmaps/a"] << 503
     assert http.get(f"{CM}/a").status_code == 503
     assert http.get(CM).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------ kubectl
+
+
+def test_core_discovery_names_its_group_version_v1(http: httpx.Client) -> None:
+    assert http.get("/api/v1").json()["groupVersion"] == "v1"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_applies_the_crd_and_a_service_and_lists_them(api: RunningApiServer, tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    root = Path(__file__).resolve().parents[2]
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "created" in kubectl("apply", "-f", str(root / "crds/inferenceservice.yaml"))
+    assert "created" in kubectl("apply", "-f", str(root / "deploy/examples/llm-8b.yaml"))
+    assert "unchanged" in kubectl("apply", "-f", str(root / "deploy/examples/llm-8b.yaml"))
+    listed = json.loads(kubectl("get", "inferenceservices", "-A", "-o", "json"))
+    assert [i["kind"] for i in listed["items"]] == ["InferenceService"]
+    assert "kube-system" in kubectl("get", "namespaces")
