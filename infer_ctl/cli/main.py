@@ -17,6 +17,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
     ("demo", "run the whole loop on the local sandbox: controller, Prometheus, loadgen's step profile"),
     ("controller", "run the InferenceService controller (kopf) against a cluster or the sandbox"),
+    ("explain", "say at which layer each replica of an InferenceService that is not running stopped"),
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
     ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
     ("loadgen", "open-loop HTTP load generator: traffic shapes, trace replay, latency percentiles"),

@@ -1,0 +1,137 @@
+"""`infer-ctl explain NAMESPACE/NAME`: for every replica that is not running, the layer where it stopped.
+
+The layers, in the order a replica passes them:
+1. spec: the InferenceService is invalid (its `Valid` condition);
+2. decision: the desired count (and the bound that clipped it) — replicas the decision does not want;
+3. placement: no device matches (which filter and attribute: product, memory, compute capability, partition),
+   capacity held for a gang, or fragmentation (enough free GPUs in total, but no node with enough together);
+4. scheduler: the Pod's `PodScheduled=False` message (taints, node resources, claims), or a quota refusal;
+5. cold start: the replica is loading, for how long, against the measured p90.
+Placement is evaluated anew against the current cluster with the controller's own engine and policies, so the
+answer holds for the next replica the controller would try to place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+import numpy as np
+
+from infer_ctl.actuate.manifests import selector
+from infer_ctl.core import api
+from infer_ctl.core.policy import Policies
+from infer_ctl.engine.placement import replica_request
+from infer_ctl.kube.client import (
+    DEVICE_CLASSES,
+    EVENTS,
+    INFERENCE_SERVICES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    KubeClient,
+)
+from infer_ctl.kube.inferenceservice import check_inference_service
+from infer_ctl.kube.pods import replica_pods
+from infer_ctl.place.framework import CycleInputs, Engine
+from infer_ctl.place.inventory import Inventory
+from infer_ctl.place.plugins import build_profile
+from infer_ctl.place.request import Sharing
+from infer_ctl.place.state import MILLI, ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    subject: str  # a replica name, or a layer name for the service as a whole
+    layer: str  # spec | decision | placement | scheduler | quota | cold-start | running
+    message: str
+
+
+def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
+            now: datetime | None = None) -> list[Finding]:
+    now = now or datetime.now(UTC)
+    body = kube.get(INFERENCE_SERVICES, name, namespace)
+    if body is None:
+        return [Finding(f"{namespace}/{name}", "spec", "no such InferenceService")]
+    status = body.get("status") or {}
+    check = check_inference_service(body, policies.catalog)
+    if not check.ok or check.service is None:
+        return [Finding("spec", "spec", "invalid: " + "; ".join(str(e) for e in check.errors))]
+    svc = check.service
+    findings: list[Finding] = []
+    desired = status.get("desired") or {}
+    want = int(desired.get("serving", 0)) + int(desired.get("standby", 0))
+    decision = status.get("lastDecision") or {}
+    bounds = f"bounds {svc.spec.scaling.min_replicas}..{svc.spec.scaling.max_replicas}"
+    why = f"{decision.get('reason', '?')}: {decision.get('message', '')}" if decision else "no decision yet"
+    findings.append(Finding("decision", "decision", f"wants {desired.get('serving', 0)} serving + "
+                                                    f"{desired.get('standby', 0)} standby ({bounds}); {why}"))
+    uid = body["metadata"].get("uid")
+    pods = [p for p in kube.list(PODS, namespace, label_selector=selector(svc.meta))
+            if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or ())]
+    cold = {(c.get("accelerator"), c.get("cached")): c for c in status.get("coldStarts") or ()}
+    for replica in replica_pods(pods):
+        state = replica.state
+        if state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
+            findings.append(Finding(replica.name, "running", f"{state.value} on {replica.node} "
+                                                             f"({replica.accelerator or 'GPU'})"))
+        elif state is api.ReplicaState.PENDING:
+            findings.append(Finding(replica.name, "scheduler", replica.scheduled_message or "not scheduled yet"))
+        elif state is api.ReplicaState.LOADING:
+            since = (now - replica.created).total_seconds() if replica.created else 0.0
+            p90 = (cold.get((replica.accelerator, replica.cached)) or {}).get("p90Seconds")
+            expected = f" (measured p90 {p90} s)" if p90 else (
+                f" (hint {svc.spec.runtime.cold_start_s:g} s)" if svc.spec.runtime.cold_start_s else "")
+            findings.append(Finding(replica.name, "cold-start", f"loading for {since:.0f} s on {replica.node}"
+                                                                f"{expected}"))
+        else:
+            findings.append(Finding(replica.name, "running", f"{state.value}: being removed (drains, then stops)"))
+    missing = want - sum(r.state is not api.ReplicaState.DRAINING for r in replica_pods(pods))
+    if missing > 0:
+        findings.append(Finding(f"{missing} more", "placement", _placement_finding(kube, policies, svc)))
+    findings.extend(_quota_findings(kube, namespace, name))
+    return findings
+
+
+def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceService) -> str:
+    inventory = Inventory.build(nodes=kube.list(NODES), slices=kube.list(RESOURCE_SLICES),
+                                device_classes=kube.list(DEVICE_CLASSES), claims=kube.list(RESOURCE_CLAIMS),
+                                pods=kube.list(PODS))
+    engine = Engine(build_profile({"filters": list(policies.placement.filters),
+                                   "scores": dict(policies.placement.score_weights)}))
+    request = replica_request(svc, policies.catalog, "next")
+    state = ClusterState.from_inventory(inventory)
+    rng = np.random.default_rng(0)
+    decision = engine.schedule(request, state, CycleInputs(), rng)
+    if decision.placement is not None:
+        return (f"not created yet: the next replica fits on {decision.placement.node}; "
+                "the controller creates it on its next cycle")
+    reasons = "; ".join(str(r) for r in decision.status.reasons) or decision.status.message
+    if request.sharing is Sharing.EXCLUSIVE and request.count > 1:
+        eligible = state.eligible(request).slots
+        free = (eligible & (state.free_milli == MILLI)).sum(axis=1)
+        total, best = int(free.sum()), int(free.max()) if free.size else 0
+        if total >= request.count > best:
+            return (f"fragmentation: {total} matching GPUs are free across the cluster, but no node has "
+                    f"{request.count} of them together (the most on one node: {best}); filters: {reasons}")
+    if any(r.plugin == "GangReservation" for r in decision.status.reasons):
+        return f"capacity held for a pending gang: {reasons}"
+    return f"no device matches: {reasons}"
+
+
+def _quota_findings(kube: KubeClient, namespace: str, name: str) -> list[Finding]:
+    out = []
+    for event in kube.list(EVENTS, namespace):
+        regarding = event.get("regarding") or event.get("involvedObject") or {}
+        note = str(event.get("note") or event.get("message") or "")
+        if regarding.get("name", "").startswith(name) and "exceeded quota" in note:
+            out.append(Finding(str(regarding.get("name")), "quota", note))
+    return out[-3:]
+
+
+def render(namespace: str, name: str, findings: list[Finding]) -> str:
+    width = max((len(f.subject) for f in findings), default=10)
+    lines = [f"{namespace}/{name}"]
+    for f in findings:
+        lines.append(f"  {f.subject:<{width}}  [{f.layer}] {f.message}")
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""`infer-ctl explain` on the sandbox: each layer where a replica can stop, named with its reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from infer_ctl.controller.explain import explain
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, RESOURCE_CLAIMS
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+
+T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def hold_gpus(cluster: Cluster, node: str, gpus: range) -> None:
+    """Claims allocated on `gpus` of `node`, as if other workloads held them."""
+    for i in gpus:
+        name = f"other-{node}-{i}"
+        cluster.kube.create(RESOURCE_CLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        }, "default")
+        cluster.kube.merge_patch(RESOURCE_CLAIMS, name, {"status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{i}"}]}}}},
+            "default", subresource="status")
+
+
+async def cycle(cluster: Cluster, name: str) -> None:
+    """One control cycle, its status written as the operator writes it."""
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, name, "default"), T0)
+    cluster.kube.merge_patch(INFERENCE_SERVICES, name, {"status": result.status}, "default", subresource="status")
+    await reconciler.close()
+
+
+async def test_fragmentation_is_told_apart_from_a_lack_of_gpus(cluster: Cluster) -> None:
+    hold_gpus(cluster, "h100-0", range(4))
+    hold_gpus(cluster, "h100-1", range(4))  # 8 H100s free in total, 4 on each node
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp8").with_("spec.accelerator.count", 8)
+                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "400Gi")
+                        .build(), "default")
+    await cycle(cluster, "tp8")
+    findings = explain(cluster.kube, cluster.policies, "default", "tp8")
+    placement = next(f for f in findings if f.layer == "placement")
+    assert placement.message.startswith("fragmentation: 8 matching GPUs are free")
+    assert "the most on one node: 4" in placement.message
+
+
+async def test_no_matching_device_names_the_filter(cluster: Cluster) -> None:
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("l4x8").with_("spec.accelerator.count", 8)
+                        .with_("spec.accelerator.products", ["L4"]).with_("spec.model.memory", "100Gi")
+                        .build(), "default")
+    await cycle(cluster, "l4x8")
+    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "l4x8") if f.layer == "placement")
+    assert placement.message.startswith("no device matches")
+
+
+async def test_a_loading_replica_is_in_its_cold_start(cluster: Cluster) -> None:
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("slow").with_("spec.runtime.coldStartSeconds", 60)
+                        .build(), "default")
+    await cycle(cluster, "slow")
+    findings = explain(cluster.kube, cluster.policies, "default", "slow")
+    assert any(f.layer == "cold-start" and "loading for" in f.message and "hint 60 s" in f.message
+               for f in findings) or any(f.layer == "scheduler" for f in findings)
+    assert findings[0].layer == "decision"
+
+
+def test_an_invalid_spec_stops_at_the_spec_layer_and_the_command_says_so(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("typo").with_("spec.accelerator.products",
+                                                                                   ["H100"]).build(), "default")
+    exe = Path(sys.executable).parent / "infer-ctl"
+    result = subprocess.run([str(exe), "explain", "default/typo", "--kubeconfig", str(cluster.kubeconfig)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert "[spec] invalid: spec.accelerator.products[0]: unknown product 'H100'" in result.stdout
