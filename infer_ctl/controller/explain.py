@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
 import numpy as np
 
 from infer_ctl.actuate.manifests import selector
