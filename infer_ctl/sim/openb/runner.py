@@ -15,6 +15,7 @@ pods) when arrivals reach 90%, decision latency percentiles and wall time.
 from __future__ import annotations
 
 import gc
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class RunResult:
     wall_s: float
     pods: int
     failed: int
+    peak_rss_mb: float
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
 
     def row(self) -> dict[str, object]:
@@ -71,6 +73,7 @@ class RunResult:
             "wall_s": round(self.wall_s, 2),
             "pods": self.pods,
             "failed": self.failed,
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
         }
 
 
@@ -190,6 +193,7 @@ def simulate(
         wall_s=wall,
         pods=len(order),
         failed=failed,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         curve=tuple(curve),
     )
 
