@@ -223,3 +223,60 @@ async def test_the_direct_sender_writes_a_complete_request_with_the_users_header
     assert body == b'{"n": 7}'
     assert seen[1].endswith(b"content-length: 0\r\n\r\n")  # a bodyless POST still says so
     assert written[0] > 0
+
+
+@pytest.mark.parametrize(
+    "keep_alive",
+    [True, False],
+    ids=["a connection handed to a waiter as it is cancelled goes back to the pool",
+         "a free slot handed to a waiter as it is cancelled is passed on"],
+)  # fmt: skip
+async def test_a_waiter_cancelled_in_the_instant_it_is_served_does_not_leak_the_pool(
+    upstream,  # type: ignore[no-untyped-def]
+    keep_alive: bool,
+) -> None:
+    transport = FastTransport(max_connections=1)
+    pool = transport.pool_for(upstream.url("/ok"))
+    try:
+        held = await transport._acquire(pool, None, 5.0)
+        waiting = asyncio.create_task(transport._acquire(pool, None, 5.0))
+        await asyncio.sleep(0)  # the task is now queued as a waiter
+        assert len(pool.waiters) == 1
+        # In one loop pass: the connection is released to the waiter, then the waiter's timeout cancels it.
+        transport._release(pool, held, keep_alive=keep_alive)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert pool.open == (1 if keep_alive else 0)
+        again = await asyncio.wait_for(transport._acquire(pool, None, 5.0), 2.0)  # the pool is whole again
+        assert pool.open == 1
+        transport._release(pool, again, keep_alive=True)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    "keep_alive",
+    [True, False],
+    ids=["a connection handed over as the pool timeout fires goes back to the pool",
+         "a free slot handed over as the pool timeout fires is passed on"],
+)  # fmt: skip
+async def test_a_pool_timeout_in_the_instant_of_a_handover_does_not_leak_the_pool(keep_alive: bool) -> None:
+    from loadgen.transport import _Connection
+
+    transport = FastTransport(max_connections=1)
+    pool = transport.pool_for("http://upstream.test/")
+    held = _Connection()  # a connection in use (no socket needed: it is only handed around)
+    pool.open = 1
+    loop = asyncio.get_running_loop()
+    # Both due at the same loop time; the release was scheduled first, so it runs first in that pass, and the
+    # waiter's timeout then fires before the waiter could resume.
+    loop.call_at(loop.time() + 0.5, transport._release, pool, held, keep_alive)
+    with pytest.raises(httpx.PoolTimeout):
+        await transport._acquire(pool, 0.5, 5.0)
+    if keep_alive:
+        assert pool.open == 1 and pool.idle == [held]
+    else:
+        assert pool.open == 0
+    await transport.aclose()
