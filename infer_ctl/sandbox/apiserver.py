@@ -30,6 +30,7 @@ import kmock
 import yaml
 from kmock._internal import parsing, rendering
 
+from infer_ctl.sandbox import tables
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
 from infer_ctl.sandbox.store import ApiError, Gone, Obj, Store, bad_request
@@ -236,7 +237,11 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             if method == "GET":
                 if q.get("watch") in ("true", "1"):
                     return await self._serve_watch(raw, rt, ns, q)
-                return _json(self._list(rt, ns, q))
+                listing = self._list(rt, ns, q)
+                if tables.wants_table(raw.headers.get("Accept", "")):
+                    return _json(tables.table(rt, listing["items"], self.store.clock(),
+                                              listing["metadata"]["resourceVersion"]))
+                return _json(listing)
             if method == "POST":
                 body = self._body(request)
                 obj, warnings = self.store.create(rt, ns, body, validate=True,
@@ -247,7 +252,10 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             raise _method_not_allowed(method)
         name = k8s.name
         if method == "GET":
-            return _json(self.store.get(rt, ns, name))
+            obj = self.store.get(rt, ns, name)
+            if tables.wants_table(raw.headers.get("Accept", "")):
+                return _json(tables.table(rt, [obj], self.store.clock(), obj["metadata"]["resourceVersion"]))
+            return _json(obj)
         if method == "PUT":
             obj, warnings = self.store.update(rt, ns, name, self._body(request), validate=True,
                                               field_validation=_field_validation(q), dry_run=_dry_run(q))

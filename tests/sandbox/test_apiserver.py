@@ -531,3 +531,23 @@ def test_kubectl_applies_the_crd_and_a_service_and_lists_them(api: RunningApiSer
     listed = json.loads(kubectl("get", "inferenceservices", "-A", "-o", "json"))
     assert [i["kind"] for i in listed["items"]] == ["InferenceService"]
     assert "kube-system" in kubectl("get", "namespaces")
+
+
+def test_kubectl_style_table_requests_get_pod_columns(http: httpx.Client) -> None:
+    http.post(PODS, json=pod("p"))
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    table = http.get(PODS, headers={"Accept": accept}).json()
+    assert table["kind"] == "Table"
+    assert [c["name"] for c in table["columnDefinitions"]][:4] == ["Name", "Ready", "Status", "Restarts"]
+    assert table["rows"][0]["cells"][:4] == ["p", "0/1", "Pending", 0]
+
+
+def test_printer_column_json_paths_select_conditions_nested_fields_and_list_items() -> None:
+    from infer_ctl.sandbox.tables import json_path
+
+    obj = {"status": {"conditions": [{"type": "Valid", "status": "True"}], "replicas": {"ready": 2}},
+           "spec": {"products": ["L4", "H100"]}}
+    assert json_path(obj, '.status.conditions[?(@.type=="Valid")].status') == "True"
+    assert json_path(obj, ".status.replicas.ready") == 2
+    assert json_path(obj, ".spec.products[1]") == "H100"
+    assert json_path(obj, ".spec.missing[0]") is None
