@@ -382,13 +382,16 @@ class NodeAgent:
                                  "message": f"model server exited with code {exit_code}"}}
         else:
             state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}}
+        pid = running.child.pid if running.child is not None else None
+        # The container ID names the model server's process (sandbox://<pid>), for debugging and for tests.
+        container_id = f"sandbox://{pid}" if pid else f"sandbox://{running.pod_uid[:12]}"
         status.update({
             "phase": "Running" if started or exit_code is not None else status.get("phase", "Pending"),
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": "127.0.0.1",
             "podIPs": [{"ip": "127.0.0.1"}], "startTime": status.get("startTime") or now,
             "containerStatuses": [{"name": container.get("name", "main"), "image": container.get("image", ""),
                                    "imageID": f"sandbox://{container.get('image', '')}",
-                                   "containerID": f"sandbox://{running.pod_uid[:12]}",
+                                   "containerID": container_id,
                                    "ready": ready, "started": started, "restartCount": running.restarts,
                                    "state": state}],
         })

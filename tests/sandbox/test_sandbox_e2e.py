@@ -173,3 +173,15 @@ def test_sandbox_up_prints_its_endpoints_and_stops_cleanly_on_ctrl_c(tmp_path: P
     assert process.returncode == 0 and "stopped." in out
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/version")
+
+
+def test_a_crashed_model_server_is_restarted_and_counted(sandbox: Sandbox) -> None:
+    http = httpx.Client(base_url=sandbox.url, timeout=30)
+    http.post(PODS, json=replica("crashy", cold_start_s=0.1))
+    ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=crashy", is_ready)
+    pid = int(ready["status"]["containerStatuses"][0]["containerID"].removeprefix("sandbox://"))
+    os.kill(pid, signal.SIGKILL)
+    again = wait_for(http, f"{PODS}?fieldSelector=metadata.name=crashy",
+                     lambda o: is_ready(o) and o["status"]["containerStatuses"][0]["restartCount"] == 1)
+    assert again["status"]["containerStatuses"][0]["containerID"] != ready["status"]["containerStatuses"][0][
+        "containerID"]
