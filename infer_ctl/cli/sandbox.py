@@ -63,5 +63,10 @@ def run(args: argparse.Namespace) -> int:
             await sandbox.stop()
             print("stopped.", flush=True)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except OSError as e:  # e.g. the port is taken
+        print(f"infer-ctl sandbox: cannot start the API server on 127.0.0.1:{args.port}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     return 0

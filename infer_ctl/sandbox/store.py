@@ -149,7 +149,7 @@ class Store:
     """Objects per resource, one resourceVersion counter, an event history for watch resumption."""
 
     clock: Callable[[], datetime.datetime] = field(default=lambda: datetime.datetime.now(tz=datetime.UTC))
-    rng: random.Random = field(default_factory=lambda: random.Random(0x5A4D))
+    rng: random.Random = field(default_factory=random.Random)  # pass a seeded one for reproducible uids
     history_events: int = HISTORY_EVENTS
     schemas: SchemaValidator = field(default_factory=SchemaValidator)
 

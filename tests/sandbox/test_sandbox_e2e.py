@@ -185,3 +185,13 @@ def test_a_crashed_model_server_is_restarted_and_counted(sandbox: Sandbox) -> No
                      lambda o: is_ready(o) and o["status"]["containerStatuses"][0]["restartCount"] == 1)
     assert again["status"]["containerStatuses"][0]["containerID"] != ready["status"]["containerStatuses"][0][
         "containerID"]
+
+
+def test_sandbox_up_rejects_a_bad_cluster_file_naming_the_field(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from infer_ctl.cli.main import main
+
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("kind: SandboxCluster\nspec:\n  nodePools:\n    - {name: gpu, accelerator: H999}\n")
+    assert main(["sandbox", "up", "--cluster", str(bad), "--kubeconfig", str(tmp_path / "kc")]) == 2
+    assert "spec.nodePools[0].accelerator: Unsupported value: 'H999'" in capsys.readouterr().err
