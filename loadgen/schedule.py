@@ -75,7 +75,8 @@ class RateCurve:
         u = t_s - float(self.times_s[i])
         h = float(self.times_s[i + 1] - self.times_s[i])
         r0, r1 = float(self.rates_rps[i]), float(self.rates_rps[i + 1])
-        return float(cum[i]) + r0 * u + (r1 - r0) / (2.0 * h) * u * u
+        # (r1 - r0) * (u / h) * u / 2 rather than (r1 - r0) / (2h) * u^2: u <= h, so no overflow for tiny h.
+        return float(cum[i]) + r0 * u + (r1 - r0) * (u / h) * u / 2.0
 
     def expected_in_second(self, k: int) -> float:
         return self.expected_until(k + 1.0) - self.expected_until(float(k))

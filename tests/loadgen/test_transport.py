@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -232,8 +233,7 @@ async def test_the_direct_sender_writes_a_complete_request_with_the_users_header
          "a free slot handed to a waiter as it is cancelled is passed on"],
 )  # fmt: skip
 async def test_a_waiter_cancelled_in_the_instant_it_is_served_does_not_leak_the_pool(
-    upstream,  # type: ignore[no-untyped-def]
-    keep_alive: bool,
+    upstream: Any, keep_alive: bool
 ) -> None:
     transport = FastTransport(max_connections=1)
     pool = transport.pool_for(upstream.url("/ok"))
