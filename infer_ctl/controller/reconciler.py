@@ -37,18 +37,23 @@ from infer_ctl.core.coldstart import ColdStarts
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
+from infer_ctl.engine.gangs import GangReservation, reserve_for_gangs
 from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, place_replicas
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
 from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, step
 from infer_ctl.kube.client import (
     DEVICE_CLASSES,
+    KUEUE_WORKLOADS,
     NODES,
+    POD_GROUPS,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     KubeClient,
     KubeError,
 )
+from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
 from infer_ctl.kube.inferenceservice import check_inference_service
 from infer_ctl.kube.labels import (
     ANNOTATION_ACCELERATOR,
@@ -62,6 +67,7 @@ from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
 from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.plugins import build_profile
+from infer_ctl.place.state import MILLI, ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +119,7 @@ class _Cycle:
     message: str
     plan: ReplicaActions = field(default_factory=ReplicaActions)
     placements: tuple[ReplicaPlacement, ...] = ()
+    deferred: str = ""  # what this service holds back or gives up for pending gangs
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,8 @@ class Reconciler:
                                             "scores": dict(placement.score_weights)}))
         self.memory: dict[str, ServiceMemory] = {}
         self._http = httpx.AsyncClient()
+        self._apis: dict[str, bool] = {}
+        self._apis_checked_at = -math.inf
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -193,17 +202,33 @@ class Reconciler:
             desired_serving, desired_standby = spec.replicas, 0
             reason, message = "Paused", f"spec.replicas pins {spec.replicas} serving replicas (autoscaling paused)"
 
+        # Gangs first: their demand is held out of placement, and standby replicas yield when it is short.
+        snapshot = None
+        gangs = await self._gang_demands()
+        deferred = ""
+        if gangs:
+            snapshot = await self._snapshot(svc, gangs)
+            held = snapshot[2]
+            if held.unplaced_pods and desired_standby:
+                names = ", ".join(sorted({g for g, _ in held.unplaced_pods}))
+                deferred = (f"standby replicas yield to pending gang(s) {names}, {held.shortfall_gpus} GPU(s) short; "
+                            f"{sum(held.reserved.values())} GPU(s) held for gangs")
+                desired_standby = 0
+            elif held.reserved:
+                deferred = f"{sum(held.reserved.values())} GPU(s) held for pending gang(s): " + \
+                    ", ".join(g.key for g in gangs)
+
         # 4. plan
         current_hash = spec_hash(spec)
         plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash) for r in replicas],
                              desired_serving, desired_standby)
 
         # 5-6. place and write
-        placements = await self._actuate(svc, plan, replicas, now)
+        placements = await self._actuate(svc, plan, replicas, now, snapshot)
         claims_gc = await self._collect_orphan_claims(svc, uid, pods, placements)
 
         c = _Cycle(svc, generation, memory, now, replicas, rates, output, desired_serving, desired_standby, reason,
-                   message, plan, placements)
+                   message, plan, placements, deferred)
         await self._decision_events(body, c)
         status = self._status(c, conditions)
         self._export(c)
@@ -246,7 +271,8 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- actuate
 
     async def _actuate(self, svc: api.InferenceService, plan: ReplicaActions, replicas: Sequence[ReplicaPod],
-                       now: datetime) -> tuple[ReplicaPlacement, ...]:
+                       now: datetime, snapshot: tuple[Inventory, CycleInputs, GangReservation] | None
+                       ) -> tuple[ReplicaPlacement, ...]:
         ns = svc.meta.namespace
         for name, role in [*((n, Role.SERVING) for n in plan.promote), *((n, Role.STANDBY) for n in plan.demote)]:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
@@ -256,7 +282,7 @@ class Reconciler:
         if not wanted:
             return ()
         names = _new_names(svc.meta.name, {r.name for r in replicas}, len(wanted))
-        inventory, inputs = await self._snapshot(svc)
+        inventory, inputs, _ = snapshot or await self._snapshot(svc, ())
         placements = place_replicas(svc, self.settings.policies.catalog, inventory, names, engine=self.engine,
                                     inputs=inputs, seed=self.settings.seed,
                                     claim_labels={**selector_labels(svc.meta)})
@@ -294,7 +320,9 @@ class Reconciler:
             if not exc.conflict:  # already there (a repeated cycle): fine
                 raise
 
-    async def _snapshot(self, svc: api.InferenceService) -> tuple[Inventory, CycleInputs]:
+    async def _snapshot(self, svc: api.InferenceService, gangs: Sequence[GangDemand]
+                        ) -> tuple[Inventory, CycleInputs, GangReservation]:
+        """One snapshot of the cluster for this cycle's placements, with pending gangs' GPUs held out."""
         nodes, slices, classes, claims, pods = await asyncio.gather(
             self._k(self.kube.list, NODES), self._k(self.kube.list, RESOURCE_SLICES),
             self._k(self.kube.list, DEVICE_CLASSES), self._k(self.kube.list, RESOURCE_CLAIMS),
@@ -307,7 +335,34 @@ class Reconciler:
         cached = frozenset(n["metadata"]["name"] for n in nodes
                            if cache_key in _split(((n.get("metadata") or {}).get("annotations") or {})
                                                   .get(ANNOTATION_MODEL_CACHE, "")))
-        return inventory, CycleInputs(service_replicas={k: v for k, v in mine.items() if k}, cached_nodes=cached)
+        held = GangReservation({}, (), ())
+        if gangs:
+            state = ClusterState.from_inventory(inventory)
+            whole_free = (state.exists & (state.free_milli == MILLI)).sum(axis=1)
+            free = {node.name: int(whole_free[i]) for i, node in enumerate(state.nodes)}
+            held = reserve_for_gangs([(g.key, g.gpus_per_pod, g.pods) for g in gangs], free)
+        inputs = CycleInputs(service_replicas={k: v for k, v in mine.items() if k}, cached_nodes=cached,
+                             gang_reserved_gpus=dict(held.reserved))
+        return inventory, inputs, held
+
+    async def _gang_demands(self) -> list[GangDemand]:
+        """Pending PodGroups and Kueue Workloads, when the cluster serves those APIs (checked once a minute)."""
+        now = asyncio.get_running_loop().time()
+        if now >= self._apis_checked_at + 60:
+            self._apis = {api_version: await self._k(self.kube.has_api, api_version)
+                          for api_version in (POD_GROUPS.api_version, KUEUE_WORKLOADS.api_version)}
+            self._apis_checked_at = now
+        demands: list[GangDemand] = []
+        if self._apis.get(POD_GROUPS.api_version):
+            groups = await self._k(self.kube.list, POD_GROUPS)
+            if groups:
+                pods, claims, templates = await asyncio.gather(
+                    self._k(self.kube.list, PODS), self._k(self.kube.list, RESOURCE_CLAIMS),
+                    self._k(self.kube.list, RESOURCE_CLAIM_TEMPLATES))
+                demands.extend(pod_group_demands(groups, pods, claims, templates))
+        if self._apis.get(KUEUE_WORKLOADS.api_version):
+            demands.extend(workload_demands(await self._k(self.kube.list, KUEUE_WORKLOADS)))
+        return demands
 
     async def _collect_orphan_claims(self, svc: api.InferenceService, uid: str, pods: Sequence[Mapping[str, Any]],
                                      placements: Sequence[ReplicaPlacement]) -> int:
@@ -377,6 +432,15 @@ class Reconciler:
         conditions = set_condition(conditions, type=api.ConditionType.SCALING, status="True" if moving else "False",
                                    reason=c.reason if moving else "Steady", message=c.message or c.reason, now=now,
                                    generation=g)
+        gang_blocked = [p for p in failed if any(r.plugin == "GangReservation" for r in p.decision.status.reasons)]
+        if c.deferred or gang_blocked:
+            why = c.deferred or f"{len(gang_blocked)} replica(s) not placed: GPUs held for pending gangs"
+            conditions = set_condition(conditions, type=api.ConditionType.DEFERRED, status="True",
+                                       reason="GangPending", message=why, now=now, generation=g)
+        else:
+            conditions = set_condition(conditions, type=api.ConditionType.DEFERRED, status="False",
+                                       reason="NoPendingGang", message="no pending gang needs this service's GPUs",
+                                       now=now, generation=g)
         if c.rates.error:
             conditions = set_condition(conditions, type="MetricsAvailable", status="False", reason="MetricsMissing",
                                        message=f"{c.rates.error}; holding replicas (no scale-down on missing data)",
