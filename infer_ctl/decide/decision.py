@@ -174,6 +174,7 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     missing = math.isnan(observed)
     state = _track_idle(state, now, observed)
     fc = inputs.forecast if policy.forecast_enabled else None
+    summary = None
 
     # 1-3: the raw recommendation
     need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
@@ -181,11 +182,12 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     reason = Reason.OBSERVED
     message = ""
     if fc is not None:
-        upper_peak = fc.peak_upper_rps(horizon_s, now)
+        summary = fc.summary(now, horizon_s, policy.control_period_s)
+        upper_peak = summary.peak_upper_rps
         demand = max(demand, upper_peak)
         reason = Reason.FORECAST
         message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
-        upper_now, mean_now = fc.upper_at(now), fc.mean_at(now)
+        upper_now, mean_now = summary.upper_now_rps, summary.mean_now_rps
         if not missing and observed > upper_now:
             burst = observed + max(0.0, upper_now - mean_now)
             if burst > upper_peak:
@@ -200,8 +202,8 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
     # serving: what the next control period needs; standby: the rest of the horizon plus the preset's spares
     near = observed if not missing else 0.0
-    if fc is not None:
-        near = max(near, fc.peak_upper_rps(policy.control_period_s, now))
+    if summary is not None:
+        near = max(near, summary.peak_upper_near_rps)
     serving_now = min(serving_need, math.ceil(near / cap - 1e-9))
     raw_total = serving_need + policy.standby_replicas
 
@@ -217,7 +219,7 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
                 inputs.cold_start_p90_s, policy.default_keep_alive_s, policy.wake_penalty_factor
             )
             state = replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
-        expected_requests = fc.peak_mean_rps(horizon_s, now) * horizon_s if fc is not None else 0.0
+        expected_requests = summary.peak_mean_rps * horizon_s if summary is not None else 0.0
         if current == 0:
             if not missing and observed > 0:
                 total = max(1, raw_total)

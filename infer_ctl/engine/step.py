@@ -77,6 +77,9 @@ class EngineConfig:
     # the traffic around t - w/2, so it is booked there; otherwise the history, and every seasonal forecast
     # learned from it, would run half a window late
     rate_window_s: float = 60.0
+    # "max": a bucket holds the highest rate sampled in it, so the forecast (and its quantile) is of the peak
+    # rate within each bucket, which is what replicas must absorb; "mean": the bucket's average rate
+    bucket_statistic: str = "max"
     candidates: tuple[Forecaster, ...] = field(default_factory=candidates_for)
 
 
@@ -97,6 +100,7 @@ class EngineState:
     open_bucket: int = 0  # index of the bucket being filled
     open_sum: float = 0.0
     open_n: int = 0
+    open_max: float = 0.0
     last_rps: float = math.nan  # most recent valid observation
     last_rps_s: float = -math.inf
     fitted: Fitted | None = None
@@ -122,16 +126,18 @@ class EngineOutput:
         return self.decision.standby
 
 
-def _absorb(state: EngineState, samples: Sequence[tuple[float, float]], step_s: float, offset_s: float) -> EngineState:
+def _absorb(
+    state: EngineState, samples: Sequence[tuple[float, float]], step_s: float, offset_s: float, use_max: bool
+) -> EngineState:
     """Add samples to the open bucket; close buckets as time passes them (a bucket without a valid sample is
-    NaN) and feed closed buckets to the fitted model."""
+    NaN) and feed closed buckets to the fitted model. A bucket's value is the highest or the mean sample."""
     if not samples:
         return state
     origin = state.origin_s
     if origin is None:
         origin = math.floor((samples[0][0] - offset_s) / step_s) * step_s
     closed: list[float] = []
-    bucket, acc, n = state.open_bucket, state.open_sum, state.open_n
+    bucket, acc, n, mx = state.open_bucket, state.open_sum, state.open_n, state.open_max
     last_rps, last_rps_s = state.last_rps, state.last_rps_s
     prev_t = -math.inf
     for i, (t, r) in enumerate(samples):
@@ -140,12 +146,13 @@ def _absorb(state: EngineState, samples: Sequence[tuple[float, float]], step_s: 
         prev_t = t
         b = int((t - offset_s - origin) // step_s)
         if b > bucket:
-            closed.append(acc / n if n else math.nan)
+            closed.append((mx if use_max else acc / n) if n else math.nan)
             closed.extend([math.nan] * (b - bucket - 1))
-            bucket, acc, n = b, 0.0, 0
+            bucket, acc, n, mx = b, 0.0, 0, 0.0
         if b == bucket and not math.isnan(r) and r >= 0:
             acc += r
             n += 1
+            mx = max(mx, r)
             last_rps, last_rps_s = r, t
     fitted = state.fitted
     if closed and fitted is not None:
@@ -157,6 +164,7 @@ def _absorb(state: EngineState, samples: Sequence[tuple[float, float]], step_s: 
         open_bucket=bucket,
         open_sum=acc,
         open_n=n,
+        open_max=mx,
         last_rps=last_rps,
         last_rps_s=last_rps_s,
         fitted=fitted,
@@ -185,7 +193,9 @@ def _refit(state: EngineState, now_s: float, horizon_s: float, quantile: float, 
 
 def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tuple[EngineOutput, EngineState]:
     policy = inputs.policy
-    state = _absorb(state, inputs.samples, config.history_step_s, config.rate_window_s / 2)
+    state = _absorb(
+        state, inputs.samples, config.history_step_s, config.rate_window_s / 2, config.bucket_statistic == "max"
+    )
     # a sample older than two control periods is no evidence of the current rate
     fresh = inputs.now_s - state.last_rps_s <= 2 * policy.control_period_s + 1e-9
     observed = state.last_rps if fresh else math.nan

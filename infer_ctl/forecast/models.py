@@ -74,11 +74,39 @@ class Forecast:
     def peak_mean_rps(self, horizon_s: float, now_s: float | None = None) -> float:
         return float(np.max(self.mean_rps[self._window(horizon_s, now_s)]))
 
+    def summary(self, now_s: float, horizon_s: float, near_s: float) -> ForecastSummary:
+        """What a decision needs, in one pass over the buckets (a control tick calls this once)."""
+        means, uppers = self.mean_rps.tolist(), self.upper_rps.tolist()
+        n = len(means)
+        start = max(self.origin_s, now_s)
+        first = min(n - 1, int((start - self.origin_s) // self.step_s))
+
+        def last(h: float) -> int:
+            return max(first + 1, min(n, math.ceil((start + h - self.origin_s) / self.step_s)))
+
+        end_h, end_near = last(horizon_s), last(near_s)
+        return ForecastSummary(
+            upper_now_rps=uppers[first],
+            mean_now_rps=means[first],
+            peak_upper_rps=max(uppers[first:end_h]),
+            peak_mean_rps=max(means[first:end_h]),
+            peak_upper_near_rps=max(uppers[first:end_near]),
+        )
+
     def upper_at(self, t_s: float) -> float:
         return float(self.upper_rps[self._window(0.0, t_s).start])
 
     def mean_at(self, t_s: float) -> float:
         return float(self.mean_rps[self._window(0.0, t_s).start])
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastSummary:
+    upper_now_rps: float  # the bucket containing now
+    mean_now_rps: float
+    peak_upper_rps: float  # over [now, now + horizon]
+    peak_mean_rps: float
+    peak_upper_near_rps: float  # over [now, now + near] (one control period)
 
 
 class Fitted(Protocol):
@@ -244,20 +272,23 @@ class KernelFitted:
     def update(self, values_rps: FloatArray) -> KernelFitted:
         if values_rps.size == 0:
             return self
-        state = list(self.state)
-        pending = list(self.pending)
-        kernel = self.kernel
-        peak = self.peak_rps
-        for v in values_rps.tolist():
-            pending.append(v)
-            peak = max(peak, v)
-            if len(pending) == self.agg:
-                finite = [p for p in pending if not math.isnan(p)]
+        new_values = values_rps.tolist()
+        pending = [*self.pending, *new_values]
+        peak = max(self.peak_rps, *(v for v in new_values if not math.isnan(v)), 0.0)
+        state_out = self.state
+        if len(pending) >= self.agg:
+            # the (possibly long, seasonal) state is copied only when a model bucket completes
+            state = list(self.state)
+            kernel, agg = self.kernel, self.agg
+            full = len(pending) // agg * agg
+            for k in range(0, full, agg):
+                finite = [p for p in pending[k : k + agg] if not math.isnan(p)]
                 kernel.step(state, sum(finite) / len(finite) if finite else math.nan)
-                pending.clear()
+            pending = pending[full:]
+            state_out = tuple(state)
         return replace(
             self,
-            state=tuple(state),
+            state=state_out,
             pending=tuple(pending),
             end_s=self.end_s + values_rps.size * self.step_s,
             peak_rps=peak,
@@ -339,7 +370,8 @@ def _filter_errors(kernel: _Kernel, coarse: FloatArray, horizon: int, start: int
                     y = ys[t + h - 1]
                     if not math.isnan(y):
                         f = max(0.0, kernel.forecast(state, h))
-                        row[h - 1] = (y - f) / math.sqrt(max(f, SCALE_FLOOR_RPS))
+                        if y > 0.0:  # an idle bucket exceeds no upper bound: it says nothing about the spread
+                            row[h - 1] = (y - f) / math.sqrt(max(f, SCALE_FLOOR_RPS))
         kernel.step(state, ys[t])
     return state, errors
 
@@ -537,7 +569,7 @@ class HoltWinters:
                 seasonal="add",
                 seasonal_periods=m,
                 initialization_method="heuristic",
-            ).fit()
+            ).fit(use_brute=False)  # the brute-force start grid costs 4-15x the fit and found no better SSE here
         p = res.params
         kernel = _HoltWintersKernel(
             alpha=float(p["smoothing_level"]),

@@ -65,43 +65,44 @@ def _naive_mae(values: FloatArray, horizon: int) -> float:
 def rolling_origin(
     fitted: Fitted, holdout: FloatArray, horizon_steps: int, max_origins: int = 400
 ) -> tuple[Fitted, FloatArray, FloatArray, FloatArray]:
-    """Roll `fitted` through `holdout`. Returns the final model and, for each scored origin, the actual value
-    at the last horizon step, the mean forecast for it, and the upper forecast for it."""
+    """Roll `fitted` through `holdout`. Returns the final model and, per scored origin (rows) and horizon step
+    (columns), the actual value, the mean forecast and the upper forecast (NaN where the actual is missing)."""
     n = holdout.size
     stride = max(1, math.ceil(max(0, n - horizon_steps) / max_origins))
-    actual: list[float] = []
-    mean: list[float] = []
-    upper: list[float] = []
+    actual: list[FloatArray] = []
+    mean: list[FloatArray] = []
+    upper: list[FloatArray] = []
     model = fitted
     t = 0
     while t < n:
         if t + horizon_steps <= n and t % stride == 0:
-            y = float(holdout[t + horizon_steps - 1])
-            if math.isfinite(y):
-                fc = model.predict(horizon_steps)
-                actual.append(y)
-                mean.append(float(fc.mean_rps[-1]))
-                upper.append(float(fc.upper_rps[-1]))
+            fc = model.predict(horizon_steps)
+            actual.append(holdout[t : t + horizon_steps])
+            mean.append(fc.mean_rps[:horizon_steps])
+            upper.append(fc.upper_rps[:horizon_steps])
         nxt = min(n, t + stride)
         model = model.update(holdout[t:nxt])
         t = nxt
-    return model, np.asarray(actual), np.asarray(mean), np.asarray(upper)
+    if not actual:
+        empty = np.empty((0, horizon_steps))
+        return model, empty, empty, empty
+    return model, np.vstack(actual), np.vstack(mean), np.vstack(upper)
 
 
-def _holdout_quantiles(
-    actual: FloatArray, mean: FloatArray, quantile: float, horizon_steps: int, fallback: Sequence[float]
-) -> list[float]:
-    """The holdout's normalised error quantile at the last horizon step, spread over the steps like a random
-    walk (q_h = q_H * sqrt(h/H)), never below the in-sample quantile for that step."""
-    if actual.size < 20:
-        return list(fallback)
-    e = (actual - mean) / np.sqrt(np.maximum(mean, SCALE_FLOOR_RPS))
-    q_last = float(np.quantile(e, quantile))
+def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fallback: Sequence[float]) -> list[float]:
+    """Per horizon step, the `quantile` of the holdout's normalised errors over the buckets with traffic (an
+    idle bucket cannot exceed any upper bound, so it says nothing about how wide the bound must be); the
+    in-sample quantile where the holdout has fewer than 20 such buckets."""
     out = []
-    for j in range(horizon_steps):
-        q = q_last * math.sqrt((j + 1) / horizon_steps)
-        base = fallback[j] if j < len(fallback) else fallback[-1] if fallback else 0.0
-        out.append(max(q, base) if j < horizon_steps - 1 else q_last)
+    for j in range(actual.shape[1]):
+        a, m = actual[:, j], mean[:, j]
+        ok = np.isfinite(a) & (a > 0)
+        base = fallback[j] if j < len(fallback) else (fallback[-1] if fallback else 0.0)
+        if ok.sum() < 20:
+            out.append(base)
+            continue
+        e = (a[ok] - m[ok]) / np.sqrt(np.maximum(m[ok], SCALE_FLOOR_RPS))
+        out.append(float(np.quantile(e, quantile)))
     return out
 
 
@@ -142,12 +143,17 @@ def select_and_fit(
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped=f"fit failed: {exc}"))
             continue
         if holdout_n < horizon_steps + 10:
-            # too little to backtest: keep the first (longest-memory) candidate that fits
+            # too little to backtest: keep EWMA, the most robust (a trend fitted to a few minutes around a step
+            # extrapolates the step)
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped="holdout too short to score"))
-            if best is None:
+            if best is None or cand.method == "ewma":
                 best = (math.inf, fitted.update(holdout))
             continue
-        model, actual, mean, upper = rolling_origin(fitted, holdout, horizon_steps)
+        model, actual_m, mean_m, upper_m = rolling_origin(fitted, holdout, horizon_steps)
+        # scored on the last horizon step, leaving out idle buckets forecast as idle
+        last_a, last_m, last_u = actual_m[:, -1], mean_m[:, -1], upper_m[:, -1]
+        keep = np.isfinite(last_a) & ~((last_a == 0) & (last_m == 0))
+        actual, mean, upper = last_a[keep], last_m[keep], last_u[keep]
         if actual.size == 0:
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped="no observed values in the holdout"))
             continue
@@ -158,7 +164,7 @@ def select_and_fit(
         scores.append(CandidateScore(cand.method, mase, coverage, pinball=pinball))
         if isinstance(model, KernelFitted):
             model = model.with_error_quantiles(
-                _holdout_quantiles(actual, mean, quantile, horizon_steps, model.error_quantiles),
+                _holdout_quantiles(actual_m, mean_m, quantile, model.error_quantiles),
                 calibrated=model.calibrated or actual.size >= 20,
             )
         if best is None or pinball < best[0]:

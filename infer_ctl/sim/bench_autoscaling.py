@@ -1,0 +1,114 @@
+"""Benchmark: infer-ctl against the peers' autoscalers and the oracle on real traces and the step profile.
+
+    .venv/bin/python -m infer_ctl.sim.bench_autoscaling [--azure PATH] [--bank PATH] [--cold-starts 120,360]
+        [--azure-scale 5] [--bank-scale 200] [--bank-days N] [--plot-dir DIR]
+
+Scenarios: the Azure LLM code trace (57 minutes, bursty; rate x `--azure-scale`), bank_calls (8 months of
+5-minute arrivals, daily and weekly seasonality; rate x `--bank-scale`, a peak of about 300 requests/s), and the
+step profile 50 -> 500 -> 2 requests/s, each with every cold start in `--cold-starts`. The service is the
+simulator's default (8 requests/s per replica at a 2 s SLO, scale to zero allowed where a policy supports it).
+Printed per scenario: one row per policy, then the targets: infer-ctl >= 99 % of requests within the SLO,
+<= 1.25 x the oracle's GPU-hours, the fewest GPU-hours among the policies that reach 99 %, and no baseline
+dominating it (a higher attainment at no more GPU-hours). Plots go to `--plot-dir` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from infer_ctl.sim.plot import plot_results
+from infer_ctl.sim.run import SimResult
+from infer_ctl.sim.service import default_settings
+from infer_ctl.sim.suite import POLICY_NAMES, run_policies
+from infer_ctl.sim.trace import Trace, load_trace, step_profile
+
+
+def verdict(results: list[SimResult]) -> list[str]:
+    by = {r.policy: r for r in results}
+    ours, oracle = by.get("infer-ctl"), by.get("oracle")
+    if ours is None:
+        return []
+    lines = [
+        f"  infer-ctl SLO attainment {ours.slo_attainment:.2%} (target >= 99%): "
+        f"{'met' if ours.slo_attainment >= 0.99 else 'MISSED'}"
+    ]
+    if oracle is not None and oracle.gpu_hours > 0:
+        ratio = ours.gpu_hours / oracle.gpu_hours
+        lines.append(f"  GPU-hours {ratio:.2f} x the oracle's (target <= 1.25): {'met' if ratio <= 1.25 else 'MISSED'}")
+    baselines = [r for r in results if r.policy not in ("infer-ctl", "oracle")]
+    reaching = [r for r in baselines if r.slo_attainment >= 0.99]
+    if ours.slo_attainment >= 0.99:
+        cheaper = [r.policy for r in reaching if r.gpu_hours < ours.gpu_hours]
+        lines.append(
+            "  fewest GPU-hours among policies at >= 99%: "
+            + ("met" if not cheaper else f"MISSED ({', '.join(cheaper)} cheaper)")
+        )
+    dominating = [
+        r.policy for r in baselines if r.slo_attainment > ours.slo_attainment and r.gpu_hours <= ours.gpu_hours
+    ]
+    lines.append("  no baseline dominates: " + ("met" if not dominating else f"MISSED ({', '.join(dominating)})"))
+    return lines
+
+
+def table(results: list[SimResult]) -> list[str]:
+    head = f"  {'policy':<11} {'SLO':>8} {'GPU-h':>10} {'cold':>7} {'p95 ms':>10} {'p99 ms':>10} {'events':>7} {'wall s':>7}"
+    rows = [head]
+    for r in results:
+        rows.append(
+            f"  {r.policy:<11} {r.slo_attainment:>8.2%} {r.gpu_hours:>10.1f} {r.cold_starts:>7d} "
+            f"{r.p95_latency_ms:>10.0f} {r.p99_latency_ms:>10.0f} {r.scale_events:>7d} {r.wall_s:>7.1f}"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--azure", default="../shared/data/traces/AzureLLMInferenceTrace_code.csv")
+    ap.add_argument("--bank", default="../shared/data/traces/bank_calls_5min.csv")
+    ap.add_argument("--cold-starts", default="120,360")
+    ap.add_argument("--azure-scale", type=float, default=5.0)
+    ap.add_argument("--bank-scale", type=float, default=200.0)
+    ap.add_argument("--bank-days", type=float, default=None, help="replay only the first days of bank_calls")
+    ap.add_argument("--bank-tick-s", type=float, default=30.0)
+    ap.add_argument("--scenarios", default="azure,bank,step")
+    ap.add_argument("--plot-dir", default=None)
+    args = ap.parse_args(argv)
+    wanted = set(args.scenarios.split(","))
+    plot_dir = Path(args.plot_dir) if args.plot_dir else None
+    if plot_dir:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    scenarios: list[tuple[str, Trace, float, float]] = []
+    if "azure" in wanted:
+        scenarios.append(("azure", load_trace(args.azure, "azure-llm"), args.azure_scale, 5.0))
+    if "bank" in wanted:
+        bank = load_trace(args.bank, "counts-csv")
+        if args.bank_days is not None:
+            bank = Trace(bank.name, bank.start_s, bank.bucket_s, bank.counts[: int(args.bank_days * 288)])
+        scenarios.append(("bank", bank, args.bank_scale, args.bank_tick_s))
+    if "step" in wanted:
+        scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0))
+    for name, trace, scale, tick in scenarios:
+        for cold in (float(c) for c in args.cold_starts.split(",")):
+            settings = default_settings(cold)
+            t0 = time.perf_counter()
+            results = run_policies(trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale)
+            print(
+                f"{name}: {trace.name} x{scale:g}, {trace.duration_s / 86400:.2f} days, tick {tick:g} s, "
+                f"cold start {cold:.0f} s (wall {time.perf_counter() - t0:.0f} s)"
+            )
+            print("\n".join(table(results)))
+            print("\n".join(verdict(results)), flush=True)
+            if plot_dir:
+                plot_results(
+                    results,
+                    plot_dir / f"{name}-{cold:.0f}s.png",
+                    f"{name} x{scale:g}, cold start {cold:.0f} s",
+                    settings.model.target_rps_per_replica,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
