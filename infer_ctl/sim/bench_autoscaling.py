@@ -53,7 +53,10 @@ def verdict(results: list[SimResult]) -> list[str]:
 
 
 def table(results: list[SimResult]) -> list[str]:
-    head = f"  {'policy':<11} {'SLO':>8} {'GPU-h':>10} {'cold':>7} {'p95 ms':>10} {'p99 ms':>10} {'events':>7} {'wall s':>7}"
+    head = (
+        f"  {'policy':<11} {'SLO':>8} {'GPU-h':>10} {'cold':>7} {'p95 ms':>10} {'p99 ms':>10} "
+        f"{'events':>7} {'wall s':>7}"
+    )
     rows = [head]
     for r in results:
         rows.append(

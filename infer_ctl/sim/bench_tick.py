@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted_states.append(state)
     n = args.services
     states = [fitted_states[i % args.fitted] for i in range(n)]
-    levels = [float(fitted_states[i % args.fitted].history.values_rps[-1]) for i in range(n)]  # type: ignore[union-attr]
+    levels = [float(v.values_rps[-1]) for i in range(n) if (v := fitted_states[i % args.fitted].history) is not None]
     replicas = [max(1, int(v / 10)) for v in levels]
     start = n_hist * step_s
     per_tick: list[float] = []
