@@ -313,6 +313,8 @@ class NodeAgent:
 
             child = await zygote.spawn(args, on_line)
             running.child = child
+            self._event(running, "Started", f"Started model server ({accelerator}, {model}, cold start "
+                                            f"{start_s:.1f} s{' from the node cache' if model in node_cache else ''})")
             code = await asyncio.shield(child.exited)
             if running.stopping:
                 return
@@ -335,6 +337,7 @@ class NodeAgent:
             with contextlib.suppress(ApiError):
                 self._report(running, started=child is not None, ready=False)
         if child is not None:
+            self._event(running, "Killing", f"Stopping model server (draining, grace period {grace_s:.0f} s)")
             await child.stop(grace_s)
         if running.task is not None and not running.task.done():
             running.task.cancel()
@@ -359,6 +362,19 @@ class NodeAgent:
             self._zygote = None
 
     # ------------------------------------------------------------------------------------------ status
+
+    def _event(self, running: _Running, reason: str, message: str) -> None:
+        """A kubelet-style Event on the Pod (Started, Killing), reported by the node's agent."""
+        now = rfc3339(self.store.clock())
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{running.name}.", "namespace": running.namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": running.name,
+                                   "namespace": running.namespace, "uid": running.pod_uid},
+                "reason": reason, "message": message, "type": "Normal",
+                "source": {"component": "kubelet", "host": running.node}, "reportingComponent": "kubelet",
+                "reportingInstance": running.node, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        with contextlib.suppress(ApiError):
+            self.store.create(self.store.type("", "v1", "events"), running.namespace, body)
 
     def _report(self, running: _Running, *, started: bool, ready: bool, exit_code: int | None = None) -> None:
         pods_rt = self.store.type("", "v1", "pods")

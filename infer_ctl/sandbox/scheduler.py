@@ -562,7 +562,7 @@ class Scheduler:
             new = copy.deepcopy(current)
             status = new.setdefault("status", {})
             if allocation is not None:
-                status["allocation"] = allocation
+                status["allocation"] = {**allocation, "allocationTimestamp": rfc3339(self.store.clock())}
             reserved = status.setdefault("reservedFor", [])
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
                 reserved.append({"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]})

@@ -19,6 +19,7 @@ import yaml
 
 from infer_ctl.sandbox.runtime import Sandbox, load, sandbox_in_thread
 from infer_ctl.sandbox.testing import pod
+from infer_ctl.sandbox.validation import SchemaValidator
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = "/api/v1/namespaces/default/pods"
@@ -106,6 +107,10 @@ def test_bound_pods_become_ready_model_servers_behind_one_front_door(sandbox: Sa
     metrics = httpx.get(f"http://{address}/metrics").text
     assert 'infer_ctl_requests_total{code="200",namespace="default",pod="r0",service="llm-8b"}' in metrics
     assert "infer_ctl_request_duration_seconds_bucket" in metrics
+    validator = SchemaValidator()
+    for path in (PODS, "/api/v1/namespaces/default/events"):  # what the node agent and scheduler wrote
+        for obj in http.get(path).json()["items"]:
+            assert validator.validate(obj, field_validation="Strict") == ([], []), obj["metadata"]["name"]
 
 
 def test_deleting_a_pod_drains_its_in_flight_request_before_the_process_stops(sandbox: Sandbox) -> None:

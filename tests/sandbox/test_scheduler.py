@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -370,3 +371,23 @@ def test_no_device_or_counter_is_ever_over_allocated(asks: list[tuple[str, int]]
             slices_used[gpu] |= span
     assert len(exclusive) == len(set(exclusive))
     assert memory_on_shared <= 40
+
+
+def test_everything_the_scheduler_writes_validates_against_the_1_37_schemas() -> None:
+    from infer_ctl.sandbox.validation import SchemaValidator
+
+    store, scheduler = cluster_store(pool("a100", "A100-40GB", gpus=1, gpuMode="shared"), pool("l4", "L4"))
+    create(store, claim("shared", exactly("gpu", cel=f"{PRODUCT} == 'NVIDIA A100-SXM4-40GB'",
+                                          capacity={"requests": {"memory": "10Gi"}})))
+    gpu_pod(store, "a", gpu="shared")
+    create(store, pod("b", cpu="999"))
+    create(store, pod_group("g", 1))
+    create(store, pod("c", schedulingGroup={"podGroupName": "g"}))
+    scheduler.cycle()
+    validator = SchemaValidator()
+    kinds = [("", "v1", "pods"), ("", "v1", "events"), ("resource.k8s.io", "v1", "resourceclaims"),
+             ("scheduling.k8s.io", "v1beta1", "podgroups")]
+    for group, version, plural in kinds:
+        for obj in store.list_objects(store.type(group, version, plural)):
+            errors, warnings = validator.validate(copy.deepcopy(obj), field_validation="Strict")
+            assert (errors, warnings) == ([], []), (plural, obj["metadata"]["name"])
