@@ -10,16 +10,17 @@ import yaml
 
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.policy import Policies, parse_catalog, parse_placement_policy, parse_scaling_policy
+from infer_ctl.paths import data_path
 
 POLICIES_ENV = "INFER_CTL_POLICIES"
 
 
 def default_policies_dir() -> Path:
-    """$INFER_CTL_POLICIES, else the `policies/` folder of this checkout."""
+    """$INFER_CTL_POLICIES, else the `policies/` folder of this checkout (or of the installed package)."""
     env = os.environ.get(POLICIES_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "policies"
+    return data_path("policies")
 
 
 def load_policies(directory: Path | None = None) -> Policies:

@@ -21,8 +21,9 @@ from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.crd import Crd, apply_defaults, parse_crd, validate
+from infer_ctl.paths import data_path
 
-CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "inferenceservice.yaml"
+CRD_PATH = data_path("crds/inferenceservice.yaml")
 
 
 @cache
