@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import resource
@@ -491,6 +492,8 @@ def main(
         body = _body(args, plan)
         if args.http2 and args.transport != "httpx":
             raise UsageError("--http2 needs --transport httpx")
+        if args.http2 and importlib.util.find_spec("h2") is None:
+            raise UsageError("--http2 needs the h2 package (pip install h2)")
         cfg = ClientConfig(
             url=args.url,
             method=(args.method or ("POST" if body is not None else "GET")).upper(),

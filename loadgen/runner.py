@@ -82,6 +82,8 @@ def classify(exc: BaseException) -> str:
             return "connect_refused"
         if "name or service" in lowered or "nodename" in lowered or "no address" in lowered:
             return "dns"
+        if "tls" in lowered or "ssl" in lowered or "certificate" in lowered:
+            return "tls"
         return "connect"
     if isinstance(exc, httpx.RemoteProtocolError):
         return "protocol"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import re
@@ -358,3 +359,74 @@ def test_replaying_a_trace_against_the_sandbox_model_server_scales_its_work_by_t
     assert short["ok"] == long["ok"] == 20
     assert 10 <= float(short["p50_ms"]) < 40  # 20 ms x 50/100
     assert 100 <= float(long["p50_ms"]) < 160  # 20 ms x 500/100
+
+
+@pytest.fixture
+def tls_upstream(tmp_path: Path) -> Iterator[str]:
+    """An HTTPS server on 127.0.0.1 with a fresh self-signed certificate (openssl), in a thread of its own."""
+    import asyncio
+    import shutil
+    import ssl
+
+    from aiohttp import web
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="secure ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app, access_log=None)
+    loop = asyncio.new_event_loop()
+    port: list[int] = []
+    started = threading.Event()
+
+    def serve() -> None:
+        async def start() -> None:
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+            await site.start()
+            server = site._server
+            assert isinstance(server, asyncio.base_events.Server)
+            port.append(server.sockets[0].getsockname()[1])
+
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    yield f"https://127.0.0.1:{port[0]}/"
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def test_https_works_with_insecure_and_an_unverified_certificate_is_a_connect_error(tls_upstream: str) -> None:
+    secure = loadgen(tls_upstream, "--shape", "20@1s", "--insecure", "--json")
+    assert secure.code == EXIT_OK, secure.err
+    assert secure.summary["ok"] == 20
+    refused = loadgen(tls_upstream, "--shape", "5@1s", "--json")
+    assert refused.code == EXIT_UNREACHABLE
+    assert refused.summary["errors_by_kind"] == {"tls": 5}
+    assert "certificate verify failed" in refused.summary["error_examples"]["tls"].lower()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("h2") is not None, reason="h2 is installed here")
+def test_http2_without_the_h2_package_is_a_usage_error(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), "--shape", "5@1s", "--transport", "httpx", "--http2")
+    assert r.code == EXIT_USAGE
+    assert "--http2 needs the h2 package" in r.err
