@@ -14,12 +14,15 @@ classes covering 95% of the observed tasks, renormalised.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from infer_ctl.place.inventory import Inventory
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -59,6 +62,26 @@ class WorkloadMix:
             chosen.append((cls, n))
             cumulative += n
         return WorkloadMix(tuple(c for c, _ in chosen), tuple(n / cumulative for _, n in chosen))
+
+
+def observed_mix(inventory: Inventory) -> WorkloadMix:
+    """The mix the cluster runs now, from the allocated claims: per claim, its GPU count and the share of each
+    device it holds (consumed capacity / device capacity, in thousandths; a whole device is 1000).
+    CPU is not in ResourceClaims, so these classes ask for none; all products are allowed."""
+    devices = {d.id: d for d in inventory.devices}
+    by_claim: dict[str, list[int]] = {}
+    for alloc in inventory.allocations:
+        dev = devices.get(alloc.device)
+        if dev is None:
+            continue
+        share = 1000
+        for name, amount in alloc.consumed.items():
+            cap = dev.capacity.get(name)
+            if cap is not None and cap.value > 0:
+                share = min(share, max(1, math.ceil(amount / cap.value * 1000)))
+        by_claim.setdefault(alloc.claim, []).append(share)
+    classes = [TaskClass(0, max(shares), len(shares)) for shares in by_claim.values()]
+    return WorkloadMix.typical(classes, coverage=1.0)
 
 
 class FragmentationModel:

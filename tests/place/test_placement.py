@@ -427,3 +427,17 @@ def test_a_plugin_defect_is_an_error_status_not_an_exception(b: Any) -> None:
                                                                    np.random.default_rng(0))
     assert decision.placement is None
     assert decision.status.code is Code.ERROR and "boom" in decision.status.message
+
+
+def test_the_observed_mix_comes_from_the_allocated_claims(b: Any) -> None:
+    from infer_ctl.place.frag import observed_mix
+
+    inv = Inventory.build(
+        nodes=[b.node("n1")],
+        slices=[b.slice("n1", [b.gpu("g0", shareable=True, memory="80Gi"), b.gpu("g1"), b.gpu("g2")])],
+        device_classes=[b.device_class()],
+        claims=[b.claim("share", allocated=[{"pool": "n1", "device": "g0", "consumedCapacity": {"memory": "20Gi"}}]),
+                b.claim("pair", allocated=[{"pool": "n1", "device": "g1"}, {"pool": "n1", "device": "g2"}])])
+    mix = observed_mix(inv)
+    assert set(mix.classes) == {TaskClass(0, 250, 1), TaskClass(0, 1000, 2)}
+    assert mix.popularity == (0.5, 0.5)
