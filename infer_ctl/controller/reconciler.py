@@ -120,6 +120,7 @@ class _Cycle:
     plan: ReplicaActions = field(default_factory=ReplicaActions)
     placements: tuple[ReplicaPlacement, ...] = ()
     deferred: str = ""  # what this service holds back or gives up for pending gangs
+    devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # replica -> allocated pool/device
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +226,10 @@ class Reconciler:
 
         # 5-6. place and write
         placements = await self._actuate(svc, plan, replicas, now, snapshot)
-        claims_gc = await self._collect_orphan_claims(svc, uid, pods, placements)
+        claims_gc, devices = await self._collect_orphan_claims(svc, uid, pods, placements)
 
         c = _Cycle(svc, generation, memory, now, replicas, rates, output, desired_serving, desired_standby, reason,
-                   message, plan, placements, deferred)
+                   message, plan, placements, deferred, devices)
         await self._decision_events(body, c)
         status = self._status(c, conditions)
         self._export(c)
@@ -365,18 +366,23 @@ class Reconciler:
         return demands
 
     async def _collect_orphan_claims(self, svc: api.InferenceService, uid: str, pods: Sequence[Mapping[str, Any]],
-                                     placements: Sequence[ReplicaPlacement]) -> int:
-        """Claims of the service whose replica Pod is gone (removed, or never created after a crash)."""
+                                     placements: Sequence[ReplicaPlacement]) -> tuple[int, dict[str, tuple[str, ...]]]:
+        """Delete claims of the service whose replica Pod is gone (removed, or never created after a crash);
+        return how many, and the devices allocated to each live replica's claim."""
         claims = await self._k(self.kube.list, RESOURCE_CLAIMS, svc.meta.namespace, label_selector=selector(svc.meta))
         live = {(p.get("metadata") or {}).get("name") for p in pods} | {p.replica for p in placements}
         removed = 0
+        devices: dict[str, tuple[str, ...]] = {}
         for claim in claims:
             meta = claim.get("metadata") or {}
             replica = (meta.get("labels") or {}).get(LABEL_REPLICA)
             orphan = _owned_by(claim, uid) and replica not in live and not meta.get("deletionTimestamp")
             if orphan and await self._k(self.kube.delete, RESOURCE_CLAIMS, meta["name"], svc.meta.namespace):
                 removed += 1
-        return removed
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+            if replica and results:
+                devices[str(replica)] = tuple(f"{r.get('pool')}/{r.get('device')}" for r in results)
+        return removed, devices
 
     async def _event(self, regarding: Mapping[str, Any], reason: str, note: str, type: str, action: str,  # noqa: PLR0917
                      now: datetime) -> None:
@@ -460,8 +466,8 @@ class Reconciler:
         cold = tuple(api.ColdStartStatus(accelerator=acc or "unknown", cached=cached,
                                          p50_s=est.p50_s, p90_s=est.p90_s, samples=est.samples)
                      for acc, cached in cold_starts.measured_keys() for est in [cold_starts.estimate(acc, cached)])
-        placed = tuple(api.PlacementStatus(replica=r.name, node=r.node, devices=(), product=r.accelerator,
-                                           state=r.state) for r in c.replicas)
+        placed = tuple(api.PlacementStatus(replica=r.name, node=r.node, devices=c.devices.get(r.name, ()),
+                                           product=r.accelerator, state=r.state) for r in c.replicas)
         status = api.InferenceServiceStatus(
             observed_generation=g, replicas=counts, desired=api.DesiredReplicas(c.serving, c.standby),
             selector=selector(c.svc.meta),

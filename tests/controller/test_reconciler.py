@@ -70,6 +70,9 @@ async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: C
     assert later.status["replicas"]["ready"] == 2
     assert condition(later.status, "Ready")["status"] == "True"
     assert {c["accelerator"] for c in later.status.get("coldStarts", [])} == {"H100-80GB"}
+    placed = {p["replica"]: p for p in later.status["placements"]}
+    assert {d for p in placed.values() for d in p["devices"]} == {f"{pool}/{dev}" for pool, dev in chosen}
+    assert all(p["node"] and p["product"] == "H100-80GB" for p in placed.values())
     await reconciler.close()
 
 
