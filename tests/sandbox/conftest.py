@@ -8,7 +8,7 @@ import pytest
 
 from infer_ctl.sandbox.apiserver import SandboxApiServer
 from infer_ctl.sandbox.store import Store
-from infer_ctl.sandbox.testing import RunningApiServer, api_server_in_thread
+from infer_ctl.sandbox.testing import RunningApiServer, api_server_in_thread, pod, widget_crd
 
 
 @pytest.fixture
@@ -40,4 +40,13 @@ def custom(client: kubernetes.client.ApiClient) -> kubernetes.client.CustomObjec
 def http(api: RunningApiServer) -> Iterator[httpx.Client]:
     """Plain HTTP, for status codes and for bodies the typed client would refuse to send."""
     with httpx.Client(base_url=api.url, timeout=10) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def http_session() -> Iterator[httpx.Client]:
+    """One server for a whole property test (hypothesis runs many examples against it), with a pod and a CRD."""
+    with api_server_in_thread() as running, httpx.Client(base_url=running.url, timeout=10) as session:
+        session.post("/api/v1/namespaces/default/pods", json=pod("p"))
+        session.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=widget_crd())
         yield session

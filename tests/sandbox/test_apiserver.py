@@ -14,6 +14,8 @@ import httpx
 import kubernetes
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.testing import RunningApiServer, config_map, owner_reference, pod, widget, widget_crd
@@ -551,3 +553,27 @@ def test_printer_column_json_paths_select_conditions_nested_fields_and_list_item
     assert json_path(obj, ".status.replicas.ready") == 2
     assert json_path(obj, ".spec.products[1]") == "H100"
     assert json_path(obj, ".spec.missing[0]") is None
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                          max_size=3),
+                            max_leaves=12)
+_bodies = st.one_of(_json_values, st.fixed_dictionaries({"metadata": st.fixed_dictionaries(
+    {"name": st.sampled_from(["a", "Bad Name", "", "x" * 300])}), "spec": _json_values, "data": _json_values}))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(method=st.sampled_from(["POST", "PUT", "PATCH", "DELETE", "GET"]),
+       path=st.sampled_from([CM, f"{CM}/a", PODS, f"{PODS}/p", f"{PODS}/p/status", f"{PODS}/p/binding",
+                             "/api/v1/namespaces", "/api/v1/nodes/n", f"{WIDGETS}/w/scale",
+                             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"]),
+       content_type=st.sampled_from(["application/json", "application/merge-patch+json",
+                                     "application/json-patch+json", "application/strategic-merge-patch+json"]),
+       body=_bodies)
+def test_no_request_makes_the_server_fail_with_a_5xx(http_session: httpx.Client, method: str, path: str,
+                                                     content_type: str, body: Any) -> None:
+    response = http_session.request(method, path, content=json.dumps(body).encode(),
+                                    headers={"Content-Type": content_type})
+    assert response.status_code < 500, response.text
+    assert http_session.get("/version").status_code == 200
