@@ -153,12 +153,11 @@ class PartitionAvailable:
             passed = np.asarray(ctx.slot_fits().any(axis=1))
         else:
             fits = ctx.slot_fits()
-            if len(st.products) <= 1:
-                passed = fits.sum(axis=1) >= req.count
-            else:
-                passed = np.zeros(len(st.nodes), dtype=np.bool_)
-                for p in range(len(st.products)):
-                    passed |= (fits & (st.product == p)).sum(axis=1) >= req.count
+            passed = fits.sum(axis=1) >= req.count
+            mixed = np.flatnonzero(passed & ~st.single_product)
+            for n in mixed:  # a node with several products: the GPUs must be of one product
+                products = st.product[n][fits[n]]
+                passed[n] = bool(np.bincount(products).max() >= req.count)
 
         def explain(n: int) -> str:
             if req.sharing is Sharing.SHARED:

@@ -105,6 +105,8 @@ class ClusterState:
                 if free.exclusive_free:
                     self.free_milli[node, slot] = MILLI
         self.products = [p for p, _ in sorted(product_ids.items(), key=lambda kv: kv[1])]
+        first = self.product[:, :1] if width else np.zeros((n_nodes, 1), dtype=np.int64)
+        self.single_product = ((self.product == first) | ~self.exists).all(axis=1)
 
         # MIG partitions and their parent GPU (by parentUUID, else by the counter set they share).
         set_slot: dict[tuple[str, str, str], tuple[int, int]] = {}

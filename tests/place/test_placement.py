@@ -441,3 +441,11 @@ def test_the_observed_mix_comes_from_the_allocated_claims(b: Any) -> None:
     mix = observed_mix(inv)
     assert set(mix.classes) == {TaskClass(0, 250, 1), TaskClass(0, 1000, 2)}
     assert mix.popularity == (0.5, 0.5)
+
+
+def test_whole_gpus_of_one_replica_are_of_one_product(b: Any) -> None:
+    mixed = [b.gpu("a100", product="NVIDIA A100-SXM4-80GB"), b.gpu("l4", product="NVIDIA L4", memory="24Gi")]
+    inv = Inventory.build(nodes=[b.node("n1")], slices=[b.slice("n1", mixed)], device_classes=[b.device_class()])
+    assert place(inv, exclusive(count=2))[0].placement is None
+    single, _ = place(inv, exclusive(count=1))
+    assert single.placement is not None
