@@ -130,3 +130,22 @@ async def test_scaling_down_removes_ready_replicas_and_their_claims(cluster: Clu
     await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=20))
     assert len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 1
     await reconciler.close()
+
+
+async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> None:
+    from tests.prometheus_server import free_port
+
+    body = apply(cluster.kube, service("hold", 3).with_("spec.scaling.preset", "cost-saver"))
+    gone = Settings(cluster.policies, prometheus_url=f"http://127.0.0.1:{free_port()}")
+    reconciler = Reconciler(cluster.kube, gone)
+    await reconciler.cycle(body, T0)
+    wait_for("three ready", lambda: sum(
+        any(x["type"] == "Ready" and x["status"] == "True" for x in (p.get("status") or {}).get("conditions") or ())
+        for p in cluster.kube.list(PODS, "default")) == 3)
+    cluster.kube.merge_patch(INFERENCE_SERVICES, "hold", {"spec": {"scaling": {"minReplicas": 1}}}, "default")
+    later = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "hold", "default"), T0 + timedelta(hours=1))
+    assert later.actions.remove == ()
+    assert later.output is not None and later.output.decision.reason == "HoldMissingMetrics"
+    metrics = condition(later.status, "MetricsAvailable")
+    assert metrics["status"] == "False" and "unreachable" in metrics["message"]
+    await reconciler.close()
