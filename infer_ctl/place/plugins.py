@@ -452,12 +452,18 @@ class Spread:
 
 class ProductPreference:
     """Keep big GPUs for big models: prefer the node whose smallest fitting device is the smallest overall
-    (score 100 * smallest fitting memory in the cluster / smallest fitting memory on the node)."""
+    (score 100 * smallest fitting memory in the cluster / smallest fitting memory on the node).
+
+    Like BestFit, a stand-in for "leave room for what comes next" when the cycle knows no workload mix; with a
+    mix, Fragmentation computes that directly (including which classes need which products), so this steps
+    aside (scores flat)."""
 
     name = "ProductPreference"
 
     def score(self, ctx: CycleContext, nodes: IntArray) -> FloatArray:
         st, req = ctx.state, ctx.request
+        if ctx.inputs.workload is not None and ctx.inputs.workload.classes:
+            return np.full(nodes.size, 100.0)
         if req.sharing not in (Sharing.EXCLUSIVE, Sharing.SHARED):
             return np.full(nodes.size, 100.0)
         fits = ctx.slot_fits()[nodes]
