@@ -449,3 +449,14 @@ def test_whole_gpus_of_one_replica_are_of_one_product(b: Any) -> None:
     assert place(inv, exclusive(count=2))[0].placement is None
     single, _ = place(inv, exclusive(count=1))
     assert single.placement is not None
+
+
+def test_without_a_workload_mix_a_small_model_is_kept_off_the_big_gpu(b: Any) -> None:
+    inv = Inventory.build(nodes=[b.node("big"), b.node("small")],
+                          slices=[b.slice("big", [b.gpu("h", memory="80Gi")]),
+                                  b.slice("small", [b.gpu("l", product="NVIDIA L4", memory="24Gi")])],
+                          device_classes=[b.device_class()])
+    decision, _ = place(inv, exclusive(device_memory_bytes=10 * GiB))
+    assert decision.placement is not None and decision.placement.node == "small"
+    decision, _ = place(inv, exclusive(device_memory_bytes=40 * GiB))
+    assert decision.placement is not None and decision.placement.node == "big"
