@@ -1,0 +1,60 @@
+"""Real traffic through the sandbox's front door (loadgen in its own process), the controller's cycles in real
+time with a direct scrape of the replicas: a surge scales up as it arrives, a drop scales down only after the
+stabilization window."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_reconciler import wait_for
+
+
+async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stabilization(cluster: Cluster) -> None:
+    kube = cluster.kube
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("step").with_("spec.scaling.maxReplicas", 8)
+                .with_("spec.scaling.targetRequestsPerReplica", 10).with_("spec.scaling.preset", "cost-saver")
+                .with_("spec.scaling.scaleDownStabilizationSeconds", 12)
+                .with_("spec.runtime.coldStartSeconds", 1).build(), "default")
+    reconciler = Reconciler(kube, Settings(cluster.policies))
+
+    async def cycle() -> tuple[int, str]:
+        result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "step", "default"), datetime.now(UTC))
+        desired = result.status.get("desired") or {}
+        return int(desired.get("serving", 0)) + int(desired.get("standby", 0)), str(result.output.decision.reason)
+
+    await cycle()
+    def front_door() -> str | None:
+        meta = (kube.get(INFERENCE_SERVICES, "step", "default") or {}).get("metadata", {})
+        return (meta.get("annotations") or {}).get("sandbox.infer-ctl.io/url")
+
+    url = wait_for("front door", front_door)
+    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+                                "--shape", "4@6s,45@14s,0.5@30s", "--no-progress", "--max-error-ratio", "1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    history: list[tuple[float, int, str]] = []
+    try:
+        while time.monotonic() - started < 48:
+            total, reason = await cycle()
+            history.append((time.monotonic() - started, total, reason))
+            await asyncio.sleep(1.0)
+    finally:
+        loadgen.terminate()
+        loadgen.wait(10)
+        await reconciler.close()
+    surge = [t for t, n, _ in history if n >= 4]
+    assert surge, history
+    assert surge[0] <= 6 + 6, f"scaled up {surge[0]:.0f} s into the run, the surge began at 6 s: {history}"
+    table = "\n".join(f"{t:.0f} {n} {r}" for t, n, r in history)
+    first_down = next((t for t, n, _ in history if t > surge[0] and n < 4), None)
+    assert first_down is not None, table
+    assert first_down >= 20 + 10, f"scaled down before the stabilization window ran out:\n{table}"
+    assert min(n for t, n, _ in history if t >= first_down) <= 2, table
