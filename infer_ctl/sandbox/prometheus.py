@@ -49,9 +49,25 @@ class LocalPrometheus:
         self._proc: subprocess.Popen[bytes] | None = None
         self._targets: tuple[str, ...] | None = None
 
-    def start(self, timeout_s: float = 30.0) -> str:
+    def backfill(self, openmetrics: str) -> None:
+        """Write history into the TSDB before `start` (`promtool tsdb create-blocks-from openmetrics`: blocks
+        added to a running server appear only after about a minute)."""
+        if self._proc is not None:
+            raise PrometheusError("backfill before start")
+        data = self.workdir / "data"
+        data.mkdir(exist_ok=True)
+        source = self.workdir / "backfill.om"
+        source.write_text(openmetrics)
+        promtool = Path(str(self.executable)).with_name("promtool")
+        result = subprocess.run([str(promtool if promtool.exists() else "promtool"), "tsdb", "create-blocks-from",
+                                 "openmetrics", "--max-block-duration=24h", str(source), str(data)],
+                                capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0:
+            raise PrometheusError(f"promtool could not backfill: {result.stderr[-1000:]}")
+
+    def start(self, timeout_s: float = 30.0, *, targets: Iterable[str] = (), retention: str = "1d") -> str:
         interval = f"{round(self.scrape_interval_s * 1000)}ms"
-        self.set_targets(())
+        self.set_targets(targets)
         config = self.workdir / "prometheus.yml"
         config.write_text(
             f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
@@ -63,7 +79,8 @@ class LocalPrometheus:
         data.mkdir(exist_ok=True)
         self._proc = subprocess.Popen(
             [str(self.executable), f"--config.file={config}", f"--storage.tsdb.path={data}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{self.port}", f"--storage.tsdb.retention.time={retention}",
+             "--log.level=warn"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         while True:
