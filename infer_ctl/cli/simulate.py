@@ -41,6 +41,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--step-s", type=float, default=600.0, help="duration of each level of a step profile")
     p.add_argument("--max-days", type=float, default=None, help="replay only the first days of the trace")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--warmup-s",
+        type=float,
+        default=0.0,
+        help="leave the first seconds out of the scores (every policy still runs them)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as one JSON list")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw traffic, forecast and replicas")
     p.add_argument(
@@ -109,7 +115,14 @@ def run(args: argparse.Namespace) -> int:
     progress = _progress_printer(int(trace.duration_s / tick_s) * len(names), args.progress)
     try:
         results = run_policies(
-            trace, names, settings, tick_s=tick_s, rate_scale=args.rate_scale, seed=args.seed, progress=progress
+            trace,
+            names,
+            settings,
+            tick_s=tick_s,
+            rate_scale=args.rate_scale,
+            seed=args.seed,
+            score_from_s=args.warmup_s,
+            progress=progress,
         )
     except ValueError as exc:
         print(f"infer-ctl simulate: {exc}", file=sys.stderr)

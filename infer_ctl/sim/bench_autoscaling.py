@@ -77,28 +77,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bank-tick-s", type=float, default=30.0)
     ap.add_argument("--scenarios", default="azure,bank,step")
     ap.add_argument("--plot-dir", default=None)
+    ap.add_argument(
+        "--azure-warmup-s",
+        type=float,
+        default=900.0,
+        help="also score the Azure trace without its first minutes (no policy has history then)",
+    )
     args = ap.parse_args(argv)
     wanted = set(args.scenarios.split(","))
     plot_dir = Path(args.plot_dir) if args.plot_dir else None
     if plot_dir:
         plot_dir.mkdir(parents=True, exist_ok=True)
-    scenarios: list[tuple[str, Trace, float, float]] = []
+    scenarios: list[tuple[str, Trace, float, float, float]] = []
     if "azure" in wanted:
-        scenarios.append(("azure", load_trace(args.azure, "azure-llm"), args.azure_scale, 5.0))
+        azure = load_trace(args.azure, "azure-llm")
+        scenarios.append(("azure", azure, args.azure_scale, 5.0, 0.0))
+        if args.azure_warmup_s > 0:
+            scenarios.append(("azure-after-warmup", azure, args.azure_scale, 5.0, args.azure_warmup_s))
     if "bank" in wanted:
         bank = load_trace(args.bank, "counts-csv")
         if args.bank_days is not None:
             bank = Trace(bank.name, bank.start_s, bank.bucket_s, bank.counts[: int(args.bank_days * 288)])
-        scenarios.append(("bank", bank, args.bank_scale, args.bank_tick_s))
+        scenarios.append(("bank", bank, args.bank_scale, args.bank_tick_s, 0.0))
     if "step" in wanted:
-        scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0))
-    for name, trace, scale, tick in scenarios:
+        scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0, 0.0))
+    for name, trace, scale, tick, warmup_s in scenarios:
         for cold in (float(c) for c in args.cold_starts.split(",")):
             settings = default_settings(cold)
             t0 = time.perf_counter()
-            results = run_policies(trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale)
+            results = run_policies(trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s)
+            scored = f", scored after {warmup_s:.0f} s" if warmup_s else ""
             print(
-                f"{name}: {trace.name} x{scale:g}, {trace.duration_s / 86400:.2f} days, tick {tick:g} s, "
+                f"{name}: {trace.name} x{scale:g}, {trace.duration_s / 86400:.2f} days{scored}, tick {tick:g} s, "
                 f"cold start {cold:.0f} s (wall {time.perf_counter() - t0:.0f} s)"
             )
             print("\n".join(table(results)))

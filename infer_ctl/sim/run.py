@@ -35,6 +35,9 @@ class SimConfig:
     tick_s: float = 1.0
     seed: int = 0
     ongoing_window_s: float = 30.0
+    # score from this time on: requests and GPU-hours before it are left out (a warm-up, when no policy has
+    # history yet); the policies run from the start either way
+    score_from_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +212,10 @@ def simulate(
     if progress is not None:
         progress(1.0)
 
-    attainment, p95, p99 = _latency_stats(arrivals, ready_n, backlog, model, dt)
-    gpu_hours = float(alive_n.sum()) * dt * model.gpus_per_replica / 3600.0
+    w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
+    scored = np.concatenate([np.zeros(w), arrivals[w:]])
+    attainment, p95, p99 = _latency_stats(scored, ready_n, backlog, model, dt)
+    gpu_hours = float(alive_n[w:].sum()) * dt * model.gpus_per_replica / 3600.0
     times = np.arange(n_ticks, dtype=np.float64) * dt
     return SimResult(
         policy=policy.name,
@@ -221,7 +226,7 @@ def simulate(
         p99_latency_ms=p99 * 1000.0,
         scale_events=scale_events,
         wall_s=time.perf_counter() - wall0,
-        requests=float(arrivals.sum()),
+        requests=float(scored.sum()),
         times_s=times,
         arrivals_rps=arrivals / dt,
         desired=desired_n.astype(np.float64),

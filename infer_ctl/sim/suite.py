@@ -101,6 +101,7 @@ def run_policies(
     tick_s: float,
     rate_scale: float = 1.0,
     seed: int = 0,
+    score_from_s: float = 0.0,
     progress: Callable[[str, float], None] | None = None,
 ) -> list[SimResult]:
     arrivals = arrivals_per_tick(trace, tick_s, rate_scale, np.random.default_rng(seed))
@@ -124,7 +125,7 @@ def run_policies(
                 arrivals,
                 policy,
                 settings.model,
-                SimConfig(tick_s=tick_s, seed=seed),
+                SimConfig(tick_s=tick_s, seed=seed, score_from_s=score_from_s),
                 initial_replicas=initial,
                 progress=cb,
                 forecast_probe=_forecast_probe if name == "infer-ctl" else None,
