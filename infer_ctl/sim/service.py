@@ -57,4 +57,6 @@ def settings_from_manifest(
         scale_down_stabilization_s=eff.scale_down_stabilization_s,
         control_period_s=eff.control_period_s,
         scale_to_zero=spec.scaling.scale_to_zero.enabled,
+        forecast_method=spec.scaling.forecast.method,
+        seasonality=spec.scaling.forecast.seasonality,
     )

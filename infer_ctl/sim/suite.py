@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from infer_ctl.core.api import ForecastMethod, Seasonality
 from infer_ctl.decide.decision import DecidePolicy
-from infer_ctl.engine.step import EngineConfig
+from infer_ctl.engine.step import EngineConfig, candidates_for
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import (
@@ -38,6 +39,8 @@ class ScenarioSettings:
     scale_down_stabilization_s: float = 300.0
     control_period_s: float = 10.0
     scale_to_zero: bool = True  # for the policies that can (infer-ctl, KPA, KEDA, Ray Serve) when min is 0
+    forecast_method: ForecastMethod = ForecastMethod.AUTO
+    seasonality: Seasonality = Seasonality.AUTO
 
 
 def parse_policy_names(text: str) -> tuple[str, ...]:
@@ -66,7 +69,8 @@ def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, ti
             control_period_s=settings.control_period_s,
             scale_to_zero=zero_ok,
         )
-        return InferCtl(dp, EngineConfig(), cold_start_hint_s=m.cold_start_s)
+        config = EngineConfig(candidates=candidates_for(settings.forecast_method, settings.seasonality))
+        return InferCtl(dp, config, cold_start_hint_s=m.cold_start_s)
     if name == "hpa":
         return Hpa(c, max(1, m.min_replicas), m.max_replicas)
     if name == "kpa":

@@ -103,3 +103,54 @@ def test_simulate_reports_a_bad_trace_line_and_exits_2(capsys: pytest.CaptureFix
 def test_simulate_refuses_an_unknown_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--trace", "1,2", "--trace-format", "step", "--policy", "magic"]) == 2
     assert "unknown policy magic" in capsys.readouterr().err
+
+
+def test_simulate_takes_capacity_slo_and_preset_from_a_manifest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "svc.yaml"
+    manifest.write_text(
+        """
+apiVersion: infer-ctl.io/v1alpha1
+kind: InferenceService
+metadata: {name: chat, namespace: default}
+spec:
+  model: {name: m, memory: 20Gi}
+  runtime: {image: vllm/vllm-openai:v0.11.0, coldStartSeconds: 60}
+  accelerator: {products: [H100-80GB]}
+  scaling: {minReplicas: 1, maxReplicas: 8, targetRequestsPerReplica: 40, preset: latency-critical}
+  slo: {latencyP95Ms: 800}
+"""
+    )
+    from infer_ctl.sim.service import settings_from_manifest
+
+    settings = settings_from_manifest(manifest)
+    assert settings.model.target_rps_per_replica == 40
+    assert settings.model.slo_latency_s == 0.8
+    assert settings.model.cold_start_s == 60
+    assert settings.quantile == 0.99  # the latency-critical preset
+    code = main(
+        [
+            "simulate",
+            "--trace",
+            "20,80",
+            "--trace-format",
+            "step",
+            "--step-s",
+            "300",
+            "--service",
+            str(manifest),
+            "--policy",
+            "infer-ctl",
+            "--json",
+        ]
+    )
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)[0]["policy"] == "infer-ctl"
+
+
+def test_simulate_reports_an_invalid_manifest_by_field(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    manifest = tmp_path / "svc.yaml"
+    manifest.write_text("apiVersion: infer-ctl.io/v1alpha1\nkind: InferenceService\nmetadata: {name: x}\nspec: {}\n")
+    assert main(["simulate", "--trace", "1", "--trace-format", "step", "--service", str(manifest)]) == 2
+    assert "spec.model" in capsys.readouterr().err
