@@ -350,6 +350,10 @@ class Fragmentation:
     arrivals, seed 42): small Δ differences are noise, consistent packing order is signal. Likewise, any
     systematic secondary order tried (most-allocated first, most CPU per idle GPU, fewest GPUs) lost 0.1 to
     9 points against a fixed seeded node order; see CycleInputs.node_priority.
+    Within a whole point, nodes are ordered by how well the replica's CPU:GPU shape matches the node's free
+    CPU:GPU (`shape_alignment`, adding at most 0.05 points): on openb this gains about 0.2 points of allocation
+    at 130% arrivals (seeds 42-43: 95.54/95.62% vs 95.29/95.45%), which no systematic order by node size,
+    CPU ratio or fullness did.
     On the chosen node, a share goes on the GPU with the best score that it fills most tightly.
     With no workload mix as input, every node scores 50.
     """
@@ -364,7 +368,8 @@ class Fragmentation:
             return np.full(nodes.size, 50.0)
         self.cache.bind(ctx.state, ctx.inputs.workload)
         delta, _ = self.cache.deltas(ctx, nodes)
-        scores: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+        points = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+        scores: FloatArray = points + SHAPE_TIE_BREAK * shape_alignment(ctx, nodes)
         return scores
 
     def select(self, ctx: CycleContext, node: int) -> tuple[tuple[int, ...], int] | None:
@@ -378,6 +383,29 @@ class Fragmentation:
         if req.sharing is Sharing.EXCLUSIVE:
             return exclusive_slots(ctx, node), -1
         return None
+
+
+# Less than a whole Fragmentation point: the shape only orders nodes within one point.
+SHAPE_TIE_BREAK = 0.05
+
+
+def shape_alignment(ctx: CycleContext, nodes: IntArray) -> FloatArray:
+    """Cosine between the replica's demand and the node's free capacity, both as fractions of the node's
+    (CPU, GPU) capacity: 1 when the replica asks for CPU and GPU in the proportion the node has them free.
+
+    E.g. a CPU-only task on a node whose GPUs are all taken (free (0.4 CPU, 0 GPU)) scores 1, on an idle node
+    (free (1, 1)) 0.71: CPU goes where it strands no GPU. A 1-GPU task with 1/8 of the CPU on an 8-GPU node with
+    half of each free: demand (0.125, 0.125), free (0.5, 0.5) -> 1."""
+    st, req = ctx.state, ctx.request
+    gpu_cap = np.maximum(st.exists[nodes].sum(axis=1) * MILLI, 1).astype(np.float64)
+    cpu_cap = np.maximum(st.cpu_total[nodes], 1).astype(np.float64)
+    gpu_free = np.where(st.exists[nodes], st.free_milli[nodes], 0).sum(axis=1) / gpu_cap
+    cpu_free = np.maximum(st.cpu_free[nodes], 0) / cpu_cap
+    d_gpu = _gpu_demand(ctx, nodes) / gpu_cap
+    d_cpu = req.cpu_milli / cpu_cap
+    norm = np.hypot(d_gpu, d_cpu) * np.hypot(gpu_free, cpu_free)
+    cosine: FloatArray = np.where(norm > 0, (d_gpu * gpu_free + d_cpu * cpu_free) / np.maximum(norm, 1e-12), 1.0)
+    return cosine
 
 
 class BestFit:
