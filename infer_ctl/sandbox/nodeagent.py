@@ -54,6 +54,7 @@ class Child:
     on_line: Callable[[str], None]
     pid: int | None = None
     exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # the zygote reported the pid
 
     def signal(self, sig: int) -> None:
         if self.pid is not None and not self.exited.done():
@@ -64,6 +65,11 @@ class Child:
         """SIGTERM (the server drains), SIGKILL once `grace_s` has passed."""
         if self.exited.done():
             return
+        # A pod deleted right after binding: the fork may not be reported yet, and a signal needs the pid.
+        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self.started.wait()), self.exited}
+        await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters - {self.exited}:
+            waiter.cancel()
         self.signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(self.exited), timeout=max(grace_s, 0.1))
@@ -113,12 +119,16 @@ class Zygote:
                 continue
             if rest.startswith("PID "):
                 child.pid = int(rest.split()[1])
+                child.started.set()
             elif rest.startswith("EXITED "):
                 self.children.pop(ident, None)
                 if not child.exited.done():
                     child.exited.set_result(int(rest.split()[1]))
             else:
-                child.on_line(rest)
+                try:
+                    child.on_line(rest)
+                except Exception:  # a failed status report must not stop the reader: children would block
+                    log.exception("node agent: handling %r of %s failed", rest, ident)
         # The zygote is gone: its children are orphans now; stop them and report them exited.
         for child in list(self.children.values()):
             child.signal(signal.SIGKILL)

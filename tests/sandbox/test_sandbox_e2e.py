@@ -200,3 +200,16 @@ def test_sandbox_up_rejects_a_bad_cluster_file_naming_the_field(tmp_path: Path,
     bad.write_text("kind: SandboxCluster\nspec:\n  nodePools:\n    - {name: gpu, accelerator: H999}\n")
     assert main(["sandbox", "up", "--cluster", str(bad), "--kubeconfig", str(tmp_path / "kc")]) == 2
     assert "spec.nodePools[0].accelerator: Unsupported value: 'H999'" in capsys.readouterr().err
+
+
+def test_a_pod_deleted_while_its_model_is_still_loading_stops_at_once(sandbox: Sandbox) -> None:
+    http = httpx.Client(base_url=sandbox.url, timeout=30)
+    body = replica("early", cold_start_s=30)
+    body["spec"]["terminationGracePeriodSeconds"] = 60
+    rv = http.post(PODS, json=body).json()["metadata"]["resourceVersion"]
+    wait_for(http, f"{PODS}?fieldSelector=metadata.name=early", lambda o: bool(o["spec"].get("nodeName")))
+    started = time.monotonic()
+    http.delete(f"{PODS}/early")
+    with http.stream("GET", PODS, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": 20}) as r:
+        assert any(json.loads(line)["type"] == "DELETED" for line in r.iter_lines())
+    assert time.monotonic() - started < 5  # not the 60 s grace period: nothing was in flight
