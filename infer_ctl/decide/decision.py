@@ -360,4 +360,4 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
     rec = raw_total if raw_total is not None else total
     recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
     decision = Decision(serving, standby, reason, message, current, horizon_s, demand, keep_alive)
-    return decision, replace(state, recommendations=recommendations)
+    return decision, DecideState(recommendations, state.idle_since_s, state.idle_histogram, state.learned_keep_alive)

@@ -286,11 +286,18 @@ class KernelFitted:
                 kernel.step(state, sum(finite) / len(finite) if finite else math.nan)
             pending = pending[full:]
             state_out = tuple(state)
-        return replace(
-            self,
+        return KernelFitted(  # the constructor: cheaper than dataclasses.replace on this per-tick path
+            method=self.method,
+            kernel=self.kernel,
             state=state_out,
-            pending=tuple(pending),
             end_s=self.end_s + values_rps.size * self.step_s,
+            step_s=self.step_s,
+            agg=self.agg,
+            quantile=self.quantile,
+            error_quantiles=self.error_quantiles,
+            pending=tuple(pending),
+            note=self.note,
+            calibrated=self.calibrated,
             peak_rps=peak,
         )
 

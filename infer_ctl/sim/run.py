@@ -7,6 +7,10 @@ removes them in the ReplicaSet controller's order (loading pods first, newest fi
 few integer operations in Python; everything per request (latency distributions, percentiles, the SLO
 attainment) is computed afterwards with numpy over the per-tick arrays, so there are no per-request objects.
 
+Every ready replica takes traffic: infer-ctl's standby replicas are warm and become serving by a label change
+within a control period, which the simulator does not model separately (its `serving/standby` split matters to
+routing and to batch gangs, not to how many GPUs are held).
+
 Latency per tick (the model in `infer_ctl.sim.model`): with n ready replicas, per-replica load lam = A/(n*dt),
 backlog Q at the start of the tick, a request's latency is base + W + Exp(nu) with W = Q/(n*mu) and
 nu = max(mu - lam, 0.02 mu); with no ready replica, W is the time until the first one is ready.
