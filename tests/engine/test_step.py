@@ -75,3 +75,21 @@ def test_refits_are_scheduled_not_done_every_tick() -> None:
     notes = {o.fit_note for _, o in outs}
     assert 1 < len(notes) < 40
     assert state.next_refit_s > outs[-1][0]
+
+
+def test_a_tick_carries_every_state_field_it_does_not_change() -> None:
+    """The per-tick state is rebuilt with its constructor (for speed): no field may be dropped on the way."""
+    from dataclasses import fields
+
+    policy = DecidePolicy(10.0, control_period_s=PERIOD_S)
+    config = EngineConfig(history_step_s=300.0)
+    _, state = run_days(0.2, rate=lambda t: 30.0, policy=policy)
+    assert state.origin_s is not None and state.fitted is not None
+    # a sample inside the bucket being filled: nothing closes, nothing is refitted
+    t = state.origin_s + state.open_bucket * 300.0 + config.rate_window_s / 2 + 1.0
+    _, after = step(EngineInputs(t, ((t, 31.0),), replicas(3), 120.0, policy), state, config)
+    assert after.open_n == state.open_n + 1 and after.last_rps == 31.0
+    changed = {"open_sum", "open_n", "open_max", "last_rps", "last_rps_s", "decide_state"}
+    for f in fields(EngineState):
+        if f.name not in changed:
+            assert getattr(after, f.name) == getattr(state, f.name), f.name
