@@ -22,7 +22,8 @@ def test_the_demo_runs_the_whole_loop_and_leaves_a_summary_and_a_plot(tmp_path: 
     assert summary["loadgen"]["ok"] > 0.9 * summary["loadgen"]["sent"]
     assert summary["peak_serving"] >= 1
     assert (tmp_path / "demo.png").stat().st_size > 10_000
-    # Everything the demo started has stopped: no model server or Prometheus is left behind.
-    leftover = subprocess.run(["pgrep", "-f", f"infer_ctl.sandbox.modelserver|{tmp_path}/prometheus"],
-                              capture_output=True, text=True, check=False)
+    # The demo's Prometheus (its data lives in the demo's folder) is gone; the sandbox's own tests check that
+    # every model server it starts is stopped.
+    leftover = subprocess.run(["pgrep", "-f", f"{tmp_path}/prometheus"], capture_output=True, text=True,
+                              check=False)
     assert leftover.stdout.strip() == ""
