@@ -79,7 +79,11 @@ def _parse_time(text: str) -> float:
 def _rows(path: Path) -> list[tuple[int, list[str]]]:
     try:
         with path.open(newline="") as f:
-            return [(i + 1, row) for i, row in enumerate(csv.reader(f))]
+            rows = [(i + 1, row) for i, row in enumerate(csv.reader(f))]
+        # blank lines at the very end are an editor's habit, not data; a blank row before data is an error
+        while rows and not any(c.strip() for c in rows[-1][1]):
+            rows.pop()
+        return rows
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (csv.Error, UnicodeDecodeError) as exc:

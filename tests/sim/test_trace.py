@@ -73,3 +73,8 @@ def test_bad_traces_get_an_error_naming_the_line(tmp_path: Path, fmt: str, text:
 def test_an_unknown_format_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="unknown trace format"):
         load_trace(write(tmp_path, "a,b\n"), "parquet")
+
+
+def test_blank_lines_at_the_end_of_the_file_are_ignored(tmp_path: Path) -> None:
+    trace = load_trace(write(tmp_path, "t,c\n0,1\n60,2\n\n\n"), "counts-csv")
+    assert trace.counts.tolist() == [1.0, 2.0]
