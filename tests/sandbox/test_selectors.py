@@ -24,12 +24,12 @@ def test_label_selectors_match_like_kube_apiserver(selector: str, matches: bool)
 def test_a_malformed_label_selector_is_an_error_naming_it(selector: str) -> None:
     with pytest.raises(SelectorError) as caught:
         parse_label_selector(selector)
-    assert selector in str(caught.value) or selector.split(",")[0] in str(caught.value)
+    assert selector in str(caught.value)
 
 
 def test_field_selectors_support_the_kinds_fields_and_refuse_others() -> None:
     pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
     assert parse_field_selector("spec.nodeName=n1,status.phase!=Failed", "Pod")(pod)
     assert not parse_field_selector("spec.nodeName=", "Pod")(pod)
-    with pytest.raises(SelectorError, match="field label not supported: spec.nodeName"):
+    with pytest.raises(SelectorError, match=r"field label not supported: spec\.nodeName"):
         parse_field_selector("spec.nodeName=n1", "ConfigMap")
