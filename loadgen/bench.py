@@ -38,6 +38,7 @@ class LoadgenRun:
     cpu_s: float
     wall_s: float
     max_rss_mib: float
+    preempted: int = 0  # involuntary context switches: the process was ready to run but another one ran
     rss_samples_mib: list[tuple[float, float]] = field(default_factory=list)
     timeline: list[dict[str, str]] = field(default_factory=list)
 
@@ -52,6 +53,12 @@ class LoadgenRun:
     @property
     def within_1pct(self) -> bool:
         return abs(self.achieved - self.target) <= 0.01 * self.target
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        """CPU per request sent, start-up (imports, about 0.5 s of CPU) included."""
+        sent = int(self.summary["sent"])
+        return self.cpu_s / sent * 1e6 if sent else 0.0
 
     @property
     def cpu_share(self) -> float:
@@ -132,6 +139,7 @@ def run_loadgen(
         cpu_s=usage.ru_utime + usage.ru_stime,
         wall_s=wall,
         max_rss_mib=usage.ru_maxrss / 1024.0,
+        preempted=usage.ru_nivcsw,
         rss_samples_mib=samples,
         timeline=timeline,
     )
@@ -205,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.memory_only:
             print(f"\nopen loop, loadgen, deterministic arrivals, {d} s per run", flush=True)
             header = (f"  {'target/s':>9} {'achieved/s':>11} {'±1%':>4}  {'lag p50':>8} {'lag p99':>8} "
-                      f"{'worst-s p99':>11}  {'lat p50':>8} {'lat p99':>8}  {'errors':>6}  {'CPU':>5}")  # fmt: skip
+                      f"{'worst-s p99':>11}  {'lat p50':>8} {'lat p99':>8}  {'errors':>6}  {'CPU':>5} "
+                      f"{'us/req':>6} {'preempted':>9}")  # fmt: skip
             print(header)
             runs: list[LoadgenRun] = []
             max_ok = 0.0
@@ -218,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {rate:>9.0f} {run.achieved:>11.1f} {'yes' if run.within_1pct else 'NO':>4}  "
                     f"{s['send_lag_ms_p50']:>8.2f} {s['send_lag_ms_p99']:>8.2f} {s['max_send_lag_ms_p99']:>11.2f}  "
-                    f"{s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f}  {s['errors']:>6}  {run.cpu_share:>5.2f}",
+                    f"{s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f}  {s['errors']:>6}  {run.cpu_share:>5.2f} "
+                    f"{run.cpu_us_per_request:>6.0f} {run.preempted:>9}",
                     flush=True,
                 )
                 if run.within_1pct and s["errors"] == 0:
@@ -232,7 +242,16 @@ def main(argv: list[str] | None = None) -> int:
                         break
             print(f"  max sustained (achieved within 1 % of target, no errors): {max_ok:.0f} req/s; "
                   f"of those with send-lag p99 <= 5 ms: {max_ok_lag5:.0f} req/s")  # fmt: skip
-            report["open_loop"] = [{"shape": r.shape, "cpu_share": round(r.cpu_share, 3), **r.summary} for r in runs]
+            report["open_loop"] = [
+                {
+                    "shape": r.shape,
+                    "cpu_share": round(r.cpu_share, 3),
+                    "cpu_us_per_request": round(r.cpu_us_per_request, 1),
+                    "preempted": r.preempted,
+                    **r.summary,
+                }
+                for r in runs
+            ]
             report["max_sustained_rps"] = max_ok
             report["max_sustained_rps_lag_p99_le_5ms"] = max_ok_lag5
 
