@@ -153,6 +153,23 @@ class LogLinearHistogram:
                 n += c
         return n
 
+    def cumulative_counts(self, bounds: tuple[int, ...]) -> tuple[int, ...]:
+        """count_at_or_below for each of the ascending `bounds`, in one pass over the sorted buckets (the
+        Prometheus exporter calls this from its own thread, which holds the GIL meanwhile: keep it short)."""
+        out = []
+        seen = 0
+        keys = sorted(self.counts)
+        i = 0
+        for bound in bounds:
+            while i < len(keys):
+                low, high = self.bucket_bounds(keys[i])
+                if (low + high - 1) // 2 > bound:
+                    break
+                seen += self.counts[keys[i]]
+                i += 1
+            out.append(seen)
+        return tuple(out)
+
     def items(self) -> Iterator[tuple[int, int]]:
         """(representative value, count) in increasing value order."""
         for key in sorted(self.counts):

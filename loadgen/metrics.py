@@ -30,7 +30,8 @@ LAG_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 
 def _histogram(name: str, doc: str, hist: LogLinearHistogram, bounds_s: tuple[float, ...]) -> Metric:
     snap = hist.copy()
-    buckets: list[tuple[str, float]] = [(repr(b), float(snap.count_at_or_below(int(b * 1e6)))) for b in bounds_s]
+    cumulative = snap.cumulative_counts(tuple(int(b * 1e6) for b in bounds_s))
+    buckets: list[tuple[str, float]] = [(repr(b), float(c)) for b, c in zip(bounds_s, cumulative, strict=True)]
     buckets.append(("+Inf", float(snap.total)))
     total_s = sum(value * count for value, count in snap.items()) / 1e6
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total_s)

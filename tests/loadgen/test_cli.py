@@ -430,3 +430,23 @@ def test_http2_without_the_h2_package_is_a_usage_error(upstream) -> None:  # typ
     r = loadgen(upstream.url("/ok"), "--shape", "5@1s", "--transport", "httpx", "--http2")
     assert r.code == EXIT_USAGE
     assert "--http2 needs the h2 package" in r.err
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ("sine:mean=40,amplitude=30,period=2s,duration=2s", 80),
+        ("bursts:base=10,burst=150,on=0.3s,off=0.7s,duration=2s", None),
+        ("0..80@2s", 80),
+    ],
+    ids=["a sine runs end to end", "Markov-modulated bursts run end to end", "a ramp runs end to end"],
+)
+def test_every_shape_kind_runs_end_to_end(upstream, shape: str, expected: int | None) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), "--shape", shape, "--seed", "3", "--json")
+    assert r.code == EXIT_OK, r.err
+    s = r.summary
+    assert s["sent"] == s["scheduled"] == s["ok"] == upstream.requests
+    if expected is not None:
+        assert s["sent"] == expected  # deterministic arrivals send exactly the area under the curve
+    else:
+        assert s["arrivals"] == "poisson" and s["sent"] > 0

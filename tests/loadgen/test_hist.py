@@ -101,3 +101,14 @@ def test_a_reset_histogram_is_empty_and_records_afresh() -> None:
     assert (h.total, h.quantile(0.5), h.counts) == (0, 0, {})
     h.record(7)
     assert (h.min_value, h.max_value, h.quantile(1.0)) == (7, 7, 7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.integers(min_value=0, max_value=2**32), max_size=300),
+    bounds=st.lists(st.integers(min_value=0, max_value=2**33), min_size=1, max_size=15, unique=True),
+)
+def test_cumulative_counts_in_one_pass_equal_counting_each_bound_alone(values: list[int], bounds: list[int]) -> None:
+    h = histogram_of(values)
+    ordered = tuple(sorted(bounds))
+    assert h.cumulative_counts(ordered) == tuple(h.count_at_or_below(b) for b in ordered)
