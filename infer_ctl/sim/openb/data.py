@@ -22,8 +22,19 @@ from infer_ctl.place.inventory import NVIDIA_DRIVER
 SHARES = "shares"
 
 # Device memory of the named models, MiB (from the reference simulator's table; G2/G3 are anonymised).
-MODEL_MEMORY_MIB = {"P4": 7611, "2080": 11019, "1080": 11178, "M40": 11448, "T4": 15109, "V100M16": 16160,
-                    "P100": 16280, "A10": 22731, "3090": 24268, "V100M32": 32510, "A100": 81251}
+MODEL_MEMORY_MIB = {
+    "P4": 7611,
+    "2080": 11019,
+    "1080": 11178,
+    "M40": 11448,
+    "T4": 15109,
+    "V100M16": 16160,
+    "P100": 16280,
+    "A10": 22731,
+    "3090": 24268,
+    "V100M32": 32510,
+    "A100": 81251,
+}
 
 
 class OpenbError(ValueError):
@@ -84,8 +95,13 @@ def load_nodes(path: Path) -> list[OpenbNode]:
     nodes = []
     for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
         where = f"{path}:{line}"
-        node = OpenbNode(row["sn"], _int(row, "cpu_milli", where), _int(row, "memory_mib", where),
-                         _int(row, "gpu", where), row.get("model") or "")
+        node = OpenbNode(
+            row["sn"],
+            _int(row, "cpu_milli", where),
+            _int(row, "memory_mib", where),
+            _int(row, "gpu", where),
+            row.get("model") or "",
+        )
         if node.gpus and not node.model:
             raise OpenbError(f"{where}: a node with GPUs needs a model")
         nodes.append(node)
@@ -104,8 +120,16 @@ def load_pods(path: Path) -> list[OpenbPod]:
             raise OpenbError(f"{where}: a multi-GPU pod must take whole GPUs (gpu_milli 1000), got {milli}")
         if num >= 1 and milli == 0:
             raise OpenbError(f"{where}: num_gpu {num} with gpu_milli 0")
-        pods.append(OpenbPod(row["name"], _int(row, "cpu_milli", where), _int(row, "memory_mib", where), num,
-                             milli if num else 0, (row.get("gpu_spec") or "").strip()))
+        pods.append(
+            OpenbPod(
+                row["name"],
+                _int(row, "cpu_milli", where),
+                _int(row, "memory_mib", where),
+                num,
+                milli if num else 0,
+                (row.get("gpu_spec") or "").strip(),
+            )
+        )
     return pods
 
 
@@ -122,21 +146,25 @@ def slice_object(node: OpenbNode) -> dict[str, Any]:
     devices = []
     for i in range(node.gpus):
         capacity: dict[str, Any] = {
-            SHARES: {"value": "1000",
-                     "requestPolicy": {"default": "1000", "validRange": {"min": "1", "max": "1000", "step": "1"}}},
+            SHARES: {
+                "value": "1000",
+                "requestPolicy": {"default": "1000", "validRange": {"min": "1", "max": "1000", "step": "1"}},
+            },
         }
         if node.model in MODEL_MEMORY_MIB:
             capacity["memory"] = {"value": f"{MODEL_MEMORY_MIB[node.model]}Mi"}
-        devices.append({
-            "name": f"gpu-{i}",
-            "attributes": {
-                "type": {"string": "gpu"},
-                "productName": {"string": node.model},
-                "uuid": {"string": f"GPU-{node.name}-{i}"},
-            },
-            "capacity": capacity,
-            "allowMultipleAllocations": True,
-        })
+        devices.append(
+            {
+                "name": f"gpu-{i}",
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "productName": {"string": node.model},
+                    "uuid": {"string": f"GPU-{node.name}-{i}"},
+                },
+                "capacity": capacity,
+                "allowMultipleAllocations": True,
+            }
+        )
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -168,7 +196,8 @@ def claim_object(pod: OpenbPod) -> dict[str, Any]:
         if products:
             listed = ", ".join(f"'{p}'" for p in products)
             exactly["selectors"] = [
-                {"cel": {"expression": f"device.attributes['{NVIDIA_DRIVER}'].productName in [{listed}]"}}]
+                {"cel": {"expression": f"device.attributes['{NVIDIA_DRIVER}'].productName in [{listed}]"}}
+            ]
         if pod.gpu_milli < 1000:
             exactly["capacity"] = {"requests": {SHARES: str(pod.gpu_milli)}}
         requests.append({"name": "gpu", "exactly": exactly})

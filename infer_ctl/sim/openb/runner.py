@@ -77,8 +77,9 @@ class RunResult:
         }
 
 
-def arrival_order(pods: Sequence[OpenbPod], capacity_milli: int, tune: float,
-                  rng: np.random.Generator) -> list[OpenbPod]:
+def arrival_order(
+    pods: Sequence[OpenbPod], capacity_milli: int, tune: float, rng: np.random.Generator
+) -> list[OpenbPod]:
     """Shuffle, then append random draws while the total stays within tune x capacity (reference rule)."""
     order = [pods[i] for i in rng.permutation(len(pods))]
     total = sum(p.gpu_milli_total for p in order)
@@ -154,8 +155,9 @@ def simulate(
     for i, pod in enumerate(order):
         request = requests.get(pod)
         if request is None:
-            request = request_from_claim(claim_object(pod), cpu_milli=pod.cpu_milli,
-                                         memory_bytes=pod.memory_mib * 2**20, name=pod.name)
+            request = request_from_claim(
+                claim_object(pod), cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_mib * 2**20, name=pod.name
+            )
             requests[pod] = request
         t0 = time.perf_counter()
         decision = engine.schedule(request, state, inputs, rng)
@@ -198,9 +200,16 @@ def simulate(
     )
 
 
-def run(nodes_csv: Path, pods_csv: Path, policies: Sequence[str], seeds: Sequence[int], *, tune: float = 1.3,
-        placement_config: dict[str, object] | None = None,
-        progress: Callable[[str, int, int, int], None] | None = None) -> list[RunResult]:
+def run(
+    nodes_csv: Path,
+    pods_csv: Path,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    tune: float = 1.3,
+    placement_config: dict[str, object] | None = None,
+    progress: Callable[[str, int, int, int], None] | None = None,
+) -> list[RunResult]:
     nodes = load_nodes(nodes_csv)
     pods = load_pods(pods_csv)
     results = []
@@ -208,9 +217,12 @@ def run(nodes_csv: Path, pods_csv: Path, policies: Sequence[str], seeds: Sequenc
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
         for seed in seeds:
+
             def tick(done: int, total: int, policy: str = policy, seed: int = seed) -> None:
                 if progress is not None:
                     progress(policy, seed, done, total)
-            results.append(simulate(nodes, pods, policy, seed, tune=tune, placement_config=placement_config,
-                                    progress=tick))
+
+            results.append(
+                simulate(nodes, pods, policy, seed, tune=tune, placement_config=placement_config, progress=tick)
+            )
     return results
