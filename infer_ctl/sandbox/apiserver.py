@@ -469,7 +469,10 @@ def _json(obj: Mapping[str, Any], status: int = 200, warnings: list[str] | None 
     response = aiohttp.web.Response(body=json.dumps(obj, separators=(",", ":")).encode(), status=status,
                                     content_type="application/json")
     for warning in warnings or []:
-        response.headers.add("Warning", f'299 - "{warning}"')
+        # Field names come from the client: escape control and non-ASCII characters (aiohttp refuses them in
+        # headers, and would drop the connection instead of answering).
+        text = json.dumps(warning, ensure_ascii=True)[1:-1]  # quotes become \" as in kube-apiserver's warnings
+        response.headers.add("Warning", f'299 - "{text}"')
     return response
 
 

@@ -400,6 +400,8 @@ class Store:
         """The defaults kube-apiserver's registry strategies fill in that clients rely on."""
         if rt.group == "" and rt.plural == "pods":
             spec = obj.setdefault("spec", {})
+            if not isinstance(spec, dict):
+                return  # a malformed spec is left to validation, which names the field
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("schedulerName", "default-scheduler")
             spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -415,7 +417,9 @@ class Store:
         elif rt.group == "" and rt.plural == "namespaces":
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Active"}
-            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"].get("name", "")
+            labels = obj["metadata"].setdefault("labels", {})
+            if isinstance(labels, dict):
+                labels["kubernetes.io/metadata.name"] = obj["metadata"].get("name", "")
         elif rt.group == "apiextensions.k8s.io" and "status" not in obj:
             obj["status"] = {}
 
