@@ -430,7 +430,7 @@ async def _run(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, *, seed:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
     try:
-        outcome = await runner.run(plan.chunks)
+        outcome = await runner.run(plan.chunks, duration_s=plan.duration_s)
     finally:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -215,6 +215,7 @@ class Runner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue: collections.deque[tuple[float, int, int, int]] = collections.deque()
         self._idle = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: Sender | None = None
         self._last_start_s = 0.0
@@ -223,10 +224,11 @@ class Runner:
     def stop(self) -> None:
         """Stop scheduling (e.g. on Ctrl-C); requests already sent still finish."""
         self._stop = True
+        self._stopped.set()
 
     def abort(self) -> None:
         """Stop scheduling, drop queued requests and cancel those in flight (e.g. a second Ctrl-C)."""
-        self._stop = True
+        self.stop()
         self._queue.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -241,7 +243,11 @@ class Runner:
     def queued(self) -> int:
         return len(self._queue)
 
-    async def run(self, chunks: Iterator[ArrivalChunk], drain_timeout_s: float | None = None) -> RunOutcome:
+    async def run(
+        self, chunks: Iterator[ArrivalChunk], duration_s: float | None = None, drain_timeout_s: float | None = None
+    ) -> RunOutcome:
+        """Send `chunks`, then wait until `duration_s` after the start (a shape may end in silence, e.g.
+        `50@60s,0@120s`: the run, its timeline and progress last the whole shape), then for the responses."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         drain_timeout_s = drain_timeout_s if drain_timeout_s is not None else self.cfg.timeout_s * 2 + 5
@@ -256,6 +262,11 @@ class Runner:
             ticker = loop.create_task(self._ticker())
             try:
                 schedule_end = await self._schedule(chunks)
+                if duration_s is not None and not self._stop:
+                    remaining = self.t0 + duration_s - loop.time()
+                    if remaining > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._stopped.wait(), remaining)
                 cancelled = await self._drain(drain_timeout_s)
             finally:
                 ticker.cancel()

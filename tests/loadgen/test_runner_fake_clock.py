@@ -123,3 +123,27 @@ async def test_stopping_ends_scheduling_and_lets_started_requests_finish() -> No
     assert outcome.interrupted
     assert 90 <= outcome.stats.sent <= 115
     assert outcome.stats.ok == outcome.stats.sent
+
+
+@pytest.mark.looptime
+async def test_a_shape_that_ends_in_silence_lasts_its_whole_duration() -> None:
+    runner = Runner(config(), client_factory=mock_server(lambda n: 0.01))
+    outcome = await runner.run(schedule("100@2s,0@5s"), duration_s=7.0)
+    assert outcome.stats.sent == 200
+    assert outcome.ended_s == pytest.approx(7.0, abs=0.05)
+    assert [r.scheduled for r in outcome.stats.rows[:7]] == [100, 100, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.looptime
+async def test_stopping_during_a_silent_tail_ends_the_run_at_once() -> None:
+    runner = Runner(config(), client_factory=mock_server(lambda n: 0.01))
+
+    async def stop_later() -> None:
+        await asyncio.sleep(3.0)
+        runner.stop()
+
+    stopper = asyncio.create_task(stop_later())
+    outcome = await runner.run(schedule("100@1s,0@60s"), duration_s=61.0)
+    await stopper
+    assert outcome.interrupted
+    assert outcome.ended_s == pytest.approx(2.9, abs=0.05)  # 3 s after setup, t0 being 0.1 s in
