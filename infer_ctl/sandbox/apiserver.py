@@ -362,7 +362,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 meta["resourceVersion"] = rv
             except (ValueError, KeyError, TypeError):
                 raise ApiError(410, "Expired", "the provided continue parameter is not valid") from None
-        limit = int(q.get("limit") or 0)
+        limit = int(_number(q, "limit") or 0)
         if limit > 0:
             page = items[start:start + limit]
             remaining = len(items) - start - len(page)
@@ -408,7 +408,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             fields = parse_field_selector(q.get("fieldSelector"), rt.kind)
         except SelectorError as e:
             raise bad_request(str(e)) from None
-        timeout_s = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
+        timeout_s = _number(q, "timeoutSeconds")
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         send_initial = q.get("sendInitialEvents") == "true"
         response = aiohttp.web.StreamResponse(status=200)
@@ -483,6 +483,20 @@ def _status(error: ApiError) -> aiohttp.web.Response:
 def _method_not_allowed(method: str) -> ApiError:
     return ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
                                              f"({method})")
+
+
+def _number(q: Mapping[str, str], name: str) -> float | None:
+    """A numeric query parameter; a malformed one is a 400 naming it, as kube-apiserver answers."""
+    raw = q.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(str(raw))
+    except ValueError:
+        raise bad_request(f"{name}: invalid value {raw!r}: must be a number") from None
+    if value < 0:
+        raise bad_request(f"{name}: invalid value {raw!r}: must not be negative")
+    return value
 
 
 def _field_validation(q: Mapping[str, str]) -> str:

@@ -563,17 +563,24 @@ _bodies = st.one_of(_json_values, st.fixed_dictionaries({"metadata": st.fixed_di
     {"name": st.sampled_from(["a", "Bad Name", "", "x" * 300])}), "spec": _json_values, "data": _json_values}))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(method=st.sampled_from(["POST", "PUT", "PATCH", "DELETE", "GET"]),
        path=st.sampled_from([CM, f"{CM}/a", PODS, f"{PODS}/p", f"{PODS}/p/status", f"{PODS}/p/binding",
                              "/api/v1/namespaces", "/api/v1/nodes/n", f"{WIDGETS}/w/scale",
                              "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"]),
        content_type=st.sampled_from(["application/json", "application/merge-patch+json",
                                      "application/json-patch+json", "application/strategic-merge-patch+json"]),
-       body=_bodies)
-def test_no_request_makes_the_server_fail_with_a_5xx(http_session: httpx.Client, method: str, path: str,
-                                                     content_type: str, body: Any) -> None:
-    response = http_session.request(method, path, content=json.dumps(body).encode(),
+       body=_bodies,
+       params=st.dictionaries(st.sampled_from(["labelSelector", "fieldSelector", "limit", "continue", "watch",
+                                               "timeoutSeconds", "resourceVersion", "gracePeriodSeconds",
+                                               "propagationPolicy", "dryRun", "fieldValidation"]),
+                              st.sampled_from(["", "0", "-1", "abc", "1.5", "true", "All", "Strict", "a=b", "x in (",
+                                               "metadata.name=a", "Orphan"]), max_size=3))
+def test_no_request_makes_the_server_fail_with_a_5xx(http_session: httpx.Client, *, method: str, path: str,
+                                                     content_type: str, body: Any, params: dict[str, str]) -> None:
+    if params.get("watch") == "true":
+        params["timeoutSeconds"] = "0.05"  # a watch that parses must also end
+    response = http_session.request(method, path, content=json.dumps(body).encode(), params=params,
                                     headers={"Content-Type": content_type})
     assert response.status_code < 500, response.text
     assert http_session.get("/version").status_code == 200
