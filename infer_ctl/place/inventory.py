@@ -296,9 +296,13 @@ class Inventory:
         mine = [a for a in self.allocations if a.device == device.id]
         capacity_free = {name: cap.value for name, cap in device.capacity.items()}
         for alloc in mine:
-            for name, amount in alloc.consumed.items():
-                if name in capacity_free:
-                    capacity_free[name] -= amount
+            for name, cap in device.capacity.items():
+                amount = alloc.consumed.get(name)
+                if amount is None:
+                    # Not recorded: DRA consumes the request policy's default, or all of it without a policy.
+                    default = cap.request_policy.round_up(None) if cap.request_policy else None
+                    amount = default if default is not None else cap.value
+                capacity_free[name] -= amount
         counters_blocked = not self._counters_available(device, exclude=device.id)
         exclusive_free = not mine and not counters_blocked
         if device.allow_multiple_allocations:

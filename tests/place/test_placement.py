@@ -460,3 +460,12 @@ def test_without_a_workload_mix_a_small_model_is_kept_off_the_big_gpu(b: Any) ->
     assert decision.placement is not None and decision.placement.node == "small"
     decision, _ = place(inv, exclusive(device_memory_bytes=40 * GiB))
     assert decision.placement is not None and decision.placement.node == "big"
+
+
+def test_a_claim_without_recorded_consumption_takes_the_policy_default_of_a_shared_gpu(b: Any) -> None:
+    inv = Inventory.build(
+        nodes=[b.node("n1")], slices=[b.slice("n1", [b.gpu("gpu-0", shareable=True)])],
+        device_classes=[b.device_class()],
+        claims=[b.claim("whole", allocated=[{"pool": "n1", "device": "gpu-0"}])])
+    assert inv.free(inv.devices[0]).capacity_free == {"gpu.nvidia.com/memory": Fraction(0)}
+    assert place(inv, shared("10Gi"))[0].placement is None
