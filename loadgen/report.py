@@ -65,6 +65,7 @@ def summarize(
         "send_lag_ms_p99": _ms(lag99),
         "send_lag_ms_max": _ms(s.send_lag_us.max_value),
         "scheduled": s.scheduled,
+        "written": s.written,
         "expected_requests": round(expected_requests, 3),
         "duration_s": round(schedule_duration_s, 3),
         "send_window_s": round(window_s, 3),
@@ -102,10 +103,13 @@ def render_text(summary: dict[str, Any]) -> str:
             f"  p99.9 {_fmt_ms(s['p999_ms'])}  max {_fmt_ms(s['max_ms'])}"
             f"  (successes, from scheduled time, ±{s['latency_relative_error'] * 100:.2g} %)"
         )
-    lines.append(
-        f"  send lag   p50 {_fmt_ms(s['send_lag_ms_p50'])}  p99 {_fmt_ms(s['send_lag_ms_p99'])}"
-        f"  max {_fmt_ms(s['send_lag_ms_max'])}  worst second's p99 {_fmt_ms(s['max_send_lag_ms_p99'])}"
-    )
+    if s["written"]:
+        lines.append(
+            f"  send lag   p50 {_fmt_ms(s['send_lag_ms_p50'])}  p99 {_fmt_ms(s['send_lag_ms_p99'])}"
+            f"  max {_fmt_ms(s['send_lag_ms_max'])}  worst second's p99 {_fmt_ms(s['max_send_lag_ms_p99'])}"
+        )
+    else:
+        lines.append("  send lag   none measured: no request reached a connection")
     cap = s["in_flight_cap"]
     cap_text = ""
     if cap is not None:

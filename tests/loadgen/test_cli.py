@@ -118,6 +118,7 @@ def test_the_installed_command_reports_a_refused_target_without_a_traceback() ->
     )
     assert proc.returncode == EXIT_UNREACHABLE
     assert "errors     connect_refused: 5" in proc.stdout
+    assert "send lag   none measured: no request reached a connection" in proc.stdout
     assert "no response from" in proc.stderr and "Traceback" not in proc.stderr
 
 
