@@ -146,7 +146,11 @@ def _plot(results: list[Any], path: Path) -> None:
             xs, ys = zip(*r.curve, strict=True)
             curves.append(np.interp(grid, xs, ys, right=np.nan))
         if curves:
-            ax.plot(grid, np.nanmean(np.array(curves), axis=0), label=policy)
+            stacked = np.array(curves)
+            # Points past a run's last arrival are NaN; average what is there, leave the rest blank.
+            counts = (~np.isnan(stacked)).sum(axis=0)
+            mean = np.where(counts > 0, np.nansum(stacked, axis=0) / np.maximum(counts, 1), np.nan)
+            ax.plot(grid, mean, label=policy)
     ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=0.8)
     ax.set_xlabel("arrived GPU request (% of GPU capacity)")
     ax.set_ylabel("allocated GPUs (% of capacity)")
