@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "urllib3"):  # one line per scrape and per API call is noise at INFO
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         policies = load_policies(args.policies)
     except SpecError as exc:

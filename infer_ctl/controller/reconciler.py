@@ -23,7 +23,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -36,11 +36,12 @@ from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.coldstart import ColdStarts
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling
+from infer_ctl.core.promql import range_window_s
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.engine.gangs import GangReservation, reserve_for_gangs
 from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, place_replicas
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
-from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, step
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
 from infer_ctl.kube.client import (
     DEVICE_CLASSES,
     KUEUE_WORKLOADS,
@@ -195,8 +196,10 @@ class Reconciler:
         products = [a.name for a in candidate_products(spec, self.settings.policies.catalog)]
         cold_p90 = memory.cold_starts.worst_p90_s(products, spec.runtime.cold_start_s)
         views = tuple(ReplicaView(r.name, r.state, r.created.timestamp() if r.created else now_s) for r in replicas)
-        output, memory.engine = step(EngineInputs(now_s, rates.samples, views, cold_p90, policy), memory.engine,
-                                     self.settings.engine_config)
+        # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
+        output, memory.engine = await asyncio.to_thread(
+            step, EngineInputs(now_s, rates.samples, views, cold_p90, policy), memory.engine,
+            self._engine_config(svc))
         desired_serving, desired_standby = output.desired_serving, output.desired_standby
         reason, message = str(output.decision.reason), output.decision.message
         if spec.replicas is not None:
@@ -236,6 +239,14 @@ class Reconciler:
         if claims_gc:
             log.info("%s: removed %d claims without a replica", svc.meta.key, claims_gc)
         return CycleResult(status, plan, placements, output)
+
+    def _engine_config(self, svc: api.InferenceService) -> EngineConfig:
+        """The forecasters the spec allows, and the rate window its samples stand for (the query's range, or the
+        interval between direct scrapes)."""
+        forecast = svc.spec.scaling.forecast
+        window = range_window_s(svc.spec.scaling.metric.query) if self.prometheus is not None else None
+        return replace(self.settings.engine_config, candidates=candidates_for(forecast.method, forecast.seasonality),
+                       rate_window_s=window if window is not None else self.settings.period_s)
 
     # ------------------------------------------------------------------------------------------- observe
 

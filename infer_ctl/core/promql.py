@@ -100,3 +100,22 @@ def render(template: str, *, name: str, namespace: str) -> str:
 
         parts.append(_PLACEHOLDER_RE.sub(sub, seg.text))
     return "".join(parts)
+
+
+_RANGE_RE = re.compile(r"\[\s*([0-9]+(?:ms|s|m|h|d|w|y))(?:\s*:\s*[0-9a-z]*)?\s*\]")
+_PROM_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+
+
+def range_window_s(template: str) -> float | None:
+    """The longest range selector of a query (`rate(x[1m])` -> 60.0), outside string literals; None without one.
+    A rate over [t - w, t] measures the traffic around t - w/2: the forecaster books it there."""
+    longest = None
+    for seg in _segments(template):
+        if seg.quote:
+            continue
+        for match in _RANGE_RE.finditer(seg.text):
+            text = match.group(1)
+            unit = "ms" if text.endswith("ms") else text[-1]
+            value = float(text[: -len(unit)]) * _PROM_UNITS_S[unit]
+            longest = value if longest is None else max(longest, value)
+    return longest

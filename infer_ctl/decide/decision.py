@@ -200,11 +200,13 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     elif not missing:
         message = f"observed {observed:.1f} rps (no forecast)"
     serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
-    # serving: what the next control period needs; standby: the rest of the horizon plus the preset's spares
-    near = observed if not missing else 0.0
-    if summary is not None:
-        near = max(near, summary.peak_upper_near_rps)
-    serving_now = min(serving_need, math.ceil(near / cap - 1e-9))
+    # Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
+    # replicas in traffic only lower latency) and at least minReplicas; standby: the preset's warm spares on top,
+    # out of traffic, the first to yield their GPUs to a gang.
+    if serving_need < policy.min_replicas:
+        reason, message = Reason.AT_MIN, f"{serving_need} wanted, held at the minimum {policy.min_replicas} ({message})"
+        serving_need = policy.min_replicas
+    serving_now = serving_need
     raw_total = serving_need + policy.standby_replicas
 
     # 6: scale to zero / wake
@@ -354,7 +356,7 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
         reason = Reason.AT_MAX if bounded < total else Reason.AT_MIN
         message = f"{total} wanted, clipped to {bounded} ({message})"
     total = bounded
-    serving = min(max(serving, 1 if total > 0 else 0), total)
+    serving = min(max(serving, policy.min_replicas, 1 if total > 0 else 0), total)
     standby = total - serving
     window_start = now - policy.scale_down_stabilization_s
     rec = raw_total if raw_total is not None else total

@@ -50,11 +50,12 @@ async def test_standby_replicas_yield_to_a_pending_gang_and_its_pods_are_left_al
                        .with_("spec.accelerator.products", ["H100-80GB"]).build(), "default")
     reconciler = Reconciler(kube, Settings(cluster.policies))
     first = await reconciler.cycle(body, T0)
-    assert first.actions.create_standby >= 1  # the preset keeps a warm standby
+    # minReplicas serve; the preset keeps one warm standby on top of them.
+    assert (first.actions.create_serving, first.actions.create_standby) == (2, 1)
 
     wait_for("replicas ready", lambda: sum(
         any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or ())
-        for p in kube.list(PODS, "default", label_selector="infer-ctl.io/service=chat")) == 2)
+        for p in kube.list(PODS, "default", label_selector="infer-ctl.io/service=chat")) == 3)
     before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in gang(cluster, pods=2, gpus=8)}
     second = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "chat", "default"), T0 + timedelta(seconds=10))
     deferred = condition(second.status, "Deferred")

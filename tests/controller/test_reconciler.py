@@ -42,9 +42,8 @@ async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: C
     body = apply(cluster.kube, service())
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
     result = await reconciler.cycle(body, T0)
-    actions = result.actions
-    assert actions.create_serving + actions.create_standby == 2 and all(p.placed for p in result.placements)
-    assert sum(result.status["desired"].values()) == 2
+    assert result.actions.create_serving == 2 and all(p.placed for p in result.placements)
+    assert result.status["desired"] == {"serving": 2, "standby": 0}
     assert condition(result.status, "Valid")["status"] == "True"
 
     pods = cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
@@ -67,7 +66,7 @@ async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: C
     wait_for("replicas ready", ready)
     later = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
     assert later.actions.empty  # a repeated cycle creates nothing twice
-    assert later.status["replicas"]["ready"] == 2
+    assert later.status["replicas"]["serving"] == 2
     assert condition(later.status, "Ready")["status"] == "True"
     assert {c["accelerator"] for c in later.status.get("coldStarts", [])} == {"H100-80GB"}
     placed = {p["replica"]: p for p in later.status["placements"]}

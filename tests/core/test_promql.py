@@ -55,3 +55,18 @@ def test_an_unsafe_or_broken_template_is_refused(template: str, problem: str) ->
     assert any(problem in p for p in check_template(template))
     with pytest.raises(PromQLTemplateError, match=problem):
         render(template, name="a", namespace="b")
+
+
+@pytest.mark.parametrize(
+    ("query", "window"),
+    [
+        pytest.param(DEFAULT_METRIC_QUERY, 60.0, id="the default query's one-minute rate"),
+        pytest.param('sum(rate(x{a="[5m]"}[10s]))', 10.0, id="a range inside a label value does not count"),
+        pytest.param("max_over_time(rate(x[30s])[5m:10s])", 300.0, id="a subquery's range is the longest"),
+        pytest.param("sum(x)", None, id="no range selector"),
+    ],
+)
+def test_the_range_window_of_a_query_is_found(query: str, window: float | None) -> None:
+    from infer_ctl.core.promql import range_window_s
+
+    assert range_window_s(query) == window

@@ -1,0 +1,148 @@
+"""Controller benchmark: `python -m infer_ctl.cli.bench_controller [--services 10,100] [--cluster FILE]`.
+
+For each count N it starts a fresh sandbox (deploy/sandbox/large.yaml by default, model servers with no cold
+start) and the controller as a separate process (`infer-ctl controller`, direct scrape, metrics on a local
+port), applies N InferenceServices at once and prints:
+
+- apply -> all claims and Pods created (reconcile latency of the first cycles), and -> all replicas Ready;
+- the controller's own cycle times from its `infer_ctl_reconcile_seconds` histogram (mean, and the estimated
+  p50/p99 from the buckets), and the time one control period's N cycles take back to back (N x mean);
+- the controller process's resident memory (VmRSS) after the services settle, and its peak (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rss_mib(pid: int) -> tuple[float, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def _histogram(text: str, name: str) -> tuple[list[tuple[float, float]], float, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for s in family.samples:
+            if s.name.endswith("_bucket"):
+                buckets.append((float(s.labels["le"]), s.value))
+            elif s.name.endswith("_sum"):
+                total = s.value
+            elif s.name.endswith("_count"):
+                count = s.value
+    return sorted(buckets), total, count
+
+
+def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> float:
+    """Prometheus' histogram_quantile: linear within the bucket that holds the rank."""
+    rank, lower, below = q * count, 0.0, 0.0
+    for upper, cumulative in buckets:
+        if cumulative >= rank:
+            if upper == float("inf"):
+                return lower
+            inside = cumulative - below
+            return lower + (upper - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = upper, cumulative
+    return lower
+
+
+def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
+    import httpx
+    import yaml
+
+    from infer_ctl.config.policies import load_policies
+    from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
+    from infer_ctl.kube.inferenceservice import CRD_PATH
+    from infer_ctl.sandbox.cluster import load_cluster
+    from infer_ctl.sandbox.runtime import sandbox_in_thread
+
+    policies = load_policies()
+    tmp = Path(f"/tmp/infer-ctl-bench-{n}")
+    tmp.mkdir(exist_ok=True)
+    kubeconfig = tmp / "kubeconfig"
+    with sandbox_in_thread(load_cluster(cluster_file, policies.catalog), policies.catalog, kubeconfig=kubeconfig):
+        kube = KubeClient.from_config(str(kubeconfig))
+        kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                     body=yaml.safe_load(CRD_PATH.read_text()))
+        port = 19464 + n
+        controller = subprocess.Popen(
+            [str(Path(sys.executable).parent / "infer-ctl"), "controller", "--kubeconfig", str(kubeconfig),
+             "--namespace", "default", "--metrics-port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=(tmp / "controller.log").open("w"))
+        try:
+            time.sleep(3)  # kopf's start (login, discovery, watches); there is no readiness endpoint to await
+            products = [["H100-80GB"], ["A100-80GB"], ["L4"]]
+            started = time.monotonic()
+            for i in range(n):
+                kube.create(INFERENCE_SERVICES, {
+                    "apiVersion": "infer-ctl.io/v1alpha1", "kind": "InferenceService",
+                    "metadata": {"name": f"svc-{i}"},
+                    "spec": {"model": {"name": f"model-{i}", "memory": "12Gi"},
+                             "runtime": {"image": "server:1", "coldStartSeconds": 0},
+                             "accelerator": {"products": products[i % 3]},
+                             "scaling": {"minReplicas": 1, "maxReplicas": 2, "targetRequestsPerReplica": 10,
+                                         "preset": "cost-saver"}}}, "default")
+            applied = time.monotonic() - started
+            created_at = ready_at = None
+            while time.monotonic() - started < 300:
+                pods = kube.list(PODS, "default")
+                claims = kube.list(RESOURCE_CLAIMS, "default")
+                if created_at is None and len(pods) >= n and len(claims) >= n:
+                    created_at = time.monotonic() - started
+                ready = sum(any(c.get("type") == "Ready" and c.get("status") == "True"
+                                for c in (p.get("status") or {}).get("conditions") or ()) for p in pods)
+                if ready >= n:
+                    ready_at = time.monotonic() - started
+                    break
+                time.sleep(0.2)
+            time.sleep(settle_s)  # let several control periods pass for the cycle-time histogram
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            buckets, total, count = _histogram(text, "infer_ctl_reconcile_seconds")
+            rss, peak = _rss_mib(controller.pid)
+        finally:
+            controller.terminate()
+            controller.wait(30)
+            kube.close()
+    mean = total / count if count else float("nan")
+    return {
+        "services": n, "apply_s": round(applied, 2),
+        "all_claims_and_pods_created_s": None if created_at is None else round(created_at, 2),
+        "all_ready_s": None if ready_at is None else round(ready_at, 2),
+        "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
+        "cycle_p50_ms": round(_quantile(buckets, count, 0.5) * 1000, 1),
+        "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),
+        "period_all_services_s": round(mean * n, 2), "controller_rss_mib": round(rss, 1),
+        "controller_peak_rss_mib": round(peak, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infer_ctl.cli.bench_controller", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--services", default="10,100", help="comma-separated service counts (default 10,100)")
+    parser.add_argument("--cluster", type=Path, default=ROOT / "deploy" / "sandbox" / "large.yaml")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds of steady cycles to measure")
+    args = parser.parse_args(argv)
+    for n in (int(x) for x in args.services.split(",")):
+        print(json.dumps(run_one(n, args.cluster, args.settle)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
