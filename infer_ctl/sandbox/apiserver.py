@@ -426,8 +426,22 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         try:
+            as_table = tables.wants_table(raw.headers.get("Accept", ""))
+            headers_sent = False
+
+            def encode(event_type: str, obj: Mapping[str, Any]) -> bytes:
+                """kubectl get -w asks for Tables: one row per event, column definitions in the first only."""
+                nonlocal headers_sent
+                if not as_table:
+                    return _event(event_type, obj)
+                table = tables.table(rt, [obj], self.store.clock(), str(obj["metadata"]["resourceVersion"]))
+                if headers_sent:
+                    table["columnDefinitions"] = []
+                headers_sent = True
+                return _event(event_type, table)
+
             for event_type, obj in initial:
-                await response.write(_event(event_type, obj))
+                await response.write(encode(event_type, obj))
             if send_initial:
                 await response.write(_bookmark(rt, str(self.store.resource_version), initial_end=True))
             while True:
@@ -443,7 +457,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                     continue
                 if item is None:
                     break
-                await response.write(_event(*item))
+                await response.write(encode(*item))
             if bookmarks and deadline is not None:
                 await response.write(_bookmark(rt, str(self.store.resource_version)))
             await response.write_eof()

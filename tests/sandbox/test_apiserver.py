@@ -584,3 +584,14 @@ def test_no_request_makes_the_server_fail_with_a_5xx(http_session: httpx.Client,
                                     headers={"Content-Type": content_type})
     assert response.status_code < 500, response.text
     assert http_session.get("/version").status_code == 200
+
+
+def test_a_table_watch_sends_column_definitions_once_then_rows(http: httpx.Client) -> None:
+    http.post(PODS, json=pod("a"))
+    http.post(PODS, json=pod("b"))
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    with http.stream("GET", PODS, params={"watch": "true", "timeoutSeconds": 0.2}, headers={"Accept": accept}) as r:
+        events = [json.loads(line) for line in r.iter_lines() if line]
+    assert [e["object"]["kind"] for e in events] == ["Table", "Table"]
+    assert events[0]["object"]["columnDefinitions"] and not events[1]["object"]["columnDefinitions"]
+    assert [e["object"]["rows"][0]["cells"][0] for e in events] == ["a", "b"]
