@@ -100,7 +100,8 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
                                          "preset": "cost-saver"}}}, "default")
             applied = time.monotonic() - started
             created_at = ready_at = None
-            while time.monotonic() - started < 300:
+            ready = 0
+            while time.monotonic() - started < 180:
                 pods = kube.list(PODS, "default")
                 claims = kube.list(RESOURCE_CLAIMS, "default")
                 if created_at is None and len(pods) >= n and len(claims) >= n:
@@ -123,7 +124,7 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
     return {
         "services": n, "apply_s": round(applied, 2),
         "all_claims_and_pods_created_s": None if created_at is None else round(created_at, 2),
-        "all_ready_s": None if ready_at is None else round(ready_at, 2),
+        "all_ready_s": None if ready_at is None else round(ready_at, 2), "ready_replicas": ready,
         "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
         "cycle_p50_ms": round(_quantile(buckets, count, 0.5) * 1000, 1),
         "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),

@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("bench", "benchmarks: GPU placement policies on the openb trace"),
     ("sandbox", "the local sandbox cluster: API server, GPU nodes with DRA, scheduler, model servers"),
     ("loadgen", "open-loop HTTP load generator: traffic shapes, trace replay, latency percentiles"),
+    ("simulate", "replay a traffic trace against infer-ctl and the peers' autoscalers in simulated time"),
 )
 
 

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+import numpy as np
 
 from infer_ctl.actuate.manifests import Role, owner_reference, replica_pod, selector, selector_labels, spec_hash
 from infer_ctl.actuate.metrics import ControllerMetrics
@@ -65,6 +66,7 @@ from infer_ctl.kube.labels import (
 )
 from infer_ctl.kube.pods import ReplicaPod, replica_pods
 from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
+from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.plugins import build_profile
@@ -145,6 +147,10 @@ class Reconciler:
         self._http = httpx.AsyncClient()
         self._apis: dict[str, bool] = {}
         self._apis_checked_at = -math.inf
+        self._placing = asyncio.Lock()
+        # Devices pinned by claims this controller created that the scheduler has not allocated yet: the next
+        # snapshots count them as taken (as kube-scheduler's assume cache does), or two replicas could pin one.
+        self._pinned: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -207,12 +213,10 @@ class Reconciler:
             reason, message = "Paused", f"spec.replicas pins {spec.replicas} serving replicas (autoscaling paused)"
 
         # Gangs first: their demand is held out of placement, and standby replicas yield when it is short.
-        snapshot = None
         gangs = await self._gang_demands()
         deferred = ""
         if gangs:
-            snapshot = await self._snapshot(svc, gangs)
-            held = snapshot[2]
+            _, _, held = await self._snapshot(svc, gangs)
             if held.unplaced_pods and desired_standby:
                 names = ", ".join(sorted({g for g, _ in held.unplaced_pods}))
                 deferred = (f"standby replicas yield to pending gang(s) {names}, {held.shortfall_gpus} GPU(s) short; "
@@ -224,11 +228,15 @@ class Reconciler:
 
         # 4. plan
         current_hash = spec_hash(spec)
+        # A replica left unschedulable for two control periods lost its pinned device to another workload
+        # between placement and scheduling: it is placed again.
+        stuck = frozenset(r.name for r in replicas if r.state is api.ReplicaState.PENDING and r.created is not None
+                          and (now - r.created).total_seconds() > 2 * self.settings.period_s)
         plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash) for r in replicas],
-                             desired_serving, desired_standby)
+                             desired_serving, desired_standby, stuck=stuck)
 
         # 5-6. place and write
-        placements = await self._actuate(svc, plan, replicas, now, snapshot)
+        placements = await self._actuate(svc, plan, replicas, now, gangs)
         claims_gc, devices = await self._collect_orphan_claims(svc, uid, pods, placements)
 
         c = _Cycle(svc, generation, memory, now, replicas, rates, output, desired_serving, desired_standby, reason,
@@ -283,8 +291,7 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- actuate
 
     async def _actuate(self, svc: api.InferenceService, plan: ReplicaActions, replicas: Sequence[ReplicaPod],
-                       now: datetime, snapshot: tuple[Inventory, CycleInputs, GangReservation] | None
-                       ) -> tuple[ReplicaPlacement, ...]:
+                       now: datetime, gangs: Sequence[GangDemand]) -> tuple[ReplicaPlacement, ...]:
         ns = svc.meta.namespace
         for name, role in [*((n, Role.SERVING) for n in plan.promote), *((n, Role.STANDBY) for n in plan.demote)]:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
@@ -294,10 +301,19 @@ class Reconciler:
         if not wanted:
             return ()
         names = _new_names(svc.meta.name, {r.name for r in replicas}, len(wanted))
-        inventory, inputs, _ = snapshot or await self._snapshot(svc, ())
-        placements = place_replicas(svc, self.settings.policies.catalog, inventory, names, engine=self.engine,
-                                    inputs=inputs, seed=self.settings.seed,
-                                    claim_labels={**selector_labels(svc.meta)})
+        # One service places at a time: a snapshot, the choices on it and the claims that pin them, before the
+        # next service's snapshot, so that two services never pin the same device.
+        async with self._placing:
+            inventory, inputs, _ = await self._snapshot(svc, gangs)
+            placements = place_replicas(svc, self.settings.policies.catalog, inventory, names, engine=self.engine,
+                                        inputs=inputs, seed=self.settings.seed,
+                                        claim_labels={**selector_labels(svc.meta)})
+            await self._write_replicas(svc, placements, wanted, now)
+        return placements
+
+    async def _write_replicas(self, svc: api.InferenceService, placements: Sequence[ReplicaPlacement],
+                              wanted: Sequence[Role], now: datetime) -> None:
+        ns = svc.meta.namespace
         for placement, role in zip(placements, wanted, strict=True):
             if placement.claim is None:
                 self.metrics.placement_failures.labels(ns, svc.meta.name, _reason_code(placement)).inc()
@@ -306,6 +322,13 @@ class Reconciler:
             claim["metadata"]["labels"][LABEL_REPLICA] = placement.replica
             claim["metadata"]["ownerReferences"] = [owner_reference(svc.meta)]
             await self._create(RESOURCE_CLAIMS, claim, ns)
+            assert placement.decision.placement is not None
+            consumed = {k.rpartition("/")[2]: str(math.ceil(v))
+                        for k, v in placement.decision.placement.consumed_capacity.items()}
+            self._pinned[(ns, claim["metadata"]["name"])] = [
+                {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
+                 **({"consumedCapacity": consumed} if consumed else {})}
+                for d in placement.decision.placement.devices]
             pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
                               node_selector=placement.claim.node_selector,
                               tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
@@ -323,7 +346,6 @@ class Reconciler:
             await self._event(_ref(svc), "PlacementFailed",
                               f"{len(failed)} replica(s) cannot be placed: {failed[0].why_not}", "Warning", "Place",
                               now)
-        return placements
 
     async def _create(self, resource: Any, obj: Mapping[str, Any], namespace: str) -> None:
         try:
@@ -339,7 +361,8 @@ class Reconciler:
             self._k(self.kube.list, NODES), self._k(self.kube.list, RESOURCE_SLICES),
             self._k(self.kube.list, DEVICE_CLASSES), self._k(self.kube.list, RESOURCE_CLAIMS),
             self._k(self.kube.list, PODS))
-        inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes, claims=claims, pods=pods)
+        inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes,
+                                    claims=self._with_pinned(claims), pods=pods)
         mine = Counter(p.get("spec", {}).get("nodeName") for p in pods
                        if (p.get("metadata", {}).get("labels") or {}).get("infer-ctl.io/service") == svc.meta.name
                        and p.get("metadata", {}).get("namespace") == svc.meta.namespace)
@@ -353,9 +376,30 @@ class Reconciler:
             whole_free = (state.exists & (state.free_milli == MILLI)).sum(axis=1)
             free = {node.name: int(whole_free[i]) for i, node in enumerate(state.nodes)}
             held = reserve_for_gangs([(g.key, g.gpus_per_pod, g.pods) for g in gangs], free)
-        inputs = CycleInputs(service_replicas={k: v for k, v in mine.items() if k}, cached_nodes=cached,
+        # Fragmentation is measured against the workload mix the cluster runs now; ties go to nodes in a stable
+        # order (name), which keeps filling the same nodes instead of scattering equal-score replicas.
+        order = np.argsort(np.argsort([n.name for n in inventory.nodes])).astype(np.int64)
+        inputs = CycleInputs(workload=observed_mix(inventory), node_priority=order,
+                             service_replicas={k: v for k, v in mine.items() if k}, cached_nodes=cached,
                              gang_reserved_gpus=dict(held.reserved))
         return inventory, inputs, held
+
+    def _with_pinned(self, claims: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Claims as listed, with this controller's pinned-but-unallocated ones given their chosen devices."""
+        out: list[Mapping[str, Any]] = []
+        seen = set()
+        for listed in claims:
+            key = (listed["metadata"].get("namespace", ""), listed["metadata"]["name"])
+            seen.add(key)
+            allocated = (listed.get("status") or {}).get("allocation")
+            if key in self._pinned and not allocated:
+                out.append({**listed, "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
+                continue
+            self._pinned.pop(key, None)
+            out.append(listed)
+        for gone in set(self._pinned) - seen:
+            del self._pinned[gone]
+        return out
 
     async def _gang_demands(self) -> list[GangDemand]:
         """Pending PodGroups and Kueue Workloads, when the cluster serves those APIs (checked once a minute)."""

@@ -49,10 +49,14 @@ class ReplicaActions:
 
 
 def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
-                  removal_cost: Callable[[str], float] | None = None) -> ReplicaActions:
+                  removal_cost: Callable[[str], float] | None = None,
+                  stuck: frozenset[str] = frozenset()) -> ReplicaActions:
+    """`stuck`: replicas that cannot be scheduled as placed (their pinned device was taken meanwhile): they are
+    removed and count as missing, so that they are placed again."""
     if desired_serving < 0 or desired_standby < 0:
         raise ValueError(f"desired replicas must not be negative, got {desired_serving}/{desired_standby}")
-    live = [r for r in replicas if r.state is not ReplicaState.DRAINING]
+    replaced = tuple(r.name for r in replicas if r.name in stuck and r.state is ReplicaState.PENDING)
+    live = [r for r in replicas if r.state is not ReplicaState.DRAINING and r.name not in replaced]
     serving = [r for r in live if not r.standby]
     standby = [r for r in live if r.standby]
     promote: list[str] = []
@@ -101,7 +105,7 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
             create_serving += 1
         # The surge replica's twin is removed in a later cycle, once the new one is ready (it then counts
         # as one too many, and out-of-date replicas are removed first).
-    return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), tuple(remove))
+    return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), (*replaced, *remove))
 
 
 def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | None) -> list[Replica]:

@@ -83,3 +83,8 @@ def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving:
     # Serving ends at the desired count, unless loading replicas hold it above, or a surge of one replaces.
     assert serving_after >= want_serving
     assert serving_after <= max(want_serving, loading_serving + len(actions.promote)) + 1
+
+
+def test_a_replica_stuck_unschedulable_is_removed_and_placed_again() -> None:
+    actions = plan_replicas([serving("a"), serving("p", S.PENDING)], 2, 0, stuck=frozenset({"p"}))
+    assert actions.remove == ("p",) and actions.create_serving == 1
