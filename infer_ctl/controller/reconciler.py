@@ -271,8 +271,12 @@ class Reconciler:
     async def _rates(self, svc: api.InferenceService, memory: ServiceMemory, replicas: Sequence[ReplicaPod],
                      now_s: float) -> RateSamples:
         if self.prometheus is not None:
+            # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
+            # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
+            # sampled every 10 s only 40 % of it).
+            window = range_window_s(svc.spec.scaling.metric.query) or self.settings.period_s
             step_s = self.settings.engine_config.history_step_s if memory.last_sample_s is None else \
-                min(self.settings.period_s, self.settings.engine_config.history_step_s)
+                max(0.5, min(self.settings.period_s, self.settings.engine_config.history_step_s, window))
             start = now_s - HISTORY_ON_START_S if memory.last_sample_s is None else memory.last_sample_s + step_s
             start = min(start, now_s)
             rates: RateSamples = await self._k(self.prometheus.read, template=svc.spec.scaling.metric.query,

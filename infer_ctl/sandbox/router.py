@@ -17,11 +17,31 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import aiohttp.web
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
 from infer_ctl.sandbox.store import ApiError, Event, Obj, Store
 
 log = logging.getLogger(__name__)
+GATEWAY_METRIC = "infer_ctl_gateway_requests"
+_CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
+
+
+class GatewayMetrics:
+    """What a gateway in front of the replicas counts: every request to a service's front door, answered or not.
+    At zero replicas this is the only place a request is seen, which is what wakes a scaled-to-zero service."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(GATEWAY_METRIC, "Requests to a service's front door, by HTTP code.",
+                                ["namespace", "service", "code"], registry=self.registry)
+
+    def open(self, namespace: str, service: str) -> None:
+        for code in _CODES:
+            self.requests.labels(namespace, service, code)
+
+    def count(self, namespace: str, service: str, code: int) -> None:
+        self.requests.labels(namespace, service, str(code)).inc()
 
 ANNOTATION_URL = PREFIX + "url"
 LABEL_SERVICE = "infer-ctl.io/service"
@@ -53,6 +73,7 @@ class FrontDoor:
     namespace: str
     service: str
     session: aiohttp.ClientSession
+    metrics: GatewayMetrics | None = None
     port: int = 0
     outstanding: dict[str, int] = field(default_factory=dict)
     _rr: itertools.count[int] = field(default_factory=itertools.count)
@@ -86,6 +107,12 @@ class FrontDoor:
         return candidates[next(self._rr) % len(candidates)]
 
     async def forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = await self._forward(request)
+        if self.metrics is not None:
+            self.metrics.count(self.namespace, self.service, response.status)
+        return response
+
+    async def _forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         endpoint = self.pick()
         if endpoint is None:
             return aiohttp.web.json_response(
@@ -114,7 +141,30 @@ class Router:
     group: str = "infer-ctl.io"
     plural: str = "inferenceservices"
     doors: dict[tuple[str, str], FrontDoor] = field(default_factory=dict)
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    metrics_port: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _metrics_runner: aiohttp.web.AppRunner | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    async def serve_metrics(self) -> None:
+        """`/metrics` of every front door, on one port (what Prometheus scrapes as the gateway)."""
+        async def handle(_: aiohttp.web.Request) -> aiohttp.web.Response:
+            return aiohttp.web.Response(body=generate_latest(self.metrics.registry),
+                                        content_type="text/plain", charset="utf-8")
+
+        app = aiohttp.web.Application()
+        app.router.add_get("/metrics", handle)
+        self._metrics_runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._metrics_runner.setup()
+        site = aiohttp.web.TCPSite(self._metrics_runner, "127.0.0.1", self.metrics_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets, "the gateway metrics endpoint did not bind"
+        self.metrics_port = int(sockets[0].getsockname()[1])
 
     def __post_init__(self) -> None:
         self.store.subscribe(self._on_event)
@@ -142,6 +192,8 @@ class Router:
                 for door in self.doors.values():
                     await door.stop()
                 self.doors.clear()
+                if self._metrics_runner is not None:
+                    await self._metrics_runner.cleanup()
 
     async def sync(self, session: aiohttp.ClientSession) -> None:
         wanted = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in self._services()
@@ -151,7 +203,8 @@ class Router:
                 await self.doors.pop(key).stop()
         for key, svc in wanted.items():
             if key not in self.doors:
-                door = FrontDoor(self.store, key[0], key[1], session)
+                door = FrontDoor(self.store, key[0], key[1], session, self.metrics)
+                self.metrics.open(key[0], key[1])
                 await door.start()
                 self.doors[key] = door
                 log.info("front door for %s/%s at %s", key[0], key[1], door.url)

@@ -60,6 +60,7 @@ class Sandbox:
         await self._server.__aenter__()
         self.scheduler = Scheduler(self.store)
         self._router = Router(self.store)
+        await self._router.serve_metrics()
         self._tasks = [asyncio.create_task(self.scheduler.run(), name="scheduler"),
                        asyncio.create_task(self._router.run(), name="router")]
         if self.run_processes:
@@ -81,7 +82,7 @@ class Sandbox:
             self._server = None
 
     def endpoints(self) -> dict[str, str]:
-        out = {"api": self.url}
+        out = {"api": self.url, "gateway-metrics": self._router.metrics_url}
         for (namespace, name), door in sorted(self._router.doors.items()):
             out[f"{namespace}/{name}"] = door.url
         return out
