@@ -304,7 +304,12 @@ class Reconciler:
         wanted = [Role.SERVING] * plan.create_serving + [Role.STANDBY] * plan.create_standby
         if not wanted:
             return ()
-        names = _new_names(svc.meta.name, {r.name for r in replicas}, len(wanted))
+        # A name is taken while its Pod or its claim exists (a claim left by a crash before its Pod was created is
+        # collected in this cycle; its replica gets a new name rather than the stale claim).
+        claims = await self._k(self.kube.list, RESOURCE_CLAIMS, ns, label_selector=selector(svc.meta))
+        taken = {r.name for r in replicas} | {str((c["metadata"].get("labels") or {}).get(LABEL_REPLICA))
+                                               for c in claims}
+        names = _new_names(svc.meta.name, taken, len(wanted))
         # One service places at a time: a snapshot, the choices on it and the claims that pin them, before the
         # next service's snapshot, so that two services never pin the same device.
         async with self._placing:

@@ -9,13 +9,14 @@ partition that fits (from the `mig.nvidia.com` class when the spec left the defa
 memory share of one GPU's consumable capacity.
 
 Replicas of one cycle are placed one after the other on the same snapshot, each assuming the previous ones
-(as kube-scheduler's cycle does), so two new replicas never get the same device.
+(as kube-scheduler's cycle does), so two new replicas never get the same device. A `products` list is an order
+of preference: the first product with room takes the replica.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -63,9 +64,7 @@ def selectors(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) -> tu
     out: list[str] = []
     attrs = f"device.attributes['{NVIDIA_DRIVER}']"
     if spec.accelerator.products:
-        names = [p for acc in candidate_products(spec, catalog) for p in acc.product_names]
-        listed = ", ".join("'" + n.replace("\\", "\\\\").replace("'", "\\'") + "'" for n in names)
-        out.append(f"{attrs}.productName in [{listed}]")
+        out.append(_product_selector([p for acc in candidate_products(spec, catalog) for p in acc.product_names]))
     if spec.accelerator.min_compute_capability is not None:
         major, minor = spec.accelerator.min_compute_capability
         out.append(f"{attrs}.cudaComputeCapability.compareTo(semver('{major}.{minor}.0')) >= 0")
@@ -105,7 +104,16 @@ def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inven
     out: list[ReplicaPlacement] = []
     for name in replicas:
         request = replica_request(svc, catalog, name)
-        decision = engine.schedule(request, state, inputs, rng)
+        decision = None
+        # `products` is an order of preference: the first product with room takes the replica, and the engine's
+        # scores (fragmentation first) choose among its devices; without a list, all fitting products compete.
+        for preferred in _by_preference(svc, catalog, request):
+            attempt = engine.schedule(preferred, state, inputs, rng)
+            if attempt.placement is not None:
+                request, decision = preferred, attempt
+                break
+        if decision is None:
+            decision = engine.schedule(request, state, inputs, rng)  # every product at once, for the reasons
         if decision.placement is None:
             out.append(ReplicaPlacement(name, decision, None, "", False))
             continue
@@ -115,6 +123,19 @@ def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inven
         product = _product_of(decision, inventory, catalog)
         out.append(ReplicaPlacement(name, decision, claim, product, decision.placement.node in inputs.cached_nodes))
     return tuple(out)
+
+
+def _by_preference(svc: api.InferenceService, catalog: AcceleratorCatalog, request: Request) -> list[Request]:
+    products = candidate_products(svc.spec, catalog) if svc.spec.accelerator.products else ()
+    if len(products) < 2:
+        return [request]
+    others = tuple(sel for sel in request.selectors if ".productName in [" not in sel)
+    return [replace(request, selectors=(_product_selector(acc.product_names), *others)) for acc in products]
+
+
+def _product_selector(product_names: Sequence[str]) -> str:
+    listed = ", ".join("'" + n.replace("\\", "\\\\").replace("'", "\\'") + "'" for n in product_names)
+    return f"device.attributes['{NVIDIA_DRIVER}'].productName in [{listed}]"
 
 
 def _product_of(decision: Decision, inventory: Inventory, catalog: AcceleratorCatalog) -> str:

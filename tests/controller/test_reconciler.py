@@ -148,3 +148,22 @@ async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> Non
     metrics = condition(later.status, "MetricsAvailable")
     assert metrics["status"] == "False" and "unreachable" in metrics["message"]
     await reconciler.close()
+
+
+async def test_a_claim_left_by_a_crash_before_its_pod_is_collected_and_not_reused(cluster: Cluster) -> None:
+    body = apply(cluster.kube, service("crash", 1))
+    stale = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "crash-r0-gpu", "labels": {"infer-ctl.io/service": "crash",
+                                                             "app.kubernetes.io/managed-by": "infer-ctl",
+                                                             "infer-ctl.io/replica": "crash-r0"},
+                          "ownerReferences": [{"apiVersion": "infer-ctl.io/v1alpha1", "kind": "InferenceService",
+                                               "name": "crash", "uid": body["metadata"]["uid"], "controller": True}]},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+    cluster.kube.create(RESOURCE_CLAIMS, stale, "default")
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await reconciler.cycle(body, T0)
+    assert [p.replica for p in result.placements] == ["crash-r1"]
+    names = {c["metadata"]["name"] for c in cluster.kube.list(RESOURCE_CLAIMS, "default")
+             if not c["metadata"].get("deletionTimestamp")}
+    assert names == {"crash-r1-gpu"}
+    await reconciler.close()

@@ -105,3 +105,10 @@ def test_the_request_admits_only_the_products_and_compute_capability_the_spec_al
     assert any("productName in [" in s and "NVIDIA H100 80GB HBM3" in s for s in request.selectors)
     assert any("cudaComputeCapability.compareTo(semver('8.0.0')) >= 0" in s for s in request.selectors)
     assert request.device_memory_bytes == example("llm-8b").spec.model.memory_bytes
+
+
+def test_the_products_list_is_an_order_of_preference(inventory: Inventory) -> None:
+    builder = InferenceServiceBuilder("pref").with_("spec.accelerator.products", ["L4", "H100-80GB"])
+    svc = parse_inference_service(builder.with_("spec.model.memory", "16Gi").build())
+    placed = place(svc, inventory, n=5)
+    assert [p.product for p in placed] == ["L4"] * 4 + ["H100-80GB"]  # the L4 node has 4 GPUs, then H100s
