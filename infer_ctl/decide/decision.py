@@ -223,36 +223,15 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
             state = replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
         expected_requests = summary.peak_mean_rps * horizon_s if summary is not None else 0.0
         if current == 0:
+            wake: tuple[Reason, str] | None = None
             if not missing and observed > 0:
-                total = max(1, raw_total)
-                return _finish(
-                    state,
-                    now,
-                    policy,
-                    total,
-                    serving_now,
-                    current,
-                    horizon_s,
-                    demand,
-                    Reason.WAKE,
-                    f"a request arrived at zero replicas ({observed:.2f} rps)",
-                    keep_alive,
-                )
-            if expected_requests >= 1.0:
-                total = max(1, raw_total)
-                return _finish(
-                    state,
-                    now,
-                    policy,
-                    total,
-                    serving_now,
-                    current,
-                    horizon_s,
-                    demand,
-                    Reason.PREWARM_FROM_ZERO,
-                    f"forecast expects {expected_requests:.1f} requests within {horizon_s:.0f} s",
-                    keep_alive,
-                )
+                wake = (Reason.WAKE, f"a request arrived at zero replicas ({observed:.2f} rps)")
+            elif expected_requests >= 1.0:
+                wake = (Reason.PREWARM_FROM_ZERO,
+                        f"forecast expects {expected_requests:.1f} requests within {horizon_s:.0f} s")
+            if wake is not None:
+                return _finish(state, now, policy, max(1, raw_total), serving_now, current, horizon_s, demand,
+                               wake[0], wake[1], keep_alive)
             return _finish(
                 state,
                 now,
