@@ -19,7 +19,8 @@ they are fed, on buckets aligned to the clock (08:00-08:05, not 07:58-08:03).
 The upper quantile comes from the model's own errors: normalised errors e = (y - ŷ) / sqrt(max(ŷ, floor)) at
 each horizon step, measured out of sample by the backtest (`infer_ctl.forecast.select`) or in sample as a
 fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `MIN_ERRORS` errors exist (a young service), the
-quantile cannot be estimated and the upper bound is the highest rate seen so far: conservative, and said so.
+quantile cannot be estimated and the upper bound is the highest rate of the last horizon (plus a bucket): room
+for the traffic just seen, which a spike stops claiming once the traffic has stayed low for a horizon.
 The square-root scale is between absolute errors
 (wrong at low rates) and relative ones (wrong near zero): Poisson counts have exactly this variance shape.
 
@@ -45,6 +46,10 @@ MIN_ERRORS = 10
 # Forecasts are capped at this multiple of the highest rate seen: a trend fitted across a sudden step would
 # otherwise extrapolate far past anything the service has served (the burst guard handles real growth).
 PEAK_CAP_FACTOR = 1.5
+# Until the error quantile is calibrated, the upper bound is the highest rate of the last horizon + this many
+# buckets: a young service keeps room for the traffic it has just seen, and forgets a spike once the traffic has
+# stayed low for about a horizon (the decision's stabilization window then holds the replicas a while longer).
+RECENT_EXTRA_BUCKETS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,9 +270,12 @@ class KernelFitted:
     error_quantiles: tuple[float, ...]
     pending: tuple[float, ...] = ()
     note: str = ""
-    # until enough errors have been seen to estimate the quantile, the upper bound is the highest rate seen
+    # until enough errors have been seen to estimate the quantile, the upper bound is the highest rate of the
+    # last `recent_n` buckets (`recent_rps`)
     calibrated: bool = True
     peak_rps: float = 0.0
+    recent_rps: tuple[float, ...] = ()
+    recent_n: int = 0
 
     def update(self, values_rps: FloatArray) -> KernelFitted:
         if values_rps.size == 0:
@@ -275,6 +283,7 @@ class KernelFitted:
         new_values = values_rps.tolist()
         pending = [*self.pending, *new_values]
         peak = max(self.peak_rps, *(v for v in new_values if not math.isnan(v)), 0.0)
+        recent = (*self.recent_rps, *new_values)[-self.recent_n :] if self.recent_n > 0 else ()
         state_out = self.state
         if len(pending) >= self.agg:
             # the (possibly long, seasonal) state is copied only when a model bucket completes
@@ -299,6 +308,8 @@ class KernelFitted:
             note=self.note,
             calibrated=self.calibrated,
             peak_rps=peak,
+            recent_rps=recent,
+            recent_n=self.recent_n,
         )
 
     def predict(self, steps: int) -> Forecast:
@@ -325,7 +336,9 @@ class KernelFitted:
                 min(cap, m + max(0.0, qj * math.sqrt(max(m, SCALE_FLOOR_RPS)))) for m, qj in zip(mean, q, strict=False)
             ]
         else:
-            upper = [max(m, self.peak_rps) for m in mean]
+            recent = [v for v in self.recent_rps if not math.isnan(v)]
+            recent_peak = max(recent) if recent else (self.peak_rps if self.recent_n == 0 else 0.0)
+            upper = [max(m, recent_peak) for m in mean]
         return Forecast(self.method, self.end_s, self.step_s, np.array(mean), np.array(upper), self.quantile, self.note)
 
     def with_error_quantiles(
@@ -413,6 +426,7 @@ def _finish(
     state, errors = _filter_errors(kernel, coarse, hc)
     used = coarse.size * agg
     finite = history.values_rps[np.isfinite(history.values_rps)]
+    recent_n = horizon_steps + RECENT_EXTRA_BUCKETS
     fitted = KernelFitted(
         method=method,
         kernel=kernel,
@@ -425,6 +439,8 @@ def _finish(
         note=note,
         calibrated=int(np.isfinite(errors[:, -1]).sum()) >= MIN_ERRORS if errors.size else False,
         peak_rps=float(finite.max()) if finite.size else 0.0,
+        recent_rps=tuple(history.values_rps[max(0, used - recent_n) : used].tolist()),
+        recent_n=recent_n,
     )
     # the trailing partial coarse bucket goes through `update`, which keeps it pending
     return fitted.update(history.values_rps[used:])
@@ -457,7 +473,9 @@ class Ewma:
         ys = h.values_rps.tolist()
         finite = [y for y in ys if not math.isnan(y)]
         level0 = finite[0] if finite else 0.0
-        best = min(self.alphas, key=lambda a: _sse(_EwmaKernel(a, level0), ys))
+        # on a tie (a history too short to tell, e.g. one bucket) the most responsive alpha: a young service's
+        # level should follow its traffic, not the first bucket it happened to see
+        best = min(sorted(self.alphas, reverse=True), key=lambda a: _sse(_EwmaKernel(a, level0), ys))
         return _finish(
             self.method,
             _EwmaKernel(best, level0),

@@ -93,3 +93,30 @@ def test_a_tick_carries_every_state_field_it_does_not_change() -> None:
     for f in fields(EngineState):
         if f.name not in changed:
             assert getattr(after, f.name) == getattr(state, f.name), f.name
+
+
+def demo_step_rps(t: float) -> float:
+    """The controller demo's step profile: 50 req/s for 90 s, 500 req/s for 180 s, then 2 req/s."""
+    return 50.0 if t < 90.0 else 500.0 if t < 270.0 else 2.0
+
+
+def test_after_a_spike_on_a_short_history_the_replicas_come_down_once_the_stabilization_window_has_passed() -> None:
+    """The demo's service (40 req/s per replica, 20 s cold start, 60 s stabilization, one standby) sampled every
+    5 s from its first minute: it holds the spike's replicas through the stabilization window, then returns to
+    what 2 req/s needs instead of keeping the spike's peak as its upper bound."""
+    policy = DecidePolicy(40.0, min_replicas=1, max_replicas=14, quantile=0.99, standby_replicas=1,
+                          scale_down_stabilization_s=60.0, control_period_s=10.0)
+    config = EngineConfig()  # the controller's default: one-minute forecast buckets
+    state, n = EngineState(), 2
+    totals: dict[float, int] = {}
+    for k in range(1, 90):
+        now = k * 10.0
+        samples = tuple((s, demo_step_rps(s)) for s in (now - 5.0, now))
+        out, state = step(EngineInputs(now, samples, replicas(n), 20.0, policy), state, config)
+        n = totals[now] = out.decision.total
+    drop_s, bucket_s = 270.0, config.history_step_s
+    assert max(totals.values()) >= 14  # 500 req/s: 13 serving + 1 standby
+    assert all(n >= 14 for t, n in totals.items() if 200.0 <= t < drop_s + policy.scale_down_stabilization_s)
+    # the spike leaves the upper bound within two buckets (the rate window's lag and the bucket being filled)
+    settled_s = drop_s + policy.scale_down_stabilization_s + 3 * bucket_s
+    assert all(n == 2 for t, n in totals.items() if t >= settled_s), sorted(totals.items())
