@@ -47,6 +47,13 @@ def register(subparsers: Any) -> None:
         default=0.0,
         help="leave the first seconds out of the scores (every policy still runs them)",
     )
+    p.add_argument(
+        "--start",
+        choices=("warm", "first-minute-mean"),
+        default="warm",
+        help="initial replicas of every policy: warm (sized for the first cold start's traffic, as the oracle "
+        "would; default) or first-minute-mean (the first minute's mean rate, the earlier protocol)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as one JSON list")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw traffic, forecast and replicas")
     p.add_argument(
@@ -122,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             rate_scale=args.rate_scale,
             seed=args.seed,
             score_from_s=args.warmup_s,
+            start=args.start,
             progress=progress,
         )
     except ValueError as exc:

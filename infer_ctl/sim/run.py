@@ -11,6 +11,12 @@ Every ready replica takes traffic: infer-ctl's standby replicas are warm and bec
 within a control period, which the simulator does not model separately (its `serving/standby` split matters to
 routing and to batch gangs, not to how many GPUs are held).
 
+The start. Every policy, the oracle included, starts with the same `initial_replicas`, ready, and no history
+(`infer_ctl.sim.suite.initial_replicas`: by default a service already running when the trace starts, sized for the
+traffic of the first cold start at the SLO capacity, which is what the oracle would hold at t = 0). A real
+service is running when a trace begins; starting it with too few replicas would score every policy on the first
+cold start, which none but a clairvoyant can serve.
+
 Latency per tick (the model in `infer_ctl.sim.model`): with n ready replicas, per-replica load lam = A/(n*dt),
 backlog Q at the start of the tick, a request's latency is base + W + Exp(nu) with W = Q/(n*mu) and
 nu = max(mu - lam, 0.02 mu); with no ready replica, W is the time until the first one is ready.

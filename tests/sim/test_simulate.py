@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,31 @@ def test_simulate_reports_an_invalid_manifest_by_field(capsys: pytest.CaptureFix
     manifest.write_text("apiVersion: infer-ctl.io/v1alpha1\nkind: InferenceService\nmetadata: {name: x}\nspec: {}\n")
     assert main(["simulate", "--trace", "1", "--trace-format", "step", "--service", str(manifest)]) == 2
     assert "spec.model" in capsys.readouterr().err
+
+
+def burst_at_start() -> Trace:
+    """10 req/s, with a 60 s burst of 80 req/s starting at 30 s: inside the first cold start."""
+    rates = np.full(900, 10.0)
+    rates[30:90] = 80.0
+    return Trace("burst-at-start", 0.0, 1.0, rates)
+
+
+def test_every_policy_starts_warm_with_the_replicas_the_first_cold_start_needs() -> None:
+    settings = default_settings(120.0)
+    results = run_policies(burst_at_start(), POLICY_NAMES, settings, tick_s=5.0)
+    # 80 req/s at 8 req/s per replica within the SLO: 10 ready replicas at t = 0, the same for every policy
+    assert {int(r.ready[0]) for r in results} == {10}
+    oracle = next(r for r in results if r.policy == "oracle")
+    assert oracle.slo_attainment >= 0.99
+
+
+def test_the_first_minute_mean_start_loses_a_burst_in_the_first_cold_start_even_for_the_oracle() -> None:
+    settings = default_settings(120.0)
+    results = run_policies(burst_at_start(), ("oracle",), settings, tick_s=5.0, start="first-minute-mean")
+    assert int(results[0].ready[0]) == math.ceil((30 * 10 + 30 * 80) / 60 / 8)
+    assert results[0].slo_attainment < 0.99
+
+
+def test_an_unknown_start_protocol_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown start protocol 'hot'"):
+        run_policies(burst_at_start(), ("hpa",), default_settings(120.0), tick_s=5.0, start="hot")
