@@ -13,7 +13,8 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
 2. Burst guard: when the observed rate runs above the forecast's upper bound for now, the forecast has missed;
    size for the observed rate plus the same headroom the forecast would have kept (upper - mean), at once.
 3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
-4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does), never below the
+4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does; replicas found at
+   the first decision, e.g. after a controller restart, count as recommended then), never below the
    replicas still loading (they are not removed: their cold start is already paid and they were started for a
    reason), and only if the ready replicas that remain absorb the observed load (consolidation-aware).
 5. Missing data (NaN rate) never scales down: it holds, and the reason says so.
@@ -172,6 +173,10 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     )
     observed = inputs.observed_rps
     missing = math.isnan(observed)
+    if not state.recommendations and current > 0:
+        # the first decision for replicas that already exist (a service found running, a controller restart):
+        # they count as recommended now, so the stabilization window protects them as it would have
+        state = replace(state, recommendations=((now, current),))
     state = _track_idle(state, now, observed)
     fc = inputs.forecast if policy.forecast_enabled else None
     summary = None

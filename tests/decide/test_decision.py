@@ -93,16 +93,24 @@ CASES = [
         id="after the stabilization window the service scales down",
     ),
     pytest.param(
-        Situation(observed=0, ready=3, loading=5, forecast=flat_forecast(0, 0.5, now=1000.0)),
+        Situation(observed=0, ready=3, loading=5, forecast=flat_forecast(0, 0.5, now=1000.0),
+                  state=with_history((600.0, 8))),
         5,
         Reason.HOLD_LOADING,
         id="replicas still loading are never removed",
     ),
     pytest.param(
-        Situation(observed=35, ready=3, loading=3, forecast=flat_forecast(5, 6, now=1000.0)),
+        Situation(observed=35, ready=3, loading=3, forecast=flat_forecast(5, 6, now=1000.0),
+                  state=with_history((600.0, 6))),
         6,
         Reason.HOLD_CONSOLIDATION,
         id="scale-down keeps the ready replicas that carry the observed load",
+    ),
+    pytest.param(
+        Situation(observed=10, ready=8, forecast=flat_forecast(10, 12, now=1000.0)),
+        8,
+        Reason.STABILIZING,
+        id="replicas found at the first decision (a controller restart) wait for the stabilization window",
     ),
     pytest.param(
         Situation(observed=math.nan, ready=6, forecast=flat_forecast(5, 6, now=1000.0)),
