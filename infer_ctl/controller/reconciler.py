@@ -19,6 +19,7 @@ Order within a cycle (Kueue's rule: decisions first, writes last):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections import Counter
@@ -28,10 +29,10 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-import numpy as np
 
 from infer_ctl.actuate.manifests import Role, owner_reference, replica_pod, selector, selector_labels, spec_hash
 from infer_ctl.actuate.metrics import ControllerMetrics
+from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.coldstart import ColdStarts
@@ -39,38 +40,26 @@ from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
-from infer_ctl.engine.gangs import GangReservation, reserve_for_gangs
 from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, place_replicas
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
 from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
 from infer_ctl.kube.client import (
-    DEVICE_CLASSES,
-    KUEUE_WORKLOADS,
-    NODES,
-    POD_GROUPS,
     PODS,
-    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
     KubeClient,
     KubeError,
 )
-from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
 from infer_ctl.kube.inferenceservice import check_inference_service
 from infer_ctl.kube.labels import (
     ANNOTATION_ACCELERATOR,
     ANNOTATION_CACHED,
-    ANNOTATION_MODEL_CACHE,
     LABEL_REPLICA,
     LABEL_ROLE,
 )
 from infer_ctl.kube.pods import ReplicaPod, replica_pods
 from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
-from infer_ctl.place.frag import observed_mix
-from infer_ctl.place.framework import CycleInputs, Engine
-from infer_ctl.place.inventory import Inventory
+from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
-from infer_ctl.place.state import MILLI, ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +73,7 @@ class Settings:
     prometheus_url: str | None = None
     engine_config: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
+    snapshot_max_age_s: float = 1.0  # how stale the shared cluster snapshot for placement may get
 
     @property
     def period_s(self) -> float:
@@ -145,18 +135,28 @@ class Reconciler:
                                             "scores": dict(placement.score_weights)}))
         self.memory: dict[str, ServiceMemory] = {}
         self._http = httpx.AsyncClient()
-        self._apis: dict[str, bool] = {}
-        self._apis_checked_at = -math.inf
-        self._placing = asyncio.Lock()
-        # Devices pinned by claims this controller created that the scheduler has not allocated yet: the next
-        # snapshots count them as taken (as kube-scheduler's assume cache does), or two replicas could pin one.
-        self._pinned: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).
+        self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k)
+        self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
+
+    def _check(self, uid: str, body: Mapping[str, Any]) -> Any:
+        """The spec check (CRD schema, CEL rules, parser, catalog), done again only when the object changed."""
+        meta = body.get("metadata") or {}
+        fingerprint = json.dumps([meta.get("name"), meta.get("namespace"), meta.get("generation"),
+                                  meta.get("labels"), body.get("spec")], sort_keys=True, default=str)
+        memo = self._checked.get(uid)
+        if memo is not None and memo[0] == fingerprint:
+            return memo[1]
+        check = check_inference_service(body, self.settings.policies.catalog)
+        self._checked[uid] = (fingerprint, check)
+        return check
 
     async def close(self) -> None:
         await self._http.aclose()
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         self.memory.pop(uid, None)
+        self._checked.pop(uid, None)
         self.metrics.forget(namespace, name)
 
     async def _k(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -172,7 +172,7 @@ class Reconciler:
         generation = int(meta.get("generation") or 0)
         conditions = _conditions_of(body)
 
-        check = check_inference_service(body, self.settings.policies.catalog)
+        check = self._check(uid, body)
         if not check.ok or check.service is None:
             message = "; ".join(str(e) for e in check.errors)
             conditions = set_condition(conditions, type=api.ConditionType.VALID, status="False",
@@ -213,10 +213,11 @@ class Reconciler:
             reason, message = "Paused", f"spec.replicas pins {spec.replicas} serving replicas (autoscaling paused)"
 
         # Gangs first: their demand is held out of placement, and standby replicas yield when it is short.
-        gangs = await self._gang_demands()
         deferred = ""
-        if gangs:
-            _, _, held = await self._snapshot(svc, gangs)
+        if await self.view.gangs():
+            async with self.view.lock:
+                snapshot = await self.view.current()
+                gangs, held = snapshot.gangs, snapshot.gang_reservation()
             if held.unplaced_pods and desired_standby:
                 names = ", ".join(sorted({g for g, _ in held.unplaced_pods}))
                 deferred = (f"standby replicas yield to pending gang(s) {names}, {held.shortfall_gpus} GPU(s) short; "
@@ -232,11 +233,13 @@ class Reconciler:
         # between placement and scheduling: it is placed again.
         stuck = frozenset(r.name for r in replicas if r.state is api.ReplicaState.PENDING and r.created is not None
                           and (now - r.created).total_seconds() > 2 * self.settings.period_s)
+        if stuck:
+            self.view.invalidate()  # the snapshot missed whoever took the pinned device
         plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash) for r in replicas],
                              desired_serving, desired_standby, stuck=stuck)
 
         # 5-6. place and write
-        placements = await self._actuate(svc, plan, replicas, now, gangs)
+        placements = await self._actuate(svc, plan, replicas, pods, now)
         claims_gc, devices = await self._collect_orphan_claims(svc, uid, pods, placements)
 
         c = _Cycle(svc, generation, memory, now, replicas, rates, output, desired_serving, desired_standby, reason,
@@ -295,7 +298,7 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- actuate
 
     async def _actuate(self, svc: api.InferenceService, plan: ReplicaActions, replicas: Sequence[ReplicaPod],
-                       now: datetime, gangs: Sequence[GangDemand]) -> tuple[ReplicaPlacement, ...]:
+                       pods: Sequence[Mapping[str, Any]], now: datetime) -> tuple[ReplicaPlacement, ...]:
         ns = svc.meta.namespace
         for name, role in [*((n, Role.SERVING) for n in plan.promote), *((n, Role.STANDBY) for n in plan.demote)]:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
@@ -310,13 +313,16 @@ class Reconciler:
         taken = {r.name for r in replicas} | {str((c["metadata"].get("labels") or {}).get(LABEL_REPLICA))
                                                for c in claims}
         names = _new_names(svc.meta.name, taken, len(wanted))
-        # One service places at a time: a snapshot, the choices on it and the claims that pin them, before the
-        # next service's snapshot, so that two services never pin the same device.
-        async with self._placing:
-            inventory, inputs, _ = await self._snapshot(svc, gangs)
-            placements = place_replicas(svc, self.settings.policies.catalog, inventory, names, engine=self.engine,
-                                        inputs=inputs, seed=self.settings.seed,
-                                        claim_labels={**selector_labels(svc.meta)})
+        # One service places at a time, on the shared snapshot: its choices are applied to the snapshot and its
+        # claims written before the next service places, so that two services never pin the same device.
+        service_nodes = Counter(node for p in pods if (node := _node_of(p)))
+        async with self.view.lock:
+            snapshot = await self.view.current()
+            placements = place_replicas(svc, self.settings.policies.catalog, snapshot.inventory, names,
+                                        engine=self.engine,
+                                        inputs=snapshot.inputs(svc.spec.model.cache_key, service_nodes),
+                                        seed=self.settings.seed, claim_labels={**selector_labels(svc.meta)},
+                                        state=snapshot.state)
             await self._write_replicas(svc, placements, wanted, now)
         return placements
 
@@ -334,10 +340,10 @@ class Reconciler:
             assert placement.decision.placement is not None
             consumed = {k.rpartition("/")[2]: str(math.ceil(v))
                         for k, v in placement.decision.placement.consumed_capacity.items()}
-            self._pinned[(ns, claim["metadata"]["name"])] = [
+            self.view.pin(ns, claim["metadata"]["name"], [
                 {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
                  **({"consumedCapacity": consumed} if consumed else {})}
-                for d in placement.decision.placement.devices]
+                for d in placement.decision.placement.devices])
             pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
                               node_selector=placement.claim.node_selector,
                               tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
@@ -362,72 +368,6 @@ class Reconciler:
         except KubeError as exc:
             if not exc.conflict:  # already there (a repeated cycle): fine
                 raise
-
-    async def _snapshot(self, svc: api.InferenceService, gangs: Sequence[GangDemand]
-                        ) -> tuple[Inventory, CycleInputs, GangReservation]:
-        """One snapshot of the cluster for this cycle's placements, with pending gangs' GPUs held out."""
-        nodes, slices, classes, claims, pods = await asyncio.gather(
-            self._k(self.kube.list, NODES), self._k(self.kube.list, RESOURCE_SLICES),
-            self._k(self.kube.list, DEVICE_CLASSES), self._k(self.kube.list, RESOURCE_CLAIMS),
-            self._k(self.kube.list, PODS))
-        inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes,
-                                    claims=self._with_pinned(claims), pods=pods)
-        mine = Counter(p.get("spec", {}).get("nodeName") for p in pods
-                       if (p.get("metadata", {}).get("labels") or {}).get("infer-ctl.io/service") == svc.meta.name
-                       and p.get("metadata", {}).get("namespace") == svc.meta.namespace)
-        cache_key = svc.spec.model.cache_key
-        cached = frozenset(n["metadata"]["name"] for n in nodes
-                           if cache_key in _split(((n.get("metadata") or {}).get("annotations") or {})
-                                                  .get(ANNOTATION_MODEL_CACHE, "")))
-        held = GangReservation({}, (), ())
-        if gangs:
-            state = ClusterState.from_inventory(inventory)
-            whole_free = (state.exists & (state.free_milli == MILLI)).sum(axis=1)
-            free = {node.name: int(whole_free[i]) for i, node in enumerate(state.nodes)}
-            held = reserve_for_gangs([(g.key, g.gpus_per_pod, g.pods) for g in gangs], free)
-        # Fragmentation is measured against the workload mix the cluster runs now; ties go to nodes in a stable
-        # order (name), which keeps filling the same nodes instead of scattering equal-score replicas.
-        order = np.argsort(np.argsort([n.name for n in inventory.nodes])).astype(np.int64)
-        inputs = CycleInputs(workload=observed_mix(inventory), node_priority=order,
-                             service_replicas={k: v for k, v in mine.items() if k}, cached_nodes=cached,
-                             gang_reserved_gpus=dict(held.reserved))
-        return inventory, inputs, held
-
-    def _with_pinned(self, claims: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        """Claims as listed, with this controller's pinned-but-unallocated ones given their chosen devices."""
-        out: list[Mapping[str, Any]] = []
-        seen = set()
-        for listed in claims:
-            key = (listed["metadata"].get("namespace", ""), listed["metadata"]["name"])
-            seen.add(key)
-            allocated = (listed.get("status") or {}).get("allocation")
-            if key in self._pinned and not allocated:
-                out.append({**listed, "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
-                continue
-            self._pinned.pop(key, None)
-            out.append(listed)
-        for gone in set(self._pinned) - seen:
-            del self._pinned[gone]
-        return out
-
-    async def _gang_demands(self) -> list[GangDemand]:
-        """Pending PodGroups and Kueue Workloads, when the cluster serves those APIs (checked once a minute)."""
-        now = asyncio.get_running_loop().time()
-        if now >= self._apis_checked_at + 60:
-            self._apis = {api_version: await self._k(self.kube.has_api, api_version)
-                          for api_version in (POD_GROUPS.api_version, KUEUE_WORKLOADS.api_version)}
-            self._apis_checked_at = now
-        demands: list[GangDemand] = []
-        if self._apis.get(POD_GROUPS.api_version):
-            groups = await self._k(self.kube.list, POD_GROUPS)
-            if groups:
-                pods, claims, templates = await asyncio.gather(
-                    self._k(self.kube.list, PODS), self._k(self.kube.list, RESOURCE_CLAIMS),
-                    self._k(self.kube.list, RESOURCE_CLAIM_TEMPLATES))
-                demands.extend(pod_group_demands(groups, pods, claims, templates))
-        if self._apis.get(KUEUE_WORKLOADS.api_version):
-            demands.extend(workload_demands(await self._k(self.kube.list, KUEUE_WORKLOADS)))
-        return demands
 
     async def _collect_orphan_claims(self, svc: api.InferenceService, uid: str, pods: Sequence[Mapping[str, Any]],
                                      placements: Sequence[ReplicaPlacement]) -> tuple[int, dict[str, tuple[str, ...]]]:
@@ -547,6 +487,13 @@ class Reconciler:
         self.metrics.desired.labels(ns, name, "serving").set(c.serving)
         self.metrics.desired.labels(ns, name, "standby").set(c.standby)
         self.metrics.decisions.labels(ns, name, c.reason).inc()
+        if (snapshot := self.view.latest) is not None:
+            self.metrics.fragmentation.set(snapshot.fragmentation_ratio)
+        by_source = Counter[str]()
+        for gang in self.view.pending_gangs:
+            by_source[gang.source] += gang.gpus
+        for source in ("PodGroup", "Workload"):
+            self.metrics.gang_demand.labels(source).set(by_source[source])
         if not math.isnan(c.output.observed_rps):
             self.metrics.observed_rps.labels(ns, name).set(c.output.observed_rps)
         fc = c.output.forecast
@@ -593,5 +540,7 @@ def _ref(svc: api.InferenceService) -> dict[str, Any]:
             "metadata": {"name": svc.meta.name, "namespace": svc.meta.namespace, "uid": svc.meta.uid}}
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+def _node_of(pod: Mapping[str, Any]) -> str:
+    """The node a replica Pod runs on, or is pinned to by its node selector before it is bound."""
+    spec = pod.get("spec") or {}
+    return str(spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname") or "")

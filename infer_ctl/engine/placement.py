@@ -97,9 +97,13 @@ def replica_request(svc: api.InferenceService, catalog: AcceleratorCatalog, repl
 
 def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inventory: Inventory,
                    replicas: Sequence[str], *, engine: Engine, inputs: CycleInputs, seed: int,
-                   claim_labels: Mapping[str, str] | None = None) -> tuple[ReplicaPlacement, ...]:
-    """Place `replicas` one after the other; a replica that does not fit says why and the rest still try."""
-    state = ClusterState.from_inventory(inventory)
+                   claim_labels: Mapping[str, str] | None = None,
+                   state: ClusterState | None = None) -> tuple[ReplicaPlacement, ...]:
+    """Place `replicas` one after the other; a replica that does not fit says why and the rest still try.
+
+    `state`: the snapshot's arrays when the caller keeps them across calls (the controller's shared snapshot);
+    each placement is applied to it. Without it, a fresh state is built from `inventory` and dropped."""
+    state = ClusterState.from_inventory(inventory) if state is None else state
     rng = np.random.default_rng(seed)
     out: list[ReplicaPlacement] = []
     for name in replicas:

@@ -48,7 +48,7 @@ async def test_standby_replicas_yield_to_a_pending_gang_and_its_pods_are_left_al
                                                                                    "latency-critical")
                        .with_("spec.scaling.minReplicas", 2).with_("spec.runtime.coldStartSeconds", 0.5)
                        .with_("spec.accelerator.products", ["H100-80GB"]).build(), "default")
-    reconciler = Reconciler(kube, Settings(cluster.policies))
+    reconciler = Reconciler(kube, Settings(cluster.policies, snapshot_max_age_s=0))
     first = await reconciler.cycle(body, T0)
     # minReplicas serve; the preset keeps one warm standby on top of them.
     assert (first.actions.create_serving, first.actions.create_standby) == (2, 1)
