@@ -12,6 +12,10 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    E.g. cold start p90 120 s, period 10 s, forecast upper peak 430 rps, cap 10 rps -> 43 replicas.
 2. Burst guard: when the observed rate runs above the forecast's upper bound for now, the forecast has missed;
    size for the observed rate plus the same headroom the forecast would have kept (upper - mean), at once.
+   Backlog: while the observed rate exceeds what the ready replicas serve at the SLO capacity, the excess
+   requests pile up (estimated as the running sum of (observed - ready x capacity) x elapsed, never below
+   zero); the decision then sizes for the arriving rate plus draining that backlog within the horizon, so an
+   overload ends within a cold start of the new replicas instead of lingering at exactly the arriving rate.
 3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
 4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does; replicas found at
    the first decision, e.g. after a controller restart, count as recommended then), never below the
@@ -126,6 +130,10 @@ class DecideState:
     idle_histogram: IdleHistogram = field(default_factory=IdleHistogram)
     # the learned keep-alive and the cold start it was computed for (recomputed when either changes)
     learned_keep_alive: tuple[float, float] | None = None
+    # requests that arrived beyond what the ready replicas serve at the SLO capacity, not yet drained (estimated
+    # from the observed rate: sum of (observed - ready x capacity) x elapsed, never below zero), and when updated
+    backlog_requests: float = 0.0
+    backlog_at_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +186,12 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         # they count as recommended now, so the stabilization window protects them as it would have
         state = replace(state, recommendations=((now, current),))
     state = _track_idle(state, now, observed)
+    if not missing:
+        ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
+        elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
+                                                              2 * policy.control_period_s)
+        backlog = max(0.0, state.backlog_requests + (observed - ready * cap) * elapsed)
+        state = replace(state, backlog_requests=backlog, backlog_at_s=now)
     fc = inputs.forecast if policy.forecast_enabled else None
     summary = None
 
@@ -204,6 +218,16 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
                 )
     elif not missing:
         message = f"observed {observed:.1f} rps (no forecast)"
+    if not missing and state.backlog_requests > cap * policy.control_period_s:
+        # overloaded: the requests that piled up must drain too, within a horizon (by the time new replicas are
+        # ready), on top of the arriving ones
+        drain = observed + state.backlog_requests / horizon_s
+        if drain > demand:
+            demand, reason = drain, Reason.BURST
+            message = (
+                f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity: sized for "
+                f"{observed:.1f} rps arriving plus draining them within {horizon_s:.0f} s"
+            )
     serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
     # Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
     # replicas in traffic only lower latency) and at least minReplicas; standby: the preset's warm spares on top,
@@ -346,4 +370,11 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
     rec = raw_total if raw_total is not None else total
     recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
     decision = Decision(serving, standby, reason, message, current, horizon_s, demand, keep_alive)
-    return decision, DecideState(recommendations, state.idle_since_s, state.idle_histogram, state.learned_keep_alive)
+    return decision, DecideState(
+        recommendations,
+        state.idle_since_s,
+        state.idle_histogram,
+        state.learned_keep_alive,
+        state.backlog_requests,
+        state.backlog_at_s,
+    )

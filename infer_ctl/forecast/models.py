@@ -18,7 +18,7 @@ they are fed, on buckets aligned to the clock (08:00-08:05, not 07:58-08:03).
 
 The upper quantile comes from the model's own errors: normalised errors e = (y - ŷ) / sqrt(max(ŷ, floor)) at
 each horizon step, measured out of sample by the backtest (`infer_ctl.forecast.select`) or in sample as a
-fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `MIN_ERRORS` errors exist (a young service), the
+fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `min_errors(q)` errors exist (a young service), the
 quantile cannot be estimated and the upper bound is the highest rate of the last horizon (plus a bucket): room
 for the traffic just seen, which a spike stops claiming once the traffic has stayed low for a horizon.
 The square-root scale is between absolute errors
@@ -43,6 +43,15 @@ from infer_ctl.forecast.series import FloatArray, RateSeries
 SCALE_FLOOR_RPS = 1.0
 # errors needed before an error quantile is trusted; until then the upper bound is the peak rate seen
 MIN_ERRORS = 10
+
+
+def min_errors(quantile: float) -> int:
+    """Errors needed to estimate the `quantile` of the error distribution: at least `MIN_ERRORS`, and enough that
+    the tail above the quantile holds half an error (10 for q0.95, 50 for q0.99). With fewer, the estimate is the
+    largest error seen, so that one past spike keeps the upper bound up as long as it is in the sample."""
+    return max(MIN_ERRORS, math.ceil(0.5 / max(1e-6, 1.0 - quantile) - 1e-9))
+
+
 # Forecasts are capped at this multiple of the highest rate seen: a trend fitted across a sudden step would
 # otherwise extrapolate far past anything the service has served (the burst guard handles real growth).
 PEAK_CAP_FACTOR = 1.5
@@ -403,7 +412,7 @@ def error_quantiles_by_step(errors: FloatArray, quantile: float, agg: int, steps
         c = min(j // agg, errors.shape[1] - 1)
         col = errors[:, c]
         col = col[np.isfinite(col)]
-        out.append(float(np.quantile(col, quantile)) if col.size >= MIN_ERRORS else 0.0)
+        out.append(float(np.quantile(col, quantile)) if col.size >= min_errors(quantile) else 0.0)
     return out
 
 
@@ -437,7 +446,7 @@ def _finish(
         quantile=quantile,
         error_quantiles=tuple(error_quantiles_by_step(errors, quantile, agg, horizon_steps)),
         note=note,
-        calibrated=int(np.isfinite(errors[:, -1]).sum()) >= MIN_ERRORS if errors.size else False,
+        calibrated=int(np.isfinite(errors[:, -1]).sum()) >= min_errors(quantile) if errors.size else False,
         peak_rps=float(finite.max()) if finite.size else 0.0,
         recent_rps=tuple(history.values_rps[max(0, used - recent_n) : used].tolist()),
         recent_n=recent_n,

@@ -30,6 +30,7 @@ from infer_ctl.forecast.models import (
     Forecaster,
     KernelFitted,
     default_candidates,
+    min_errors,
 )
 from infer_ctl.forecast.series import FloatArray, RateSeries
 
@@ -98,7 +99,7 @@ def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fa
         a, m = actual[:, j], mean[:, j]
         ok = np.isfinite(a) & (a > 0)
         base = fallback[j] if j < len(fallback) else (fallback[-1] if fallback else 0.0)
-        if ok.sum() < 20:
+        if ok.sum() < max(20, min_errors(quantile)):
             out.append(base)
             continue
         e = (a[ok] - m[ok]) / np.sqrt(np.maximum(m[ok], SCALE_FLOOR_RPS))
@@ -147,7 +148,8 @@ def select_and_fit(
             # extrapolates the step)
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped="holdout too short to score"))
             if best is None or cand.method == "ewma":
-                best = (math.inf, fitted.update(holdout))
+                # fitted on the whole history: every bucket's error counts towards calibrating the upper bound
+                best = (math.inf, cand.fit(history, horizon_steps, quantile))
             continue
         model, actual_m, mean_m, upper_m = rolling_origin(fitted, holdout, horizon_steps)
         # scored on the last horizon step, leaving out idle buckets forecast as idle
@@ -165,7 +167,7 @@ def select_and_fit(
         if isinstance(model, KernelFitted):
             model = model.with_error_quantiles(
                 _holdout_quantiles(actual_m, mean_m, quantile, model.error_quantiles),
-                calibrated=model.calibrated or actual.size >= 20,
+                calibrated=model.calibrated or actual.size >= max(20, min_errors(quantile)),
             )
         if best is None or pinball < best[0]:
             best = (pinball, model)

@@ -226,3 +226,24 @@ def test_keep_alive_covers_short_gaps_and_skips_long_ones() -> None:
         nightly = nightly.add(10 * 3600.0)
     assert nightly.keep_alive_s(cold_start_s=120.0, default_s=600.0) == 0.0
     assert IdleHistogram().add(10.0).keep_alive_s(cold_start_s=120.0, default_s=600.0) == 600.0
+
+
+def test_an_overload_sizes_for_the_arrivals_plus_draining_the_requests_that_piled_up() -> None:
+    """100 req/s on 2 ready replicas of 10 req/s: 80 req/s pile up; after 20 s, 1600 requests must drain within
+    the horizon (120 s + 10 s) on top of the arrivals: 100 + 1600 / 130 = 112.3 req/s, 12 replicas."""
+    policy = DecidePolicy(CAP, min_replicas=1, max_replicas=50)
+    state = DecideState()
+    for now in (1000.0, 1010.0, 1020.0):
+        s = Situation(observed=100.0, ready=2, loading=8, now=now, policy=policy, state=state,
+                      forecast=flat_forecast(100.0, 100.0, now=now))
+        decision, state = s.run()
+    assert state.backlog_requests == pytest.approx(1600.0)
+    assert (decision.total, decision.reason) == (12, Reason.BURST), decision.message
+    # once the ready replicas serve more than arrives (20 x 10 - 100 = 100 req/s to spare), the backlog drains
+    # in 16 s and the sizing returns to the forecast
+    for now in (1030.0, 1040.0):
+        s = Situation(observed=100.0, ready=20, now=now, policy=policy, state=state,
+                      forecast=flat_forecast(100.0, 100.0, now=now))
+        decision, state = s.run()
+    assert state.backlog_requests == 0.0
+    assert decision.reason is not Reason.BURST

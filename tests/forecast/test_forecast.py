@@ -150,3 +150,29 @@ def test_forecasts_are_finite_non_negative_and_upper_is_at_least_mean(values: li
 def test_holt_winters_refuses_a_history_shorter_than_two_seasons() -> None:
     with pytest.raises(ValueError, match="needs"):
         HoltWinters(DAY_S, 900.0).fit(daily_series(1.5), 2, 0.95)
+
+
+def spike_then_quiet(quiet_buckets: int) -> RateSeries:
+    """One-minute buckets: 50 req/s for 3 minutes, a 500 req/s spike for 3, then 2 req/s."""
+    return RateSeries(0.0, 60.0, np.array([50.0] * 3 + [500.0] * 3 + [2.0] * quiet_buckets))
+
+
+def test_before_the_quantile_can_be_estimated_the_upper_bound_is_the_recent_peak_not_an_old_spike() -> None:
+    fitted = Ewma().fit(spike_then_quiet(6), 2, 0.99)
+    assert isinstance(fitted, KernelFitted) and not fitted.calibrated
+    assert fitted.predict(2).upper_rps.max() == pytest.approx(2.0)
+    # while the spike is within the last horizon + 1 buckets, its peak is still the bound
+    assert Ewma().fit(spike_then_quiet(2), 2, 0.99).predict(2).upper_rps.max() == pytest.approx(500.0)
+
+
+@pytest.mark.parametrize(
+    ("quantile", "errors_needed"),
+    [(0.8, 10), (0.95, 10), (0.99, 50)],
+    ids=["q0.80 needs the minimum of 10 errors", "q0.95 needs 10", "q0.99 needs 50: its tail must hold one half"],
+)
+def test_a_quantile_is_estimated_only_from_enough_errors_for_its_tail(quantile: float, errors_needed: int) -> None:
+    from infer_ctl.forecast.models import min_errors
+
+    assert min_errors(quantile) == errors_needed
+    # 20 quiet buckets after the spike: about 20 errors, enough for q0.95 and not for q0.99
+    assert Ewma().fit(spike_then_quiet(20), 2, quantile).calibrated == (errors_needed <= 20)
