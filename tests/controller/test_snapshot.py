@@ -31,8 +31,12 @@ async def test_services_placing_on_one_snapshot_never_pin_the_same_device(cluste
     assert reconciler.view.refreshes == 1  # one listing for all four services
     chosen = Counter((d.pool, d.name) for r in results for p in r.placements for d in p.decision.placement.devices)
     assert sum(chosen.values()) == 8 and max(chosen.values()) == 1
-    claims = wait_for("8 claims allocated", lambda: (lambda cs: cs if len(cs) == 8 and all(
-        (c.get("status") or {}).get("allocation") for c in cs) else None)(cluster.kube.list(RESOURCE_CLAIMS, "default")))
+
+    def allocated_claims() -> list[dict[str, Any]] | None:
+        claims = cluster.kube.list(RESOURCE_CLAIMS, "default")
+        return claims if len(claims) == 8 and all((c.get("status") or {}).get("allocation") for c in claims) else None
+
+    claims = wait_for("8 claims allocated", allocated_claims)
     # The scheduler allocated exactly what was pinned: nothing was taken twice, so nothing had to move.
     allocated = {(r["pool"], r["device"]) for c in claims for r in c["status"]["allocation"]["devices"]["results"]}
     assert allocated == set(chosen)

@@ -1,6 +1,7 @@
 """Real traffic through the sandbox's front door (loadgen in its own process), the controller's cycles in real
-time with a direct scrape of the replicas: a surge scales up as it arrives (the reactive guard), a drop scales
-down only after the stabilization window."""
+time, the request rate read both ways a cluster offers it: a direct scrape of the replicas, and a real
+Prometheus scraping the gateway. A surge scales up as it arrives (the reactive guard), a drop scales down only
+after the stabilization window."""
 
 from __future__ import annotations
 
@@ -8,25 +9,52 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
+from infer_ctl.sandbox.prometheus import LocalPrometheus
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import wait_for
 
+GATEWAY_QUERY = 'sum(rate(infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}"}[4s]))'
 
-async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stabilization(cluster: Cluster) -> None:
+
+@pytest.fixture(params=["direct scrape", "Prometheus"])
+def rate_source(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[str | None]:
+    """None for a direct scrape of the replicas, else the URL of a real Prometheus that scrapes the gateway."""
+    if request.param == "direct scrape":
+        yield None
+        return
+    gateway = cluster.sandbox.router.metrics_url.removeprefix("http://").removesuffix("/metrics")
+    prometheus = LocalPrometheus(tmp_path / "prometheus", scrape_interval_s=0.5)
+    prometheus.start(targets=[gateway])
+    try:
+        yield prometheus.url
+    finally:
+        prometheus.stop()
+
+
+async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stabilization(
+        cluster: Cluster, rate_source: str | None) -> None:
     kube = cluster.kube
-    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("step").with_("spec.scaling.maxReplicas", 8)
+    builder = InferenceServiceBuilder("step")
+    kube.create(INFERENCE_SERVICES, builder.with_("spec.scaling.maxReplicas", 8)
                 .with_("spec.scaling.targetRequestsPerReplica", 10).with_("spec.scaling.preset", "cost-saver")
                 .with_("spec.scaling.scaleDownStabilizationSeconds", 12)
                 .with_("spec.runtime.coldStartSeconds", 1)
                 # Reactive path only: with a minute of history the forecaster's next bucket lands at a wall-clock
                 # minute boundary and may pre-warm again (tested in tests/engine and tests/sim instead).
-                .with_("spec.scaling.forecast", {"enabled": False}).build(), "default")
-    reconciler = Reconciler(kube, Settings(cluster.policies))
+                .with_("spec.scaling.forecast", {"enabled": False})
+                .with_("spec.scaling.metric", {"query": GATEWAY_QUERY} if rate_source else builder.DELETE).build(),
+                "default")
+    reconciler = Reconciler(kube, Settings(cluster.policies, prometheus_url=rate_source))
 
     async def cycle() -> tuple[int, str]:
         result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "step", "default"), datetime.now(UTC))
@@ -34,11 +62,15 @@ async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stab
         return int(desired.get("serving", 0)) + int(desired.get("standby", 0)), str(result.output.decision.reason)
 
     await cycle()
+
     def front_door() -> str | None:
         meta = (kube.get(INFERENCE_SERVICES, "step", "default") or {}).get("metadata", {})
         return (meta.get("annotations") or {}).get("sandbox.infer-ctl.io/url")
 
     url = wait_for("front door", front_door)
+    if rate_source:  # the series' first sample, before any traffic (else the first requests show no increase)
+        wait_for("the gateway scraped", lambda: httpx.get(f"{rate_source}/api/v1/query", params={
+            "query": 'infer_ctl_gateway_requests_total{service="step"}'}).json()["data"]["result"])
     loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
                                 "--shape", "4@6s,45@14s,0.5@30s", "--no-progress", "--max-error-ratio", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
