@@ -12,13 +12,17 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    E.g. cold start p90 120 s, period 10 s, forecast upper peak 430 rps, cap 10 rps -> 43 replicas.
 2. Burst guard: when the observed rate runs above the forecast's upper bound for now, the forecast has missed;
    size for the observed rate plus the same headroom the forecast would have kept (upper - mean), at once.
+   A rate measured over a trailing window (Prometheus `rate(...[1m])`) trails a step by up to the window; once
+   the guard has fired, it sizes for where the rising rate is heading (`leading_rps`, extrapolated by the
+   engine), so that a step gets its replicas up to half a window sooner.
    Backlog: while the observed rate exceeds what the ready replicas serve at the SLO capacity, the excess
    requests pile up (estimated as the running sum of (observed - ready x capacity) x elapsed, never below
    zero); the decision then sizes for the arriving rate plus draining that backlog within the horizon, so an
    overload ends within a cold start of the new replicas instead of lingering at exactly the arriving rate.
 3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
 4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does; replicas found at
-   the first decision, e.g. after a controller restart, count as recommended then), never below the
+   the first decision, e.g. after a controller restart, count as recommended then; the transient parts of a
+   recommendation, a rising rate's extrapolation and a backlog's draining, are not remembered), never below the
    replicas still loading (they are not removed: their cold start is already paid and they were started for a
    reason), and only if the ready replicas that remain absorb the observed load (consolidation-aware).
 5. Missing data (NaN rate) never scales down: it holds, and the reason says so.
@@ -119,6 +123,9 @@ class DecideInputs:
     replicas: tuple[ReplicaView, ...]
     cold_start_p90_s: float  # measured (or the spec's hint until measured)
     forecast: Forecast | None = None  # positioned at (about) now; None when forecasting is off or not ready
+    # where a rising rate is heading: a rate over a trailing window trails a step by up to the window, so the
+    # engine extrapolates its rise (NaN: not rising, or unknown); only the burst guard uses it
+    leading_rps: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,22 +205,29 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     # 1-3: the raw recommendation
     need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
     demand = 0.0 if missing else observed
+    # the demand without the transient parts (a rising rate's extrapolation, draining a backlog): what the
+    # stabilization window remembers, so that replicas started to catch up leave once they have
+    sustained = demand
     reason = Reason.OBSERVED
     message = ""
     if fc is not None:
         summary = fc.summary(now, horizon_s, policy.control_period_s)
         upper_peak = summary.peak_upper_rps
         demand = max(demand, upper_peak)
+        sustained = demand
         reason = Reason.FORECAST
         message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
         upper_now, mean_now = summary.upper_now_rps, summary.mean_now_rps
         if not missing and observed > upper_now:
-            burst = observed + max(0.0, upper_now - mean_now)
+            seen = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
+            burst = seen + max(0.0, upper_now - mean_now)
+            sustained = max(sustained, observed + max(0.0, upper_now - mean_now))
             if burst > upper_peak:
                 demand = burst
                 reason = Reason.BURST
+                rising = f" and rising towards {seen:.1f} rps" if seen > observed else ""
                 message = (
-                    f"observed {observed:.1f} rps above the forecast's upper bound {upper_now:.1f} rps: "
+                    f"observed {observed:.1f} rps{rising}, above the forecast's upper bound {upper_now:.1f} rps: "
                     f"sized for {burst:.1f} rps now"
                 )
     elif not missing:
@@ -237,6 +251,7 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         serving_need = policy.min_replicas
     serving_now = serving_need
     raw_total = serving_need + policy.standby_replicas
+    sustained_total = max(need_now, math.ceil(sustained / cap - 1e-9), policy.min_replicas) + policy.standby_replicas
 
     # 6: scale to zero / wake
     keep_alive = None
@@ -341,7 +356,7 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         reason,
         message,
         keep_alive,
-        raw_total=raw_total,
+        raw_total=min(raw_total, sustained_total),
     )
 
 

@@ -103,6 +103,8 @@ class EngineState:
     open_max: float = 0.0
     last_rps: float = math.nan  # most recent valid observation
     last_rps_s: float = -math.inf
+    prev_rps: float = math.nan  # the valid observation before it (the rate's slope)
+    prev_rps_s: float = -math.inf
     fitted: Fitted | None = None
     fit_note: str = ""
     fit_scores: tuple[CandidateScore, ...] = ()
@@ -139,6 +141,7 @@ def _absorb(
     closed: list[float] = []
     bucket, acc, n, mx = state.open_bucket, state.open_sum, state.open_n, state.open_max
     last_rps, last_rps_s = state.last_rps, state.last_rps_s
+    prev_rps, prev_rps_s = state.prev_rps, state.prev_rps_s
     prev_t = -math.inf
     for i, (t, r) in enumerate(samples):
         if t < prev_t:
@@ -153,6 +156,7 @@ def _absorb(
             acc += r
             n += 1
             mx = max(mx, r)
+            prev_rps, prev_rps_s = last_rps, last_rps_s
             last_rps, last_rps_s = r, t
     fitted = state.fitted
     if closed and fitted is not None:
@@ -168,6 +172,8 @@ def _absorb(
         open_max=mx,
         last_rps=last_rps,
         last_rps_s=last_rps_s,
+        prev_rps=prev_rps,
+        prev_rps_s=prev_rps_s,
         fitted=fitted,
         fit_note=state.fit_note,
         fit_scores=state.fit_scores,
@@ -196,6 +202,18 @@ def _refit(state: EngineState, now_s: float, horizon_s: float, quantile: float, 
     )
 
 
+def _leading(state: EngineState, config: EngineConfig, fresh: bool) -> float:
+    """Where a rising rate is heading. A rate over a trailing window of w seconds that starts to rise at
+    slope s (the last two samples) has seen on average half of the change so far: extrapolate by s x w / 2.
+    E.g. a step 50 -> 500 req/s seen through `rate(...[1m])`: 50, then 200 ten seconds later (slope 15/s):
+    heading for 200 + 15 x 30 = 650. NaN when not rising or when the two samples are not consecutive."""
+    gap = state.last_rps_s - state.prev_rps_s
+    if not fresh or not 0 < gap <= 2 * config.rate_window_s or math.isnan(state.prev_rps):
+        return math.nan
+    slope = (state.last_rps - state.prev_rps) / gap
+    return state.last_rps + slope * config.rate_window_s / 2 if slope > 0 else math.nan
+
+
 def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tuple[EngineOutput, EngineState]:
     policy = inputs.policy
     state = _absorb(
@@ -217,7 +235,9 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
             # the open bucket is not complete yet: forecast from the model's end to the horizon past now
             ahead_s = inputs.now_s + horizon_s - state.fitted.end_s
             forecast = state.fitted.predict(max(1, math.ceil(ahead_s / config.history_step_s)))
-    decide_inputs = DecideInputs(inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast)
+    decide_inputs = DecideInputs(
+        inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh)
+    )
     decision, decide_state = decide(decide_inputs, state.decide_state, policy)
     out = EngineOutput(decision, forecast, observed, state.fit_note)
     return out, EngineState(
@@ -230,6 +250,8 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         open_max=state.open_max,
         last_rps=state.last_rps,
         last_rps_s=state.last_rps_s,
+        prev_rps=state.prev_rps,
+        prev_rps_s=state.prev_rps_s,
         fitted=state.fitted,
         fit_note=state.fit_note,
         fit_scores=state.fit_scores,

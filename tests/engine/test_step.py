@@ -89,7 +89,7 @@ def test_a_tick_carries_every_state_field_it_does_not_change() -> None:
     t = state.origin_s + state.open_bucket * 300.0 + config.rate_window_s / 2 + 1.0
     _, after = step(EngineInputs(t, ((t, 31.0),), replicas(3), 120.0, policy), state, config)
     assert after.open_n == state.open_n + 1 and after.last_rps == 31.0
-    changed = {"open_sum", "open_n", "open_max", "last_rps", "last_rps_s", "decide_state"}
+    changed = {"open_sum", "open_n", "open_max", "last_rps", "last_rps_s", "prev_rps", "prev_rps_s", "decide_state"}
     for f in fields(EngineState):
         if f.name not in changed:
             assert getattr(after, f.name) == getattr(state, f.name), f.name
@@ -120,3 +120,20 @@ def test_after_a_spike_on_a_short_history_the_replicas_come_down_once_the_stabil
     # the spike leaves the upper bound within two buckets (the rate window's lag and the bucket being filled)
     settled_s = drop_s + policy.scale_down_stabilization_s + 3 * bucket_s
     assert all(n == 2 for t, n in totals.items() if t >= settled_s), sorted(totals.items())
+
+
+def test_a_step_seen_through_a_rate_window_is_sized_for_where_the_rate_is_heading() -> None:
+    """`rate(...[1m])` sampled every 10 s shows a 50 -> 500 req/s step as 50, 200, ...: the burst guard sizes for
+    200 + 15/s x 30 s = 650 req/s at once (65 replicas of 10 req/s) instead of 200 now and more later; once
+    the rate has stopped rising, the replicas started to catch up are not held by the stabilization window."""
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=100, control_period_s=10.0)
+    config = EngineConfig()
+    state, n = EngineState(), 5
+    for now in range(10, 310, 10):
+        _, state = step(EngineInputs(float(now), ((float(now), 50.0),), replicas(n), 120.0, policy), state, config)
+    out, state = step(EngineInputs(310.0, ((310.0, 200.0),), replicas(n), 120.0, policy), state, config)
+    assert out.decision.reason is Reason.BURST, out.decision.message
+    assert out.decision.total == 65, out.decision.message
+    assert "rising towards 650.0 rps" in out.decision.message
+    remembered = max(n for _, n in state.decide_state.recommendations)
+    assert remembered < 65  # the extrapolation is transient: the window remembers the observed 200 + headroom
