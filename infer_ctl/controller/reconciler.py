@@ -40,7 +40,13 @@ from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
-from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, place_replicas
+from infer_ctl.engine.placement import (
+    GPU_TOLERATIONS,
+    ReplicaPlacement,
+    claim_name,
+    place_replicas,
+    removal_costs,
+)
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
 from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
 from infer_ctl.kube.client import (
@@ -235,8 +241,16 @@ class Reconciler:
                           and (now - r.created).total_seconds() > 2 * self.settings.period_s)
         if stuck:
             self.view.invalidate()  # the snapshot missed whoever took the pinned device
+        removal_cost = None
+        if sum(r.state is not api.ReplicaState.DRAINING for r in replicas) > desired_serving + desired_standby:
+            # Something may go: the replica whose removal leaves the cluster least fragmented goes first.
+            async with self.view.lock:
+                snapshot = await self.view.current()
+                costs = removal_costs(snapshot.state, snapshot.mix,
+                                      {r.name: f"{svc.meta.namespace}/{claim_name(r.name)}" for r in replicas})
+            removal_cost = costs.__getitem__
         plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash) for r in replicas],
-                             desired_serving, desired_standby, stuck=stuck)
+                             desired_serving, desired_standby, removal_cost=removal_cost, stuck=stuck)
 
         # 5-6. place and write
         placements = await self._actuate(svc, plan, replicas, pods, now)

@@ -15,6 +15,8 @@ of preference: the first product with room takes the replica.
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -25,10 +27,11 @@ from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products, memory_per_device_bytes
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.place.claims import PinnedClaim, pinned_claim
+from infer_ctl.place.frag import FragmentationModel, WorkloadMix
 from infer_ctl.place.framework import CycleInputs, Decision, Engine, apply, summarize
-from infer_ctl.place.inventory import NVIDIA_DRIVER, Inventory, Toleration
+from infer_ctl.place.inventory import NVIDIA_DRIVER, DeviceId, Inventory, Toleration
 from infer_ctl.place.request import Request, Sharing
-from infer_ctl.place.state import ClusterState
+from infer_ctl.place.state import MILLI, ClusterState
 
 MIG_DEVICE_CLASS = "mig.nvidia.com"
 # GPU nodes carry NVIDIA's taint; model servers are meant for them.
@@ -122,11 +125,16 @@ def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inven
             out.append(ReplicaPlacement(name, decision, None, "", False))
             continue
         apply(state, request, decision)
-        claim = pinned_claim(decision.placement, request, inventory, name=f"{name}-gpu",
+        claim = pinned_claim(decision.placement, request, inventory, name=claim_name(name),
                              namespace=svc.meta.namespace, labels=claim_labels)
         product = _product_of(decision, inventory, catalog)
         out.append(ReplicaPlacement(name, decision, claim, product, decision.placement.node in inputs.cached_nodes))
     return tuple(out)
+
+
+def claim_name(replica: str) -> str:
+    """The ResourceClaim of a replica."""
+    return f"{replica}-gpu"
 
 
 def _by_preference(svc: api.InferenceService, catalog: AcceleratorCatalog, request: Request) -> list[Request]:
@@ -152,3 +160,68 @@ def _product_of(decision: Decision, inventory: Inventory, catalog: AcceleratorCa
                 acc = catalog.by_product_name(name)
                 return acc.name if acc is not None else name
     return ""
+
+
+def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, str]) -> dict[str, float]:
+    """What removing each replica does to the cluster's fragmentation (FGD's measure against the running mix, in
+    thousandths of a GPU): the change on the replica's node once its devices are free. Lower is better to
+    remove: freeing the last share of a GPU (it becomes whole again) or the last replica of a node helps; freeing
+    a share that stays too small for the mix does not.
+
+    `claims`: replica -> the name of its claim as the inventory knows it (`namespace/name`). A replica whose
+    claim holds nothing known costs 0 (removing it changes no device).
+
+    E.g. GPUs [free 0 (held whole by A), free 500 (B holds 500)], a mix of whole-GPU tasks: removing A makes its
+    GPU whole (fragmentation unchanged at 500: B's half stays unusable), removing B makes the second GPU whole
+    (fragmentation 500 -> 0): B is removed first."""
+    by_claim: dict[str, list[tuple[DeviceId, Mapping[str, Fraction]]]] = defaultdict(list)
+    for alloc in state.inventory.allocations:
+        by_claim[alloc.claim].append((alloc.device, alloc.consumed))
+    partition_of = {part.device.id: i for i, part in enumerate(state.partitions)}
+    taken_on_parent: dict[tuple[int, int], int] = defaultdict(int)
+    for i, part in enumerate(state.partitions):
+        if state.partition_taken[i] and part.parent_slot >= 0:
+            taken_on_parent[(part.node, part.parent_slot)] += 1
+    rows: list[tuple[str, int, dict[int, int]]] = []  # replica, node, slot -> free thousandths after removal
+    for replica, claim in claims.items():
+        node = -1
+        after: dict[int, int] = {}
+        for device_id, consumed in by_claim.get(claim, ()):
+            if device_id in state.slot_of:
+                node, slot = state.slot_of[device_id]
+                freed = _share_milli(state, node, slot, consumed)
+                after[slot] = min(MILLI, after.get(slot, int(state.free_milli[node, slot])) + freed)
+            elif device_id in partition_of:
+                part = state.partitions[partition_of[device_id]]
+                node = part.node
+                if part.parent_slot >= 0 and taken_on_parent[(part.node, part.parent_slot)] <= 1:
+                    after[part.parent_slot] = MILLI  # its last partition: the GPU is whole again
+        if node >= 0:
+            rows.append((replica, node, after))
+    costs = dict.fromkeys(claims, 0.0)
+    if not rows:
+        return costs
+    model = FragmentationModel(mix, state.products)
+    nodes = np.array([node for _, node, _ in rows], dtype=np.int64)
+    before_free = state.free_milli[nodes]
+    after_free = before_free.copy()
+    for i, (_, _, slots) in enumerate(rows):
+        for slot, free in slots.items():
+            after_free[i, slot] = free
+    cpu, product = state.cpu_free[nodes], state.product[nodes]
+    delta = model.fragmentation(after_free, cpu, product) - model.fragmentation(before_free, cpu, product)
+    for (replica, _, _), d in zip(rows, delta, strict=True):
+        costs[replica] = float(d)
+    return costs
+
+
+def _share_milli(state: ClusterState, node: int, slot: int, consumed: Mapping[str, Fraction]) -> int:
+    """The share of a whole GPU an allocation holds: its consumed capacity over the device's, or all of it."""
+    device = state.slot_device[node][slot]
+    share = MILLI
+    if device is not None:
+        for name, amount in consumed.items():
+            cap = device.capacity.get(name)
+            if cap is not None and cap.value > 0:
+                share = min(share, max(1, math.ceil(amount / cap.value * MILLI)))
+    return share
