@@ -137,3 +137,21 @@ def test_a_step_seen_through_a_rate_window_is_sized_for_where_the_rate_is_headin
     assert "rising towards 650.0 rps" in out.decision.message
     remembered = max(n for _, n in state.decide_state.recommendations)
     assert remembered < 65  # the extrapolation is transient: the window remembers the observed 200 + headroom
+
+
+def test_with_the_balanced_quantile_a_spike_in_the_first_minutes_leaves_at_most_one_extra_replica_for_a_while() -> None:
+    """q0.95 is estimated from 10 errors, so 10 minutes after the start the spike's errors are in the sample
+    (an upper bound of about 66 req/s at 2 req/s: 2 replicas of 40); by the refit at 20 minutes they no longer
+    weigh in the quantile and the service is back to 1 replica."""
+    policy = DecidePolicy(40.0, min_replicas=1, max_replicas=14, quantile=0.95, scale_down_stabilization_s=60.0,
+                          control_period_s=10.0)
+    config = EngineConfig()
+    state, n = EngineState(), 2
+    totals: dict[float, int] = {}
+    for k in range(1, 200):
+        now = k * 10.0
+        samples = tuple((s, demo_step_rps(s)) for s in (now - 5.0, now))
+        out, state = step(EngineInputs(now, samples, replicas(n), 20.0, policy), state, config)
+        n = totals[now] = out.decision.total
+    assert all(n <= 2 for t, n in totals.items() if t >= 270.0 + 60.0 + 3 * 60.0)
+    assert all(n == 1 for t, n in totals.items() if t >= 1300.0)
