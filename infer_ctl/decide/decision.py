@@ -15,10 +15,16 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    A rate measured over a trailing window (Prometheus `rate(...[1m])`) trails a step by up to the window; once
    the guard has fired, it sizes for where the rising rate is heading (`leading_rps`, extrapolated by the
    engine), so that a step gets its replicas up to half a window sooner.
-   Backlog: while the observed rate exceeds what the ready replicas serve at the SLO capacity, the excess
-   requests pile up (estimated as the running sum of (observed - ready x capacity) x elapsed, never below
-   zero); the decision then sizes for the arriving rate plus draining that backlog within the horizon, so an
-   overload ends within a cold start of the new replicas instead of lingering at exactly the arriving rate.
+   Backlog: while the arriving rate exceeds what the ready replicas serve at the SLO capacity, the excess
+   requests pile up (estimated as the running sum of (arriving - ready x capacity) x elapsed, never below
+   zero). Once that is more than the ready replicas serve in a control period, the decision sizes for the
+   arriving rate plus draining, within the horizon, the backlog and what will pile up until replicas started
+   now are ready (the current excess x the cold start p90). E.g. 5 ready replicas of 10 req/s and a step to
+   500 req/s: 450 req/s pile up for a cold start, so 500 + (backlog + 450 x 120) / 130 req/s are provisioned,
+   and the overload ends about a cold start after it began instead of lingering while a fleet sized for exactly
+   the arriving rate drains it with what it has to spare. (This assumes requests wait, behind a gateway or in
+   the servers' queues, rather than fail at once; the draining replicas are not remembered by the
+   stabilization window, so they leave once the backlog is gone.)
 3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
 4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does; replicas found at
    the first decision, e.g. after a controller restart, count as recommended then; the transient parts of a
@@ -197,7 +203,8 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
         elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
                                                               2 * policy.control_period_s)
-        backlog = max(0.0, state.backlog_requests + (observed - ready * cap) * elapsed)
+        arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
+        backlog = max(0.0, state.backlog_requests + (arriving - ready * cap) * elapsed)
         state = replace(state, backlog_requests=backlog, backlog_at_s=now)
     fc = inputs.forecast if policy.forecast_enabled else None
     summary = None
@@ -232,10 +239,14 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
                 )
     elif not missing:
         message = f"observed {observed:.1f} rps (no forecast)"
-    if not missing and state.backlog_requests > cap * policy.control_period_s:
-        # overloaded: the requests that piled up must drain too, within a horizon (by the time new replicas are
-        # ready), on top of the arriving ones
-        drain = observed + state.backlog_requests / horizon_s
+    ready_now = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
+    if not missing and state.backlog_requests > max(1, ready_now) * cap * policy.control_period_s:
+        # overloaded, by more than the ready replicas serve in a control period: the requests that piled up, and
+        # those that will until the replicas started now are ready, must drain within a horizon on top of the
+        # arriving ones
+        arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
+        projected = state.backlog_requests + max(0.0, arriving - ready_now * cap) * inputs.cold_start_p90_s
+        drain = arriving + projected / horizon_s
         if drain > demand:
             demand, reason = drain, Reason.BURST
             message = (

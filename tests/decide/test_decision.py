@@ -229,8 +229,9 @@ def test_keep_alive_covers_short_gaps_and_skips_long_ones() -> None:
 
 
 def test_an_overload_sizes_for_the_arrivals_plus_draining_the_requests_that_piled_up() -> None:
-    """100 req/s on 2 ready replicas of 10 req/s: 80 req/s pile up; after 20 s, 1600 requests must drain within
-    the horizon (120 s + 10 s) on top of the arrivals: 100 + 1600 / 130 = 112.3 req/s, 12 replicas."""
+    """100 req/s on 2 ready replicas of 10 req/s: 80 req/s pile up; after 20 s, 1600 requests, and 80 x 120 more
+    until replicas started now are ready (cold start p90 120 s), must drain within the horizon (130 s) on top of
+    the arrivals: 100 + (1600 + 9600) / 130 = 186.2 req/s, 19 replicas."""
     policy = DecidePolicy(CAP, min_replicas=1, max_replicas=50)
     state = DecideState()
     for now in (1000.0, 1010.0, 1020.0):
@@ -238,7 +239,7 @@ def test_an_overload_sizes_for_the_arrivals_plus_draining_the_requests_that_pile
                       forecast=flat_forecast(100.0, 100.0, now=now))
         decision, state = s.run()
     assert state.backlog_requests == pytest.approx(1600.0)
-    assert (decision.total, decision.reason) == (12, Reason.BURST), decision.message
+    assert (decision.total, decision.reason) == (19, Reason.BURST), decision.message
     # once the ready replicas serve more than arrives (20 x 10 - 100 = 100 req/s to spare), the backlog drains
     # in 16 s and the sizing returns to the forecast
     for now in (1030.0, 1040.0):

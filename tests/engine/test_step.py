@@ -128,7 +128,7 @@ def test_a_step_seen_through_a_rate_window_is_sized_for_where_the_rate_is_headin
     the rate has stopped rising, the replicas started to catch up are not held by the stabilization window."""
     policy = DecidePolicy(10.0, min_replicas=1, max_replicas=100, control_period_s=10.0)
     config = EngineConfig()
-    state, n = EngineState(), 5
+    state, n = EngineState(), 50  # room for 500 req/s: no backlog, so the guard alone sizes the step
     for now in range(10, 310, 10):
         _, state = step(EngineInputs(float(now), ((float(now), 50.0),), replicas(n), 120.0, policy), state, config)
     out, state = step(EngineInputs(310.0, ((310.0, 200.0),), replicas(n), 120.0, policy), state, config)
