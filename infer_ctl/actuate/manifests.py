@@ -5,7 +5,8 @@
   `blockOwnerDeletion: true`), so deleting the service cascades to Pods and claims.
 - `infer-ctl.io/role` is `serving` or `standby`; the service's routing selects `serving` only, so a standby
   replica is loaded and warm but takes no traffic. Standby replicas run at a lower PriorityClass, so a batch gang
-  may preempt them.
+  may preempt them. A Pod's priority cannot change: a promoted standby serves at once at the lower priority, and
+  the plan (`infer_ctl.engine.replicas`) swaps it for a serving-priority replica, make-before-break.
 - The Pod selects the node the placement engine chose with a required node affinity on
   `kubernetes.io/hostname` (not `nodeName`, which would bypass the scheduler and with it the DRA allocation).
 """

@@ -30,7 +30,15 @@ from typing import Any
 
 import httpx
 
-from infer_ctl.actuate.manifests import Role, owner_reference, replica_pod, selector, selector_labels, spec_hash
+from infer_ctl.actuate.manifests import (
+    PRIORITY_CLASS_STANDBY,
+    Role,
+    owner_reference,
+    replica_pod,
+    selector,
+    selector_labels,
+    spec_hash,
+)
 from infer_ctl.actuate.metrics import ControllerMetrics
 from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core import api
@@ -249,7 +257,8 @@ class Reconciler:
                 costs = removal_costs(snapshot.state, snapshot.mix,
                                       {r.name: f"{svc.meta.namespace}/{claim_name(r.name)}" for r in replicas})
             removal_cost = costs.__getitem__
-        plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash) for r in replicas],
+        plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash,
+                                      low_priority=r.priority_class == PRIORITY_CLASS_STANDBY) for r in replicas],
                              desired_serving, desired_standby, removal_cost=removal_cost, stuck=stuck)
 
         # 5-6. place and write

@@ -8,12 +8,15 @@ replicas it has, in the order that keeps capacity up:
    create serving replicas for the rest. Standby short: create standby replicas.
 3. Serving over: demote ready serving replicas to standby while standby is short (they stay warm), remove the
    rest. Standby over: remove.
-4. What is removed, in order: replicas that cannot be scheduled (they hold nothing), out-of-date replicas, then
-   the ready replica whose removal frees the most useful capacity (a `removal_cost`, e.g. from the placement
-   engine's fragmentation score: lower is removed first). Never a replica that is still loading: a surplus of
-   loading replicas waits until they are ready.
+4. What is removed (or demoted), in order: replicas that cannot be scheduled (they hold nothing), out-of-date
+   replicas, serving replicas at the standby's priority, then the ready replica whose removal frees the most
+   useful capacity (a `removal_cost`, e.g. from the placement engine's fragmentation score: lower is removed
+   first). Never a replica that is still loading: a surplus of loading replicas waits until they are ready.
 5. Out-of-date replicas (their Pod was made from an older spec) are replaced one at a time: while every
    replica is ready, one extra replica is created; once it is ready, an out-of-date one is removed (surge 1).
+   So are serving replicas at the standby's priority (`low_priority`): a promoted standby serves at once, but
+   a Pod's priority cannot change, and a batch gang could preempt it; once the service is steady it gives way
+   to a replica at the serving priority (or it is the first to be demoted when standby is short again).
 
 E.g. desired 3 serving / 1 standby; have serving [a ready, b loading], standby [c ready, d ready]:
 promote c (serving 3), keep d as the standby, create nothing, remove nothing.
@@ -33,6 +36,7 @@ class Replica:
     state: ReplicaState  # LOADING, SERVING, STANDBY, DRAINING, PENDING
     standby: bool  # labelled standby (for a loading or pending replica: what it will be once ready)
     up_to_date: bool = True
+    low_priority: bool = False  # runs at the standby's (preemptible) PriorityClass; fixed for the Pod's life
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +75,28 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
             promote.append(r.name)
         standby = [r for r in standby if r.name not in promote]
         serving = serving + [r for r in ready_standby if r.name in promote]
-    # Serving over: demote ready ones into a short standby pool, remove the rest.
+    # Serving over: demote ready ones into a short standby pool, remove the rest; but never so many that fewer
+    # than the desired count stay ready (a surplus of loading replicas waits until they are ready).
     over = len(serving) - desired_serving
     if over > 0:
-        candidates = _removal_order(serving, removal_cost)
+        ready = sum(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in serving)
+        chosen: list[Replica] = []
+        for r in _removal_order(serving, removal_cost, serving=True):
+            if len(chosen) == over:
+                break
+            if r.state in (ReplicaState.SERVING, ReplicaState.STANDBY):
+                if ready <= desired_serving:
+                    continue
+                ready -= 1
+            chosen.append(r)
         standby_short = max(0, desired_standby - len(standby))
-        for r in candidates[:over]:
+        for r in chosen:
             if standby_short and r.state is ReplicaState.SERVING and r.up_to_date:
                 demote.append(r.name)
                 standby_short -= 1
             else:
                 remove.append(r.name)
-        leaving = {r.name for r in candidates[:over]}
+        leaving = {r.name for r in chosen}
         standby = standby + [r for r in serving if r.name in demote]
         serving = [r for r in serving if r.name not in leaving]
     over_standby = len(standby) - desired_standby
@@ -92,10 +106,20 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
 
     create_serving = max(0, desired_serving - len(serving))
     create_standby = max(0, desired_standby - len(standby))
+    # A promoted standby serves at the standby's priority. Refilling the standby pool, a new replica at the
+    # serving priority is made instead; once it is ready, the promoted one is demoted back (one cold start, and
+    # serving capacity never dips).
+    # Serving replicas beyond the desired count that are still loading were made for that swap: they refill the
+    # standby pool when ready.
+    low = sum(r.low_priority and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in serving)
+    covered = min(create_standby, max(0, len(serving) - desired_serving), low)
+    swap = min(create_standby - covered, low - covered)
+    create_standby -= covered + swap
+    create_serving += swap
 
     # Rolling replacement of out-of-date replicas, one at a time, only when nothing else is in motion.
     kept_replicas = serving + standby
-    outdated = [r for r in kept_replicas if not r.up_to_date]
+    outdated = [r for r in kept_replicas if not r.up_to_date] + [r for r in serving if r.up_to_date and r.low_priority]
     settled = all(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in kept_replicas)
     if outdated and settled and not (create_serving or create_standby or remove or promote or demote):
         target = outdated[0]
@@ -108,8 +132,10 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
     return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), (*replaced, *remove))
 
 
-def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | None) -> list[Replica]:
-    """Unschedulable first, then out of date, then ready by cost. Loading replicas are never candidates: their
+def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | None,
+                   serving: bool = False) -> list[Replica]:
+    """Unschedulable first, then out of date, then serving at the standby's priority, then ready by cost.
+    Loading replicas are never candidates: their
     cold start is paid and the decision started them for a reason; a surplus of them waits until they are
     ready."""
 
@@ -118,6 +144,8 @@ def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | N
             return (0, 0.0, r.name)
         if not r.up_to_date:
             return (1, 0.0, r.name)
-        return (2, cost(r.name) if cost is not None else 0.0, r.name)
+        if serving and r.low_priority:
+            return (2, 0.0, r.name)
+        return (3, cost(r.name) if cost is not None else 0.0, r.name)
 
     return sorted((r for r in replicas if r.state is not ReplicaState.LOADING), key=key)

@@ -38,6 +38,7 @@ class ReplicaPod:
     scheduled_message: str  # why it is not scheduled (PodScheduled=False), empty otherwise
     spec_hash: str = ""  # the spec the Pod was made from (`infer_ctl.actuate.manifests.spec_hash`)
     address: str = ""  # host:port where the model server answers ("" until known)
+    priority_class: str = ""  # spec.priorityClassName (immutable: a promoted standby keeps the standby's)
 
     @property
     def cold_start_s(self) -> float | None:
@@ -93,6 +94,7 @@ def replica_pod(pod: Mapping[str, Any]) -> ReplicaPod:
         scheduled_message=message,
         spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH, "")),
         address=_address(pod),
+        priority_class=str((pod.get("spec") or {}).get("priorityClassName") or ""),
     )
 
 

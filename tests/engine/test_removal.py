@@ -58,4 +58,4 @@ def test_scale_down_removes_the_least_fragmenting_ready_replica_and_never_a_load
     ready = [Replica(r, ReplicaState.SERVING, standby=False) for r in "abc"]
     assert plan_replicas(ready, 2, 0, removal_cost=costs.__getitem__).remove == ("a",)
     loading_a = [Replica("a", ReplicaState.LOADING, standby=False), *ready[1:]]
-    assert plan_replicas(loading_a, 2, 0, removal_cost=costs.__getitem__).remove == ("b",)
+    assert plan_replicas(loading_a, 1, 0, removal_cost=costs.__getitem__).remove == ("b",)

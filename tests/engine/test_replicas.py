@@ -29,8 +29,10 @@ CASES = [
                  id="a surplus serving replica becomes the missing standby"),
     pytest.param([serving("a"), serving("b"), serving("c")], 1, 0, ReplicaActions(remove=("a", "b")),
                  id="a surplus with no standby wanted is removed"),
-    pytest.param([serving("a"), serving("b", S.LOADING)], 1, 0, ReplicaActions(remove=("a",)),
-                 id="the ready replica goes, never the loading one"),
+    pytest.param([serving("a"), serving("b", S.LOADING)], 1, 0, ReplicaActions(),
+                 id="a surplus that is loading waits: the only ready replica stays and the loading one is kept"),
+    pytest.param([serving("a"), serving("b"), serving("c", S.LOADING)], 1, 0, ReplicaActions(remove=("a",)),
+                 id="a ready surplus goes, never the loading one"),
     pytest.param([serving("a", S.LOADING), serving("b", S.LOADING)], 1, 0, ReplicaActions(),
                  id="a surplus of loading replicas waits"),
     pytest.param([serving("a"), serving("p", S.PENDING)], 1, 0, ReplicaActions(remove=("p",)),
@@ -62,7 +64,8 @@ def test_the_cheapest_ready_replica_to_lose_is_removed_first() -> None:
 
 replica_lists = st.lists(
     st.builds(Replica, name=st.text("abcdefgh", min_size=1, max_size=3),
-              state=st.sampled_from(list(S)), standby=st.booleans(), up_to_date=st.booleans()),
+              state=st.sampled_from(list(S)), standby=st.booleans(), up_to_date=st.booleans(),
+              low_priority=st.booleans()),
     max_size=12, unique_by=lambda r: r.name)
 
 
@@ -80,11 +83,44 @@ def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving:
     serving_after = (sum(not r.standby for r in live) + len(actions.promote) - len(actions.demote)
                      - sum(not by_name[n].standby for n in actions.remove) + actions.create_serving)
     loading_serving = sum(not r.standby and r.state is S.LOADING for r in live)
-    # Serving ends at the desired count, unless loading replicas hold it above, or a surge of one replaces.
+    # Serving ends at the desired count, unless loading replicas hold it above, or a surge of one replaces, or
+    # replicas at the standby's priority are being swapped for serving-priority ones.
+    low_priority = sum(r.low_priority and r.state in (S.SERVING, S.STANDBY) for r in live)
     assert serving_after >= want_serving
-    assert serving_after <= max(want_serving, loading_serving + len(actions.promote)) + 1
+    # Ready serving capacity never drops below the desired count on account of this plan.
+    warm = (S.SERVING, S.STANDBY)
+    ready_before = sum(not r.standby and r.state in warm for r in live) + len(actions.promote)
+    ready_after = ready_before - len(actions.demote) - sum(
+        not by_name[n].standby and by_name[n].state in warm for n in actions.remove)
+    assert ready_after >= min(want_serving, ready_before)
+    assert serving_after <= max(want_serving, loading_serving + len(actions.promote)) + 1 + low_priority
 
 
 def test_a_replica_stuck_unschedulable_is_removed_and_placed_again() -> None:
     actions = plan_replicas([serving("a"), serving("p", S.PENDING)], 2, 0, stuck=frozenset({"p"}))
     assert actions.remove == ("p",) and actions.create_serving == 1
+
+
+def low(name: str, state: S = S.SERVING, *, standby: bool = False) -> Replica:
+    """A replica at the standby's PriorityClass (made as a standby; labelled serving once promoted)."""
+    return Replica(name, state, standby=standby, low_priority=True)
+
+
+def test_a_promoted_standby_is_swapped_for_a_serving_priority_replica_without_a_dip() -> None:
+    # Traffic rises: the warm standby is promoted at once, and the standby pool is refilled by a replica at the
+    # serving priority rather than another standby.
+    first = plan_replicas([serving("a"), low("s", S.STANDBY, standby=True)], 2, 1)
+    assert first.promote == ("s",) and (first.create_serving, first.create_standby) == (1, 0)
+    # While the new one loads, nothing more is made.
+    loading = plan_replicas([serving("a"), low("s"), serving("n", S.LOADING)], 2, 1)
+    assert loading.empty
+    # Once it is ready, the promoted one goes back to standby, where its priority belongs.
+    ready = plan_replicas([serving("a"), low("s"), serving("n")], 2, 1)
+    assert ready.demote == ("s",) and ready.remove == () and not ready.create_serving
+
+
+def test_a_promoted_standby_without_a_standby_pool_is_replaced_once_the_service_is_steady() -> None:
+    steady = plan_replicas([serving("a"), low("s")], 2, 0)
+    assert (steady.create_serving, steady.remove) == (1, ())
+    assert plan_replicas([serving("a"), low("s"), serving("n", S.LOADING)], 2, 0).empty
+    assert plan_replicas([serving("a"), low("s"), serving("n")], 2, 0).remove == ("s",)
