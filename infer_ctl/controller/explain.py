@@ -5,7 +5,9 @@ The layers, in the order a replica passes them:
 2. decision: the desired count (and the bound that clipped it) — replicas the decision does not want;
 3. placement: no device matches (which filter and attribute: product, memory, compute capability, partition),
    capacity held for a gang, or fragmentation (enough free GPUs in total, but no node with enough together);
-4. scheduler: the Pod's `PodScheduled=False` message (taints, node resources, claims), or a quota refusal;
+4. scheduler: the Pod's `PodScheduled=False` message (taints, node resources, claims); or the API server
+   refused to create the replica (a ResourceQuota, an admission webhook, a missing PriorityClass), from the
+   controller's `FailedCreate` Events;
 5. cold start: the replica is loading, for how long, against the measured p90.
 Placement is evaluated anew against the current cluster with the controller's own engine and policies, so the
 answer holds for the next replica the controller would try to place.
@@ -19,6 +21,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from infer_ctl.actuate.manifests import selector
+from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
 from infer_ctl.engine.placement import replica_request
@@ -26,7 +29,9 @@ from infer_ctl.kube.client import (
     DEVICE_CLASSES,
     EVENTS,
     INFERENCE_SERVICES,
+    KUEUE_WORKLOADS,
     NODES,
+    POD_GROUPS,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -44,7 +49,7 @@ from infer_ctl.place.state import MILLI, ClusterState
 @dataclass(frozen=True, slots=True)
 class Finding:
     subject: str  # a replica name, or a layer name for the service as a whole
-    layer: str  # spec | decision | placement | scheduler | quota | cold-start | running
+    layer: str  # spec | decision | placement | scheduler | quota | admission | cold-start | running
     message: str
 
 
@@ -90,7 +95,7 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     missing = want - sum(r.state is not api.ReplicaState.DRAINING for r in replica_pods(pods))
     if missing > 0:
         findings.append(Finding(f"{missing} more", "placement", _placement_finding(kube, policies, svc)))
-    findings.extend(_quota_findings(kube, namespace, name))
+    findings.extend(_refusal_findings(kube, namespace, name))
     return findings
 
 
@@ -103,7 +108,11 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
     request = replica_request(svc, policies.catalog, "next")
     state = ClusterState.from_inventory(inventory)
     rng = np.random.default_rng(0)
-    decision = engine.schedule(request, state, CycleInputs(), rng)
+    # Pending gangs hold GPUs out of placement, as in the controller's cycles.
+    gangs = list_gang_demands(kube, pod_groups=kube.has_api(POD_GROUPS.api_version),
+                              workloads=kube.has_api(KUEUE_WORKLOADS.api_version))
+    held = gang_reservation(state, gangs)
+    decision = engine.schedule(request, state, CycleInputs(gang_reserved_gpus=dict(held.reserved)), rng)
     if decision.placement is not None:
         return (f"not created yet: the next replica fits on {decision.placement.node}; "
                 "the controller creates it on its next cycle")
@@ -120,14 +129,20 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
     return f"no device matches: {reasons}"
 
 
-def _quota_findings(kube: KubeClient, namespace: str, name: str) -> list[Finding]:
-    out = []
+def _refusal_findings(kube: KubeClient, namespace: str, name: str) -> list[Finding]:
+    """The API server's refusals to create the service's replicas (the controller records each as a
+    `FailedCreate` Event on the service): the newest, as a quota or an admission finding."""
+    refusals = []
     for event in kube.list(EVENTS, namespace):
         regarding = event.get("regarding") or event.get("involvedObject") or {}
         note = str(event.get("note") or event.get("message") or "")
-        if regarding.get("name", "").startswith(name) and "exceeded quota" in note:
-            out.append(Finding(str(regarding.get("name")), "quota", note))
-    return out[-3:]
+        if regarding.get("kind") == api.KIND and regarding.get("name") == name and event.get("reason") == \
+                "FailedCreate":
+            refusals.append((str(event.get("eventTime") or event.get("lastTimestamp") or ""), note))
+    if not refusals:
+        return []
+    _, note = max(refusals)
+    return [Finding("create", "quota" if "exceeded quota" in note else "admission", note)]
 
 
 def render(namespace: str, name: str, findings: list[Finding]) -> str:

@@ -128,6 +128,7 @@ class _Cycle:
     placements: tuple[ReplicaPlacement, ...] = ()
     deferred: str = ""  # what this service holds back or gives up for pending gangs
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # replica -> allocated pool/device
+    refused: str = ""  # why the API server refused to create a replica (quota, admission), if it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,11 +263,11 @@ class Reconciler:
                              desired_serving, desired_standby, removal_cost=removal_cost, stuck=stuck)
 
         # 5-6. place and write
-        placements = await self._actuate(svc, plan, replicas, pods, now)
+        placements, refused = await self._actuate(svc, plan, replicas, pods, now)
         claims_gc, devices = await self._collect_orphan_claims(svc, uid, pods, placements)
 
         c = _Cycle(svc, generation, memory, now, replicas, rates, output, desired_serving, desired_standby, reason,
-                   message, plan, placements, deferred, devices)
+                   message, plan, placements, deferred, devices, refused)
         await self._decision_events(body, c)
         status = self._status(c, conditions)
         self._export(c)
@@ -321,7 +322,7 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- actuate
 
     async def _actuate(self, svc: api.InferenceService, plan: ReplicaActions, replicas: Sequence[ReplicaPod],
-                       pods: Sequence[Mapping[str, Any]], now: datetime) -> tuple[ReplicaPlacement, ...]:
+                       pods: Sequence[Mapping[str, Any]], now: datetime) -> tuple[tuple[ReplicaPlacement, ...], str]:
         ns = svc.meta.namespace
         for name, role in [*((n, Role.SERVING) for n in plan.promote), *((n, Role.STANDBY) for n in plan.demote)]:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
@@ -329,7 +330,7 @@ class Reconciler:
             await self._k(self.kube.delete, PODS, name, ns)  # graceful: the Pod's grace period drains it
         wanted = [Role.SERVING] * plan.create_serving + [Role.STANDBY] * plan.create_standby
         if not wanted:
-            return ()
+            return (), ""
         # A name is taken while its Pod or its claim exists (a claim left by a crash before its Pod was created is
         # collected in this cycle; its replica gets a new name rather than the stale claim).
         claims = await self._k(self.kube.list, RESOURCE_CLAIMS, ns, label_selector=selector(svc.meta))
@@ -346,44 +347,60 @@ class Reconciler:
                                         inputs=snapshot.inputs(svc.spec.model.cache_key, service_nodes),
                                         seed=self.settings.seed, claim_labels={**selector_labels(svc.meta)},
                                         state=snapshot.state)
-            await self._write_replicas(svc, placements, wanted, now)
-        return placements
+            refused = await self._write_replicas(svc, placements, wanted, now)
+        return placements, refused
 
     async def _write_replicas(self, svc: api.InferenceService, placements: Sequence[ReplicaPlacement],
-                              wanted: Sequence[Role], now: datetime) -> None:
+                              wanted: Sequence[Role], now: datetime) -> str:
+        """Create the claims and Pods of the placed replicas; return why the API server refused one (a quota, an
+        admission webhook, RBAC), or "". A refusal stops this cycle's creations: the rest would meet it too."""
         ns = svc.meta.namespace
         for placement, role in zip(placements, wanted, strict=True):
             if placement.claim is None:
                 self.metrics.placement_failures.labels(ns, svc.meta.name, _reason_code(placement)).inc()
                 continue
-            claim = placement.claim.claim
-            claim["metadata"]["labels"][LABEL_REPLICA] = placement.replica
-            claim["metadata"]["ownerReferences"] = [owner_reference(svc.meta)]
-            await self._create(RESOURCE_CLAIMS, claim, ns)
-            assert placement.decision.placement is not None
-            consumed = {k.rpartition("/")[2]: str(math.ceil(v))
-                        for k, v in placement.decision.placement.consumed_capacity.items()}
-            self.view.pin(ns, claim["metadata"]["name"], [
-                {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
-                 **({"consumedCapacity": consumed} if consumed else {})}
-                for d in placement.decision.placement.devices])
-            pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
-                              node_selector=placement.claim.node_selector,
-                              tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
-                                           for t in GPU_TOLERATIONS],
-                              annotations={ANNOTATION_ACCELERATOR: placement.product,
-                                           ANNOTATION_CACHED: str(placement.cached).lower()})
-            await self._create(PODS, pod, ns)
-            assert placement.decision.placement is not None
-            devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
-            await self._event(_ref(svc), "Placed",
-                              f"{role.value} replica {placement.replica} on {placement.claim.node_name} "
-                              f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
+            try:
+                await self._write_replica(svc, placement, role, now)
+            except KubeError as exc:
+                if exc.status not in (400, 403, 422):
+                    raise
+                refused = f"the API server refused replica {placement.replica}: {exc.message}"
+                self.metrics.placement_failures.labels(ns, svc.meta.name, _refusal_code(exc)).inc()
+                await self._event(_ref(svc), "FailedCreate", refused, "Warning", "Create", now)
+                return refused
         failed = [p for p in placements if not p.placed]
         if failed:
             await self._event(_ref(svc), "PlacementFailed",
                               f"{len(failed)} replica(s) cannot be placed: {failed[0].why_not}", "Warning", "Place",
                               now)
+        return ""
+
+    async def _write_replica(self, svc: api.InferenceService, placement: ReplicaPlacement, role: Role,
+                             now: datetime) -> None:
+        ns = svc.meta.namespace
+        assert placement.claim is not None
+        claim = placement.claim.claim
+        claim["metadata"]["labels"][LABEL_REPLICA] = placement.replica
+        claim["metadata"]["ownerReferences"] = [owner_reference(svc.meta)]
+        await self._create(RESOURCE_CLAIMS, claim, ns)
+        assert placement.decision.placement is not None
+        consumed = {k.rpartition("/")[2]: str(math.ceil(v))
+                    for k, v in placement.decision.placement.consumed_capacity.items()}
+        self.view.pin(ns, claim["metadata"]["name"], [
+            {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
+             **({"consumedCapacity": consumed} if consumed else {})}
+            for d in placement.decision.placement.devices])
+        pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
+                          node_selector=placement.claim.node_selector,
+                          tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
+                                       for t in GPU_TOLERATIONS],
+                          annotations={ANNOTATION_ACCELERATOR: placement.product,
+                                       ANNOTATION_CACHED: str(placement.cached).lower()})
+        await self._create(PODS, pod, ns)
+        devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
+        await self._event(_ref(svc), "Placed",
+                          f"{role.value} replica {placement.replica} on {placement.claim.node_name} "
+                          f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
 
     async def _create(self, resource: Any, obj: Mapping[str, Any], namespace: str) -> None:
         try:
@@ -448,7 +465,11 @@ class Reconciler:
                                            f"{counts.standby}/{c.standby} standby", now=now, generation=g)
         failed = [p for p in c.placements if not p.placed]
         pending = [r for r in c.replicas if r.state is api.ReplicaState.PENDING]
-        if failed:
+        if c.refused:
+            conditions = set_condition(conditions, type=api.ConditionType.PLACED, status="False",
+                                       reason="QuotaExceeded" if "exceeded quota" in c.refused else "FailedCreate",
+                                       message=c.refused[:4000], now=now, generation=g)
+        elif failed:
             conditions = set_condition(conditions, type=api.ConditionType.PLACED, status="False",
                                        reason=_reason_code(failed[0]),
                                        message=f"{len(failed)} replica(s) not placed: {failed[0].why_not}", now=now,
@@ -556,6 +577,10 @@ def _new_names(service: str, taken: set[str], n: int) -> list[str]:
 def _reason_code(placement: ReplicaPlacement) -> str:
     reasons = placement.decision.status.reasons
     return f"No{reasons[-1].plugin}" if reasons else "Unschedulable"
+
+
+def _refusal_code(exc: KubeError) -> str:
+    return "QuotaExceeded" if "exceeded quota" in exc.message else f"FailedCreate{exc.reason or exc.status}"
 
 
 def _ref(svc: api.InferenceService) -> dict[str, Any]:

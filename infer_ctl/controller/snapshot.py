@@ -67,11 +67,7 @@ class Snapshot:
 
     def gang_reservation(self) -> GangReservation:
         """Where the pending gangs would go now, given the placements made so far on this snapshot."""
-        if not self.gangs:
-            return GangReservation({}, (), ())
-        whole_free = (self.state.exists & (self.state.free_milli == MILLI)).sum(axis=1)
-        free = {node.name: int(whole_free[i]) for i, node in enumerate(self.state.nodes)}
-        return reserve_for_gangs([(g.key, g.gpus_per_pod, g.pods) for g in self.gangs], free)
+        return gang_reservation(self.state, self.gangs)
 
     def inputs(self, cache_key: str, service_nodes: Mapping[str, int]) -> CycleInputs:
         """The engine's per-cycle inputs for one service: its replicas per node, the nodes holding its model,
@@ -187,22 +183,36 @@ class ClusterView:
             self._apis = {api_version: await self._k(self.kube.has_api, api_version)
                           for api_version in (POD_GROUPS.api_version, KUEUE_WORKLOADS.api_version)}
             self._apis_checked_at = now
-        demands: list[GangDemand] = []
-        if self._apis.get(POD_GROUPS.api_version):
-            groups = await self._k(self.kube.list, POD_GROUPS)
-            if groups:
-                all_pods, all_claims, templates = await asyncio.gather(
-                    self._k(self.kube.list, PODS) if pods is None else _given(pods),
-                    self._k(self.kube.list, RESOURCE_CLAIMS) if claims is None else _given(claims),
-                    self._k(self.kube.list, RESOURCE_CLAIM_TEMPLATES))
-                demands.extend(pod_group_demands(groups, all_pods, all_claims, templates))
-        if self._apis.get(KUEUE_WORKLOADS.api_version):
-            demands.extend(workload_demands(await self._k(self.kube.list, KUEUE_WORKLOADS)))
-        return demands
+        result: list[GangDemand] = await self._k(
+            list_gang_demands, self.kube, pod_groups=self._apis.get(POD_GROUPS.api_version, False),
+            workloads=self._apis.get(KUEUE_WORKLOADS.api_version, False), pods=pods, claims=claims)
+        return result
 
 
-async def _given(objects: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
-    return objects
+def list_gang_demands(kube: KubeClient, *, pod_groups: bool, workloads: bool,
+                      pods: Sequence[Mapping[str, Any]] | None = None,
+                      claims: Sequence[Mapping[str, Any]] | None = None) -> list[GangDemand]:
+    """The GPU demand of pending gangs: PodGroups (`pod_groups`: the cluster serves the API) with their Pods'
+    claims, and Kueue Workloads (`workloads`). Blocking: the client's calls."""
+    demands: list[GangDemand] = []
+    if pod_groups:
+        groups = kube.list(POD_GROUPS)
+        if groups:
+            demands.extend(pod_group_demands(groups, kube.list(PODS) if pods is None else pods,
+                                             kube.list(RESOURCE_CLAIMS) if claims is None else claims,
+                                             kube.list(RESOURCE_CLAIM_TEMPLATES)))
+    if workloads:
+        demands.extend(workload_demands(kube.list(KUEUE_WORKLOADS)))
+    return demands
+
+
+def gang_reservation(state: ClusterState, gangs: Sequence[GangDemand]) -> GangReservation:
+    """Where pending gangs would go on `state` (whole free GPUs per node; see infer_ctl.engine.gangs)."""
+    if not gangs:
+        return GangReservation({}, (), ())
+    whole_free = (state.exists & (state.free_milli == MILLI)).sum(axis=1)
+    free = {node.name: int(whole_free[i]) for i, node in enumerate(state.nodes)}
+    return reserve_for_gangs([(g.key, g.gpus_per_pod, g.pods) for g in gangs], free)
 
 
 def fragmentation_ratio(state: ClusterState, mix: WorkloadMix) -> float:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from infer_ctl.controller.explain import explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.kube.client import INFERENCE_SERVICES, RESOURCE_CLAIMS
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PRIORITY_CLASSES, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
+from tests.controller.test_gangs import gang
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -77,3 +78,32 @@ def test_an_invalid_spec_stops_at_the_spec_layer_and_the_command_says_so(cluster
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
     assert "[spec] invalid: spec.accelerator.products[0]: unknown product 'H100'" in result.stdout
+
+
+async def test_a_refused_replica_gets_a_condition_an_event_and_an_explanation(cluster: Cluster) -> None:
+    # Installed without its PriorityClasses: the API server refuses every replica Pod (as kube-apiserver's
+    # Priority admission does).
+    cluster.kube.delete(PRIORITY_CLASSES, "infer-ctl-serving")
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("nopc").build(), "default")
+    await cycle(cluster, "nopc")
+    status = cluster.kube.get(INFERENCE_SERVICES, "nopc", "default")["status"]
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert placed["status"] == "False" and placed["reason"] == "FailedCreate"
+    assert "no PriorityClass with name infer-ctl-serving was found" in placed["message"]
+    events = [e for e in cluster.kube.list(EVENTS, "default") if e.get("reason") == "FailedCreate"]
+    assert len(events) == 1 and events[0]["regarding"]["name"] == "nopc"
+    findings = explain(cluster.kube, cluster.policies, "default", "nopc")
+    refused = next(f for f in findings if f.layer == "admission")
+    assert "infer-ctl-serving" in refused.message
+
+
+async def test_gpus_held_for_a_pending_gang_are_told_apart(cluster: Cluster) -> None:
+    # A gang of 3 Pods x 8 GPUs does not fit (two 8-GPU nodes), so it stays pending, and it would take both H100
+    # nodes whole once it can: an 8-GPU replica finds them held.
+    gang(cluster, pods=3, gpus=8)
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp8").with_("spec.accelerator.count", 8)
+                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "400Gi")
+                        .build(), "default")
+    await cycle(cluster, "tp8")
+    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp8") if f.layer == "placement")
+    assert placement.message.startswith("capacity held for a pending gang"), placement.message
