@@ -21,6 +21,9 @@ each horizon step, measured out of sample by the backtest (`infer_ctl.forecast.s
 fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `min_errors(q)` errors exist (a young service), the
 quantile cannot be estimated and the upper bound is the highest rate of the last horizon (plus a bucket): room
 for the traffic just seen, which a spike stops claiming once the traffic has stayed low for a horizon.
+A tail far wider than a normal one of the errors' robust scale counts only if it comes from several separate
+episodes, so that the edges of one past spike or level shift do not pass for the spread of the traffic
+(`error_quantile`).
 The square-root scale is between absolute errors
 (wrong at low rates) and relative ones (wrong near zero): Poisson counts have exactly this variance shape.
 
@@ -33,6 +36,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Protocol
 
 import numpy as np
@@ -43,6 +47,10 @@ from infer_ctl.forecast.series import FloatArray, RateSeries
 SCALE_FLOOR_RPS = 1.0
 # errors needed before an error quantile is trusted; until then the upper bound is the peak rate seen
 MIN_ERRORS = 10
+# a tail wider than this many times the normal one of the errors' robust scale must come from at least
+# MIN_EPISODES separate runs of large errors to count (error_quantile)
+TAIL_ALLOWANCE = 3.0
+MIN_EPISODES = 3
 
 
 def min_errors(quantile: float) -> int:
@@ -405,6 +413,25 @@ def _filter_errors(kernel: _Kernel, coarse: FloatArray, horizon: int, start: int
     return state, errors
 
 
+def error_quantile(errors: FloatArray, quantile: float) -> float:
+    """The `quantile` of normalised errors (in time order), unless the errors beyond a normal tail come from
+    fewer than `MIN_EPISODES` separate episodes. The normal tail is median + TAIL_ALLOWANCE x 1.4826 MAD x z_q
+    (a normal distribution with the errors' robust scale, tails allowed 3 times as wide). A spike that came and
+    went, or a level shift, leaves one run of large errors at its edge: not a spread the service must keep room
+    for, so the quantile is the normal tail's. Bursty traffic leaves many separate runs and keeps the empirical
+    quantile. E.g. 18 errors of 0 and two consecutive of 63 (a step 50 -> 500 seen by a fitted EWMA): the
+    empirical q0.95 is 63, one episode, so 0: the upper bound is the mean, not 1.5 x the peak."""
+    emp = float(np.quantile(errors, quantile))
+    med = float(np.median(errors))
+    mad = 1.4826 * float(np.median(np.abs(errors - med)))
+    normal_tail = med + TAIL_ALLOWANCE * mad * NormalDist().inv_cdf(quantile)
+    if emp <= normal_tail:
+        return emp
+    beyond = errors > normal_tail
+    episodes = int(beyond[0]) + int(np.count_nonzero(beyond[1:] & ~beyond[:-1]))
+    return emp if episodes >= MIN_EPISODES else normal_tail
+
+
 def error_quantiles_by_step(errors: FloatArray, quantile: float, agg: int, steps: int) -> list[float]:
     """Per fine horizon step, the `quantile` of the normalised errors of the coarse step covering it."""
     out: list[float] = []
@@ -412,7 +439,7 @@ def error_quantiles_by_step(errors: FloatArray, quantile: float, agg: int, steps
         c = min(j // agg, errors.shape[1] - 1)
         col = errors[:, c]
         col = col[np.isfinite(col)]
-        out.append(float(np.quantile(col, quantile)) if col.size >= min_errors(quantile) else 0.0)
+        out.append(error_quantile(col, quantile) if col.size >= min_errors(quantile) else 0.0)
     return out
 
 

@@ -30,6 +30,7 @@ from infer_ctl.forecast.models import (
     Forecaster,
     KernelFitted,
     default_candidates,
+    error_quantile,
     min_errors,
 )
 from infer_ctl.forecast.series import FloatArray, RateSeries
@@ -103,7 +104,7 @@ def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fa
             out.append(base)
             continue
         e = (a[ok] - m[ok]) / np.sqrt(np.maximum(m[ok], SCALE_FLOOR_RPS))
-        out.append(float(np.quantile(e, quantile)))
+        out.append(error_quantile(e, quantile))
     return out
 
 

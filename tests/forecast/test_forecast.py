@@ -176,3 +176,20 @@ def test_a_quantile_is_estimated_only_from_enough_errors_for_its_tail(quantile: 
     assert min_errors(quantile) == errors_needed
     # 20 quiet buckets after the spike: about 20 errors, enough for q0.95 and not for q0.99
     assert Ewma().fit(spike_then_quiet(20), 2, quantile).calibrated == (errors_needed <= 20)
+
+
+def test_the_edges_of_one_level_shift_are_not_taken_for_the_spread_of_the_traffic() -> None:
+    from infer_ctl.forecast.models import error_quantile
+
+    step_edges = np.array([0.0] * 9 + [63.0, 63.0] + [0.0] * 9)
+    assert error_quantile(step_edges, 0.95) == pytest.approx(0.0)
+    # the same large errors from three separate bursts are a tail the service must keep room for
+    three_bursts = np.array(([0.0] * 5 + [63.0]) * 3 + [0.0] * 2)
+    assert error_quantile(three_bursts, 0.95) == pytest.approx(float(np.quantile(three_bursts, 0.95)))
+    # errors that are wide throughout keep their empirical quantile
+    wide = np.random.default_rng(3).standard_normal(400) * 5.0
+    assert error_quantile(wide, 0.95) == pytest.approx(float(np.quantile(wide, 0.95)))
+    # bursty traffic: mostly small errors with frequent large ones (1 in 5, separate episodes): empirical
+
+    bursty = np.where(np.arange(400) % 5 == 0, 12.0, 1.0) * np.random.default_rng(4).random(400)
+    assert error_quantile(bursty, 0.95) == pytest.approx(float(np.quantile(bursty, 0.95)))
