@@ -72,6 +72,7 @@ from infer_ctl.kube.labels import (
 )
 from infer_ctl.kube.pods import ReplicaPod, replica_pods
 from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
+from infer_ctl.place.claims import HOSTNAME_LABEL
 from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
 
@@ -589,6 +590,15 @@ def _ref(svc: api.InferenceService) -> dict[str, Any]:
 
 
 def _node_of(pod: Mapping[str, Any]) -> str:
-    """The node a replica Pod runs on, or is pinned to by its node selector before it is bound."""
+    """The node a replica Pod runs on, or, before it is bound, the hostname its required node affinity names."""
     spec = pod.get("spec") or {}
-    return str(spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname") or "")
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or ():
+        for expr in term.get("matchExpressions") or ():
+            values: list[Any] = expr.get("values") or []
+            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
