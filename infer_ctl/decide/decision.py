@@ -199,11 +199,12 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         # they count as recommended now, so the stabilization window protects them as it would have
         state = replace(state, recommendations=((now, current),))
     state = _track_idle(state, now, observed)
+    ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
+    # the rate arriving now: where a rising rate is heading, since a trailing-window rate lags a step
+    arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
     if not missing:
-        ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
         elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
                                                               2 * policy.control_period_s)
-        arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
         backlog = max(0.0, state.backlog_requests + (arriving - ready * cap) * elapsed)
         state = replace(state, backlog_requests=backlog, backlog_at_s=now)
     fc = inputs.forecast if policy.forecast_enabled else None
@@ -226,32 +227,30 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
         upper_now, mean_now = summary.upper_now_rps, summary.mean_now_rps
         if not missing and observed > upper_now:
-            seen = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
-            burst = seen + max(0.0, upper_now - mean_now)
+            burst = arriving + max(0.0, upper_now - mean_now)
             sustained = max(sustained, observed + max(0.0, upper_now - mean_now))
             if burst > upper_peak:
                 demand = burst
                 reason = Reason.BURST
-                rising = f" and rising towards {seen:.1f} rps" if seen > observed else ""
+                rising = f" and rising towards {arriving:.1f} rps" if arriving > observed else ""
                 message = (
                     f"observed {observed:.1f} rps{rising}, above the forecast's upper bound {upper_now:.1f} rps: "
                     f"sized for {burst:.1f} rps now"
                 )
     elif not missing:
         message = f"observed {observed:.1f} rps (no forecast)"
-    ready_now = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
-    if not missing and state.backlog_requests > max(1, ready_now) * cap * policy.control_period_s:
+    if not missing and state.backlog_requests > max(1, ready) * cap * policy.control_period_s:
         # overloaded, by more than the ready replicas serve in a control period: the requests that piled up, and
         # those that will until the replicas started now are ready, must drain within a horizon on top of the
         # arriving ones
-        arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
-        projected = state.backlog_requests + max(0.0, arriving - ready_now * cap) * inputs.cold_start_p90_s
+        projected = state.backlog_requests + max(0.0, arriving - ready * cap) * inputs.cold_start_p90_s
         drain = arriving + projected / horizon_s
         if drain > demand:
             demand, reason = drain, Reason.BURST
             message = (
-                f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity: sized for "
-                f"{observed:.1f} rps arriving plus draining them within {horizon_s:.0f} s"
+                f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity, "
+                f"{projected:.0f} by the time new replicas are ready: sized for {arriving:.1f} rps arriving "
+                f"plus draining them within {horizon_s:.0f} s"
             )
     serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
     # Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
