@@ -139,18 +139,19 @@ def select_and_fit(
                 CandidateScore(cand.method, math.nan, math.nan, skipped=f"needs {need_s / 3600:.1f} h of history")
             )
             continue
+        # too little to backtest: keep EWMA, the most robust (a trend fitted to a few minutes around a step
+        # extrapolates the step), fitted on the whole history so that every bucket's error calibrates its upper
+        # bound
+        unscored = holdout_n < horizon_steps + 10
         try:
-            fitted = cand.fit(train, horizon_steps, quantile)
+            fitted = cand.fit(history if unscored else train, horizon_steps, quantile)
         except (ValueError, np.linalg.LinAlgError) as exc:
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped=f"fit failed: {exc}"))
             continue
-        if holdout_n < horizon_steps + 10:
-            # too little to backtest: keep EWMA, the most robust (a trend fitted to a few minutes around a step
-            # extrapolates the step)
+        if unscored:
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped="holdout too short to score"))
             if best is None or cand.method == "ewma":
-                # fitted on the whole history: every bucket's error counts towards calibrating the upper bound
-                best = (math.inf, cand.fit(history, horizon_steps, quantile))
+                best = (math.inf, fitted)
             continue
         model, actual_m, mean_m, upper_m = rolling_origin(fitted, holdout, horizon_steps)
         # scored on the last horizon step, leaving out idle buckets forecast as idle
