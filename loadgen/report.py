@@ -70,6 +70,9 @@ def summarize(
         "duration_s": round(schedule_duration_s, 3),
         "send_window_s": round(window_s, 3),
         "elapsed_s": round(outcome.ended_s, 3),
+        # t = 0 of the timeline on the machine's monotonic clock (CLOCK_MONOTONIC, shared by every process on
+        # the machine), so that another process's record can be aligned with it.
+        "started_monotonic_s": round(outcome.started_at_s, 6),
         "errors_by_kind": dict(sorted(s.errors_by_kind.items())),
         "error_examples": dict(sorted(s.error_examples.items())),
         "statuses": {str(k): v for k, v in sorted(s.statuses.items())},

@@ -161,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
         summary_text, _ = loadgen.communicate(timeout=30)
         summary = _loadgen_summary(summary_text)
         _print_summary(summary, recorder, out)
-        _plot(recorder, timeline, out / "demo.png")
+        # loadgen's t = 0 is when it began sending (after its start-up), on the same monotonic clock.
+        offset_s = float(summary.get("started_monotonic_s", started)) - started
+        _plot(recorder, timeline, out / "demo.png", offset_s)
         print(f"\nplot: {out / 'demo.png'}   timeline: {timeline}", flush=True)
     return 0
 
@@ -247,9 +249,9 @@ def _print_summary(summary: dict[str, Any], recorder: Recorder, out: Path) -> No
                                                   "gpu_hours": replica_seconds / 3600}, indent=2))
 
 
-def _plot(recorder: Recorder, timeline: Path, path: Path) -> None:
+def _plot(recorder: Recorder, timeline: Path, path: Path, offset_s: float = 0.0) -> None:
     """Two panels: requests/s (target, answered, the controller's observed rate and upper forecast) above
-    replicas (serving, serving + standby, loading, desired)."""
+    replicas (serving, serving + standby, loading, desired). `offset_s`: loadgen's t = 0 on the demo's clock."""
     import csv
 
     import matplotlib
@@ -261,7 +263,7 @@ def _plot(recorder: Recorder, timeline: Path, path: Path) -> None:
     if timeline.exists():
         with timeline.open() as f:
             rows = list(csv.DictReader(f))
-        x = [float(r["t_s"]) for r in rows]
+        x = [float(r["t_s"]) + offset_s for r in rows]
         top.plot(x, [float(r["target"]) for r in rows], color="0.6", label="offered (loadgen target)")
         top.plot(x, [float(r["ok"]) for r in rows], color="tab:green", label="answered")
     t = [s.t_s for s in recorder.samples]
