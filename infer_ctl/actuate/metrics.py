@@ -7,6 +7,7 @@ Names follow Prometheus conventions (`_seconds`, `_total`, base units); every pe
 from __future__ import annotations
 
 from collections.abc import Mapping
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -61,5 +62,13 @@ class ControllerMetrics:
                     metric.remove(*labels)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
-        """Serve /metrics on a background thread (the controller's metrics port)."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        """Serve /metrics on a background thread (the controller's metrics port) until `stop_serving`."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        self._server: WSGIServer | None = server
+
+    def stop_serving(self) -> None:
+        server: WSGIServer | None = getattr(self, "_server", None)
+        self._server = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()

@@ -17,7 +17,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--namespace", action="append", default=[], metavar="NS",
                         help="watch only this namespace (repeatable; default: cluster-wide)")
     parser.add_argument("--peering", default=None, metavar="NAME",
-                        help="elect one active controller among several through the KopfPeering NAME")
+                        help="elect one active controller among several through the KopfPeering NAME: the live "
+                             "peer with the highest --priority works, the others wait")
+    parser.add_argument("--priority", type=int, default=None,
+                        help="this controller's peering priority (default: random, so that replicas of one "
+                             "Deployment never tie; kopf pauses every peer of a tie)")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve the controller's /metrics here")
     parser.add_argument("--metrics-address", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder (default: policies/)")
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from infer_ctl.config.policies import load_policies
-    from infer_ctl.controller.operator import OperatorConfig
+    from infer_ctl.controller.operator import OperatorConfig, random_priority
     from infer_ctl.controller.operator import run as run_operator
     from infer_ctl.controller.reconciler import Settings
     from infer_ctl.core.errors import SpecError
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url), kubeconfig=args.kubeconfig,
                             namespaces=tuple(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
-                            metrics_address=args.metrics_address)
+                            metrics_address=args.metrics_address,
+                            priority=args.priority if args.priority is not None else random_priority())
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: kopf has already stopped its tasks
         asyncio.run(run_operator(config))
     return 0

@@ -5,8 +5,11 @@
   of one service from overlapping.
 - Deleting a service needs no finalizer: its Pods and claims carry owner references and are garbage-collected;
   the controller only forgets the service's memory and metrics.
-- Several controllers elect one active instance through kopf's peering (`--peering NAME`, a `KopfPeering`
-  object; see deploy/); without it the controller runs standalone.
+- Several controllers elect one active instance through kopf's peering (`--peering NAME`, a
+  `ClusterKopfPeering`, or a `KopfPeering` per namespace with `--namespace`; see deploy/): the live peer with the
+  highest priority works, the others pause, and when it stops (or its keep-alive expires) the next one resumes.
+  kopf pauses *every* peer of a tie, so each controller takes a random priority unless one is given; without
+  peering the controller runs standalone.
 - Errors: an API refusal or an unreachable API server is a `kopf.TemporaryError` (retried on the next tick);
   anything else is logged by kopf and retried, and never stops the other services' cycles.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +42,7 @@ class OperatorConfig:
     peering: str | None = None  # None: standalone
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    priority: int = 0  # peering priority: the highest live peer is the active one
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
 
@@ -60,6 +65,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         settings.peering.name = config.peering or "infer-ctl"
         settings.peering.standalone = config.peering is None
         settings.peering.mandatory = config.peering is not None
+        settings.peering.priority = config.priority
         settings.watching.server_timeout = 300
         settings.queueing.error_delays = (1, 2, 5, 10, 20)
 
@@ -96,6 +102,11 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
     return registry
 
 
+def random_priority() -> int:
+    """A peering priority no other replica of the Deployment is likely to draw (1 in 2**31 per pair)."""
+    return secrets.randbelow(2**31 - 1) + 1
+
+
 def connection_info(kube: KubeClient) -> kopf.ConnectionInfo:
     """kopf's credentials from the same configuration the controller's own client uses."""
     c = kube.configuration
@@ -129,5 +140,6 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
             ready_flag=ready_flag,
         )
     finally:
+        reconciler.metrics.stop_serving()
         await reconciler.close()
         kube.close()

@@ -1,0 +1,90 @@
+"""Two controllers with peering, as deploy/controller/ runs them (cluster-wide, `--peering infer-ctl`): only the
+higher-priority one works; when it stops, the other takes over. What each did is read from its own /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from infer_ctl.controller.operator import OperatorConfig, run
+from infer_ctl.controller.reconciler import Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.sandbox.threaded import LoopThread
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_operator import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def controller(cluster: Cluster, priority: int, metrics_port: int) -> Iterator[threading.Event]:
+    thread = LoopThread(f"kopf-{priority}")
+    stop, ready = threading.Event(), threading.Event()
+    config = OperatorConfig(Settings(cluster.policies), kubeconfig=str(cluster.kubeconfig), peering="infer-ctl",
+                            priority=priority, metrics_port=metrics_port)
+    future = asyncio.run_coroutine_threadsafe(run(config, stop_flag=stop, ready_flag=ready), thread.loop)
+    assert ready.wait(30), "kopf did not start"
+    try:
+        yield stop
+    finally:
+        stop.set()
+        future.result(timeout=30)
+        thread.stop()
+
+
+def cycles(port: int) -> float:
+    """How many control cycles this controller has run (its reconcile histogram's count)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return sum(s.value for family in text_string_to_metric_families(text)
+               if family.name == "infer_ctl_reconcile_seconds"
+               for s in family.samples if s.name == "infer_ctl_reconcile_seconds_count")
+
+
+def replicas(cluster: Cluster) -> int:
+    return len([p for p in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
+                if not p["metadata"].get("deletionTimestamp")])
+
+
+def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when_it_stops(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kopf")
+    kube = cluster.kube
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "controller" / "kopf-peering.yaml").read_text()):
+        if doc["kind"] == "CustomResourceDefinition":
+            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=doc)
+        else:
+            kube.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=doc)
+    low_port, high_port = free_port(), free_port()
+    with controller(cluster, priority=10, metrics_port=low_port), \
+            controller(cluster, priority=20, metrics_port=high_port) as stop_high:
+        # Until each has seen the other's keep-alive both may act (kopf's peering is not a lease): wait for the
+        # lower one to step back.
+        wait_for("the lower priority to pause", lambda: any(
+            "Pausing operations in favour of" in r.getMessage() for r in caplog.records))
+        kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
+                    .build(), "default")
+        wait_for("one replica", lambda: replicas(cluster) == 1)
+        wait_for("the active controller's cycles", lambda: cycles(high_port) >= 1)
+        assert cycles(low_port) == 0  # paused in favour of the higher priority
+
+        stop_high.set()  # the active one leaves (a rolling update, a node drain): its peering record goes with it
+        kube.merge_patch(INFERENCE_SERVICES, "llm", {"spec": {"scaling": {"minReplicas": 2}}}, "default")
+        wait_for("the other controller resumes and scales", lambda: replicas(cluster) == 2, timeout_s=60)
+        assert cycles(low_port) >= 1
