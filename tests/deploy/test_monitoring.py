@@ -426,6 +426,8 @@ def test_the_dashboard_has_a_prometheus_datasource_and_namespace_and_service_var
         assert variables[name]["query"]["query"].startswith("label_values(")
         assert variables[name]["datasource"]["uid"] == "${datasource}"
     assert "$namespace" in variables["service"]["query"]["query"], "services are those of the chosen namespaces"
+    assert not variables["job"]["includeAll"] and not variables["job"]["multi"], \
+        'one controller job: "All" would make up{job=~".*"} count every target of the Prometheus'
 
 
 def test_every_panel_reads_the_chosen_datasource_and_panels_do_not_overlap() -> None:
