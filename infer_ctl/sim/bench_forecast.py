@@ -1,7 +1,7 @@
 """Benchmark: forecast quality on a real seasonal series (bank_calls, 5-minute arrivals, 8 months).
 
     .venv/bin/python -m infer_ctl.sim.bench_forecast [--trace ../shared/data/traces/bank_calls_5min.csv]
-        [--horizons 1,2,12] [--quantile 0.95] [--first-week 4]
+        [--horizons 1,2,12] [--quantile 0.95] [--first-week 4] [--rate-scale 1]
 
 Rolling origin, as the engine runs it: every week the forecaster is re-selected by backtest on all history so
 far (`select_and_fit`), then rolled through the following week bucket by bucket (parameters fixed, states
@@ -33,11 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default="../shared/data/traces/bank_calls_5min.csv")
     ap.add_argument("--horizons", default="1,2,12", help="buckets ahead (5 minutes each)")
     ap.add_argument("--quantile", type=float, default=0.95)
+    ap.add_argument(
+        "--rate-scale",
+        type=float,
+        default=1.0,
+        help="multiply the rates (x200 is the autoscaling benchmark's service, a peak of about 300 requests/s; "
+        "the upper quantile's errors are scaled by sqrt(max(rate, 1 req/s)), absolute below 1 req/s)",
+    )
     ap.add_argument("--first-week", type=int, default=4, help="weeks of history before the first origin")
     ap.add_argument("--weeks", type=int, default=None, help="evaluate this many weeks (default: all)")
     args = ap.parse_args(argv)
     trace = load_trace(Path(args.trace), "counts-csv")
-    values = trace.counts / trace.bucket_s  # requests/s
+    values = trace.counts / trace.bucket_s * args.rate_scale  # requests/s
     step_s = trace.bucket_s
     per_week = round(WEEK_S / step_s)
     horizons = [int(h) for h in args.horizons.split(",")]
@@ -65,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             model = model.update(values[t : t + 1])
     wall = time.perf_counter() - t0
     train = values[: args.first_week * per_week]
-    print(f"trace={trace.name} buckets={values.size} x {step_s:.0f} s, weeks evaluated={last_week - args.first_week}")
+    print(
+        f"trace={trace.name} x{args.rate_scale:g} (peak {values.max():.1f} req/s) buckets={values.size} x "
+        f"{step_s:.0f} s, weeks evaluated={last_week - args.first_week}"
+    )
     print(f"forecasters chosen (weekly re-selection): {dict(chosen)}; wall {wall:.1f} s")
     print(
         f"{'h':>3} {'minutes':>7} {'MASE':>6} {'MASE open':>9} {'cover':>6} {'cover open':>10}"
