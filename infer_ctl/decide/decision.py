@@ -27,8 +27,9 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    stabilization window, so they leave once the backlog is gone.)
 3. Floor: never fewer than the observed rate needs right now; plus the preset's warm standby replicas.
 4. Scale-down: only to the highest recommendation of the stabilization window (as HPA does; replicas found at
-   the first decision, e.g. after a controller restart, count as recommended then; the transient parts of a
-   recommendation, a rising rate's extrapolation and a backlog's draining, are not remembered), never below the
+   the first decision, e.g. after a controller restart, count as recommended then; a recommendation with a
+   transient part, a rising rate's extrapolation or a backlog's draining, is remembered only for the horizon, so
+   the replicas it started are not dropped a tick later, nor held for the whole window), never below the
    replicas still loading (they are not removed: their cold start is already paid and they were started for a
    reason), and only if the ready replicas that remain absorb the observed load (consolidation-aware).
 5. Missing data (NaN rate) never scales down: it holds, and the reason says so.
@@ -147,6 +148,10 @@ class DecideState:
     # from the observed rate: sum of (observed - ready x capacity) x elapsed, never below zero), and when updated
     backlog_requests: float = 0.0
     backlog_at_s: float | None = None
+    # recommendations that included a transient part (a rising rate's extrapolation, a backlog to drain), and
+    # until when they hold: the replicas they started are kept until they could have been ready and served one
+    # control period (the horizon), not the whole stabilization window
+    transient: tuple[tuple[float, int], ...] = ()  # (until_s, total replicas recommended)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +335,8 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     total = raw_total
     if raw_total < current:
         window_start = now - policy.scale_down_stabilization_s
-        recent = [n for t, n in state.recommendations if t > window_start]
+        recent = [n for t, n in state.recommendations if t > window_start] + \
+            [n for until, n in state.transient if until > now]
         stabilized = max([raw_total, *recent])
         if missing:
             total, reason, message = current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding"
@@ -367,6 +373,7 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         message,
         keep_alive,
         raw_total=min(raw_total, sustained_total),
+        transient_total=raw_total,
     )
 
 
@@ -383,6 +390,7 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
     message: str,
     keep_alive: float | None,
     raw_total: int | None = None,
+    transient_total: int | None = None,
 ) -> tuple[Decision, DecideState]:
     bounded = min(max(total, policy.min_replicas), policy.max_replicas)
     if bounded != total:
@@ -402,4 +410,7 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
         state.learned_keep_alive,
         state.backlog_requests,
         state.backlog_at_s,
+        (*((until, n) for until, n in state.transient if until > now),
+         *(((now + horizon_s, min(transient_total, policy.max_replicas)),)
+           if transient_total is not None and transient_total > rec else ())),
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -248,3 +249,24 @@ def test_an_overload_sizes_for_the_arrivals_plus_draining_the_requests_that_pile
         decision, state = s.run()
     assert state.backlog_requests == 0.0
     assert decision.reason is not Reason.BURST
+
+
+def test_replicas_started_for_a_rise_are_kept_until_they_could_serve_then_follow_the_sustained_demand() -> None:
+    """The burst guard sizes for where a rising rate is heading (80 req/s and what piled up: 9 replicas). They
+    load fast (5 s); a tick later the extrapolation is gone (the rate reads 30 req/s). The 9 are kept for the
+    horizon (cold start p90 + the control period), not dropped a tick after they were made; after it, they follow
+    the sustained demand, without waiting for the whole stabilization window."""
+    policy = DecidePolicy(CAP, min_replicas=1, max_replicas=20, scale_down_stabilization_s=600.0)
+
+    def tick(now: float, observed: float, ready: int, state: DecideState, leading: float = math.nan) -> Any:
+        s = Situation(observed=observed, ready=ready, now=now, policy=policy, state=state, cold_start_p90_s=5.0,
+                      forecast=flat_forecast(5.0 if now == 1000.0 else 30.0, 6.0 if now == 1000.0 else 33.0, now=now))
+        return decide(replace(s.inputs(), leading_rps=leading), state, policy)
+
+    decision, state = tick(1000.0, 20.0, 1, DecideState(), leading=80.0)
+    assert (decision.total, decision.reason) == (9, Reason.BURST), decision.message
+    horizon = decision.horizon_s
+    decision, state = tick(1000.0 + horizon / 2, 30.0, 9, state)
+    assert decision.total == 9, decision.message
+    decision, _ = tick(1000.0 + horizon + 1.0, 30.0, 9, state)
+    assert decision.total < 9 and decision.reason is Reason.SCALE_DOWN, decision.message
