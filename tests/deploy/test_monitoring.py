@@ -133,19 +133,19 @@ def gateway_metrics() -> GatewayMetrics:
 @dataclass(frozen=True, slots=True)
 class Exported:
     labels: dict[str, frozenset[str]]  # series name -> its label names
-    values: dict[str, frozenset[str]]  # label name -> the values seen (for the enumerated labels)
+    values: dict[tuple[str, str], frozenset[str]]  # (series name, label name) -> the values seen
 
 
 def exported() -> Exported:
     labels: dict[str, set[str]] = {"up": set()}
-    values: dict[str, set[str]] = {}
+    values: dict[tuple[str, str], set[str]] = {}
     for text in (generate_latest(controller_metrics().registry).decode(),
                  generate_latest(gateway_metrics().registry).decode()):
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 labels.setdefault(sample.name, set()).update(sample.labels)
                 for name, value in sample.labels.items():
-                    values.setdefault(name, set()).add(value)
+                    values.setdefault((sample.name, name), set()).add(value)
     return Exported({k: frozenset(v) for k, v in labels.items()}, {k: frozenset(v) for k, v in values.items()})
 
 
@@ -265,7 +265,8 @@ def recorded_labels() -> dict[str, frozenset[str]]:
             if "record" in r}
 
 
-def problems_with(expr: str, known: dict[str, frozenset[str]], values: dict[str, frozenset[str]]) -> list[str]:
+def problems_with(expr: str, known: dict[str, frozenset[str]],
+                  values: dict[tuple[str, str], frozenset[str]]) -> list[str]:
     refs = references(expr)
     problems = []
     available: set[str] = set(TARGET_LABELS)
@@ -277,9 +278,9 @@ def problems_with(expr: str, known: dict[str, frozenset[str]], values: dict[str,
         for label, op, value in sel.matchers:
             if label not in known[sel.metric] | TARGET_LABELS:
                 problems.append(f"{sel.metric} has no label {label!r} (it has {sorted(known[sel.metric])})")
-            elif op == "=" and label in ENUMERATED_LABELS and value not in values.get(label, ()):
+            elif op == "=" and label in ENUMERATED_LABELS and value not in values.get((sel.metric, label), ()):
                 problems.append(f"{sel.metric}{{{label}={value!r}}} matches nothing: {label} is one of "
-                                f"{sorted(values.get(label, ()))}")
+                                f"{sorted(values.get((sel.metric, label), ()))}")
     problems += [f"grouping by {label!r}, which no series of the expression has"
                  for label in sorted(refs.grouping_labels - available)]
     return problems
@@ -303,8 +304,10 @@ def test_every_dashboard_query_reads_only_series_and_labels_the_controller_expor
     ('infer_ctl_replicas{state="serving"}', "matches nothing"),
     ("sum by (pod) (infer_ctl_replicas)", "grouping by 'pod'"),
     ('infer_ctl_reconcile_seconds_bucket{le="10"}', "matches nothing"),
+    ('infer_ctl_scaling_decisions_total{reason="NoDeviceMemory"}', "matches nothing"),
 ], ids=["a misspelt metric name is found", "a misspelt label is found", "a state in the wrong case is found",
-        "grouping by a label no series has is found", "a bucket bound not as the client renders it is found"])
+        "grouping by a label no series has is found", "a bucket bound not as the client renders it is found",
+        "a placement failure reason as a decision reason is found"])
 def test_the_check_finds_what_would_silently_match_nothing(expr: str, problem: str) -> None:
     ex = exported()
     found = problems_with(expr, ex.labels, ex.values)
