@@ -45,7 +45,7 @@ from infer_ctl.forecast.series import FloatArray, RateSeries
 
 # Below this rate (requests/s) errors are scaled as if the rate were this: keeps the quantile finite at zero.
 SCALE_FLOOR_RPS = 1.0
-# errors needed before an error quantile is trusted; until then the upper bound is the peak rate seen
+# errors needed before an error quantile is trusted (see min_errors); until then the upper bound is the recent peak
 MIN_ERRORS = 10
 # a tail wider than this many times the normal one of the errors' robust scale must come from at least
 # MIN_EPISODES separate runs of large errors to count (error_quantile)
