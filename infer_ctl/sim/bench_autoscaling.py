@@ -9,7 +9,9 @@ step profile 50 -> 500 -> 2 requests/s, each with every cold start in `--cold-st
 simulator's default (8 requests/s per replica at a 2 s SLO, scale to zero allowed where a policy supports it).
 Printed per scenario: one row per policy, then the targets: infer-ctl >= 99 % of requests within the SLO,
 <= 1.25 x the oracle's GPU-hours, the fewest GPU-hours among the policies that reach 99 %, and no baseline
-dominating it (a higher attainment at no more GPU-hours). Plots go to `--plot-dir` when given.
+dominating it (a higher attainment at no more GPU-hours). Plots go to `--plot-dir` when given. For reference,
+each scenario also prints the cheapest constant fleet (replicas held ready throughout, no scaling) that keeps
+99 % of the requests within the SLO.
 
 The start (`--starts`): `warm`, the protocol the targets are judged on, starts every policy and the oracle with
 the same ready replicas, sized for the traffic of the first cold start at the SLO capacity (a real service is
@@ -26,8 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from infer_ctl.forecast.series import FloatArray
+from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.plot import plot_results
-from infer_ctl.sim.run import SimResult, arrivals_per_tick
+from infer_ctl.sim.policies import Oracle
+from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.service import default_settings
 from infer_ctl.sim.suite import POLICY_NAMES, initial_replicas, run_policies
 from infer_ctl.sim.trace import Trace, load_trace, step_profile
@@ -58,6 +63,31 @@ def verdict(results: list[SimResult]) -> list[str]:
     ]
     lines.append("  no baseline dominates: " + ("met" if not dominating else f"MISSED ({', '.join(dominating)})"))
     return lines
+
+
+def cheapest_constant_fleet(
+    arrivals: FloatArray, model: ServiceModel, tick_s: float, score_from_s: float, target: float = 0.99
+) -> SimResult | None:
+    """The fewest replicas that, held ready from start to end, keep `target` of the requests within the SLO (by
+    bisection; None if even `max_replicas` does not). A reference for provisioning without any foresight or
+    reaction: a policy that reaches the target with more GPU-hours than this has gained nothing from scaling."""
+
+    def run(n: int) -> SimResult:
+        fixed = Oracle(np.full(arrivals.size, float(n)), tick_s, name=f"constant-{n}")
+        return simulate(arrivals, fixed, model, SimConfig(tick_s=tick_s, score_from_s=score_from_s), initial_replicas=n)
+
+    lo, hi = 0, model.max_replicas
+    best = run(hi)
+    if best.slo_attainment < target:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = run(mid)
+        if r.slo_attainment >= target:
+            hi, best = mid, r
+        else:
+            lo = mid
+    return best
 
 
 def table(results: list[SimResult]) -> list[str]:
@@ -117,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0, 0.0))
     starts = [s for s in args.starts.split(",") if s]
     for name, trace, scale, tick, warmup_s in scenarios:
+        constant = cheapest_constant_fleet(
+            arrivals_per_tick(trace, tick, scale, np.random.default_rng(0)), default_settings().model, tick, warmup_s
+        )
         for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",")):
             settings = default_settings(cold)
             t0 = time.perf_counter()
@@ -132,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"wall {time.perf_counter() - t0:.0f} s)"
             )
             print("\n".join(table(results)))
+            oracle = next((r for r in results if r.policy == "oracle"), None)
+            if constant is not None and oracle is not None and oracle.gpu_hours > 0:
+                print(
+                    f"  reference: the cheapest constant fleet at >= 99% is {constant.policy.split('-')[1]} replicas, "
+                    f"{constant.slo_attainment:.2%} at {constant.gpu_hours:.1f} GPU-h "
+                    f"({constant.gpu_hours / oracle.gpu_hours:.2f} x the oracle's)"
+                )
             print("\n".join(verdict(results)), flush=True)
             if plot_dir:
                 plot_results(
