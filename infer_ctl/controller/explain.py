@@ -4,7 +4,8 @@ The layers, in the order a replica passes them:
 1. spec: the InferenceService is invalid (its `Valid` condition);
 2. decision: the desired count (and the bound that clipped it) — replicas the decision does not want;
 3. placement: no device matches (which filter and attribute: product, memory, compute capability, partition),
-   capacity held for a gang, or fragmentation (enough free GPUs in total, but no node with enough together);
+   no node has enough matching GPUs, the matching devices are in use (no free capacity), capacity held for a
+   gang, or fragmentation (enough free GPUs in total, but no node with enough together);
 4. scheduler: the Pod's `PodScheduled=False` message (taints, node resources, claims); or the API server
    refused to create the replica (a ResourceQuota, an admission webhook, a missing PriorityClass), from the
    controller's `FailedCreate` Events;
@@ -117,15 +118,26 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
         return (f"not created yet: the next replica fits on {decision.placement.node}; "
                 "the controller creates it on its next cycle")
     reasons = "; ".join(str(r) for r in decision.status.reasons) or decision.status.message
-    if request.sharing is Sharing.EXCLUSIVE and request.count > 1:
-        eligible = state.eligible(request).slots
-        free = (eligible & (state.free_milli == MILLI)).sum(axis=1)
-        total, best = int(free.sum()), int(free.max()) if free.size else 0
-        if total >= request.count > best:
-            return (f"fragmentation: {total} matching GPUs are free across the cluster, but no node has "
-                    f"{request.count} of them together (the most on one node: {best}); filters: {reasons}")
     if any(r.plugin == "GangReservation" for r in decision.status.reasons):
         return f"capacity held for a pending gang: {reasons}"
+    eligible = state.eligible(request)
+    if request.sharing is Sharing.EXCLUSIVE:
+        matching = eligible.slots.sum(axis=1)
+        free = (eligible.slots & (state.free_milli == MILLI)).sum(axis=1)
+        if matching.size and int(matching.max()) >= request.count:
+            total, best = int(free.sum()), int(free.max())
+            if total >= request.count > best:
+                return (f"fragmentation: {total} matching GPUs are free across the cluster, but no node has "
+                        f"{request.count} of them together (the most on one node: {best}); filters: {reasons}")
+            if best < request.count:
+                return (f"no free capacity: {int(matching.max())} matching GPUs on the largest node, "
+                        f"{total} free in all, {request.count} wanted on one node; filters: {reasons}")
+        elif matching.size and int(matching.max()) > 0:
+            return (f"no node has {request.count} matching GPUs (the most on one node: {int(matching.max())}); "
+                    f"filters: {reasons}")
+    elif eligible.slots.any() or any(eligible.partitions):
+        kind = "MIG partitions" if request.sharing is Sharing.MIG else "shares of GPUs"
+        return f"no free capacity: matching {kind} exist, none is free enough; filters: {reasons}"
     return f"no device matches: {reasons}"
 
 

@@ -57,7 +57,28 @@ async def test_no_matching_device_names_the_filter(cluster: Cluster) -> None:
                         .build(), "default")
     await cycle(cluster, "l4x8")
     placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "l4x8") if f.layer == "placement")
-    assert placement.message.startswith("no device matches")
+    # The L4 node has 4: not a lack of free capacity, and not fragmentation.
+    assert placement.message.startswith("no node has 8 matching GPUs (the most on one node: 4)")
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("t4").with_("spec.accelerator.products", ["T4"])
+                        .with_("spec.model.memory", "8Gi").build(), "default")
+    await cycle(cluster, "t4")
+    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "t4") if f.layer == "placement")
+    assert placement.message.startswith("no device matches") and "Accelerator" in placement.message
+
+
+async def test_matching_gpus_all_in_use_are_no_free_capacity(cluster: Cluster) -> None:
+    hold_gpus(cluster, "h100-0", range(6))
+    hold_gpus(cluster, "h100-1", range(6))  # 4 H100s free, 2 on each node
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp4").with_("spec.accelerator.count", 4)
+                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "200Gi")
+                        .build(), "default")
+    await cycle(cluster, "tp4")
+    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp4") if f.layer == "placement")
+    assert placement.message.startswith("fragmentation: 4 matching GPUs are free"), placement.message
+    hold_gpus(cluster, "h100-0", range(6, 8))
+    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp4") if f.layer == "placement")
+    assert placement.message.startswith("no free capacity: 8 matching GPUs on the largest node, 2 free"), \
+        placement.message
 
 
 async def test_a_loading_replica_is_in_its_cold_start(cluster: Cluster) -> None:
