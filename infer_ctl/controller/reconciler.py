@@ -19,6 +19,7 @@ Order within a cycle (Kueue's rule: decisions first, writes last):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -541,6 +542,9 @@ class Reconciler:
             self.metrics.gang_demand.labels(source).set(by_source[source])
         if not math.isnan(c.output.observed_rps):
             self.metrics.observed_rps.labels(ns, name).set(c.output.observed_rps)
+        else:  # no rate: no series (a stale last value would hide the gap from alerts)
+            with contextlib.suppress(KeyError):
+                self.metrics.observed_rps.remove(ns, name)
         fc = c.output.forecast
         if fc is not None:
             horizon = c.output.decision.horizon_s

@@ -147,6 +147,12 @@ async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> Non
     assert later.output is not None and later.output.decision.reason == "HoldMissingMetrics"
     metrics = condition(later.status, "MetricsAvailable")
     assert metrics["status"] == "False" and "unreachable" in metrics["message"]
+    # No rate, no series: the controller's gauge does not repeat a stale value (alerts see the gap).
+    assert reconciler.metrics.registry.get_sample_value(
+        "infer_ctl_observed_requests_per_second", {"namespace": "default", "service": "hold"}) is None
+    assert reconciler.metrics.registry.get_sample_value(
+        "infer_ctl_scaling_decisions_total", {"namespace": "default", "service": "hold",
+                                              "reason": "HoldMissingMetrics"}) == 1
     await reconciler.close()
 
 
