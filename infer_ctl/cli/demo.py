@@ -207,7 +207,8 @@ def _tick(kube: Any, resource: Any, recorder: Recorder, t_s: float) -> None:
                     int(desired.get("serving", 0)) + int(desired.get("standby", 0)),
                     str(scaling.get("reason") or decision.get("reason") or ""))
     recorder.samples.append(sample)
-    note = decision.get("message", "") if decision else ""
+    # this cycle's reason and message (the Scaling condition); lastDecision keeps the last change's
+    note = str(scaling.get("message") or (decision.get("message", "") if decision else ""))
     rate = "-" if math.isnan(sample.observed_rps) else f"{sample.observed_rps:.0f}/s"
     fc = "-" if math.isnan(sample.forecast_rps) else f"{sample.forecast_rps:.0f}/s"
     print(f"{t_s:5.0f}  {rate:>7}  {fc:>8}  {sample.serving:>7}  {sample.standby:>7}  {sample.loading:>7}  "

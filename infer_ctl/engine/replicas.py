@@ -54,9 +54,10 @@ class ReplicaActions:
 
 def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
                   removal_cost: Callable[[str], float] | None = None,
-                  stuck: frozenset[str] = frozenset()) -> ReplicaActions:
+                  *, stuck: frozenset[str] = frozenset(), reseat: bool = True) -> ReplicaActions:
     """`stuck`: replicas that cannot be scheduled as placed (their pinned device was taken meanwhile): they are
-    removed and count as missing, so that they are placed again."""
+    removed and count as missing, so that they are placed again. `reseat`: replace serving replicas at the
+    standby's priority now (False while the service is heading down: they will be the first to go anyway)."""
     if desired_serving < 0 or desired_standby < 0:
         raise ValueError(f"desired replicas must not be negative, got {desired_serving}/{desired_standby}")
     replaced = tuple(r.name for r in replicas if r.name in stuck and r.state is ReplicaState.PENDING)
@@ -119,7 +120,8 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
 
     # Rolling replacement of out-of-date replicas, one at a time, only when nothing else is in motion.
     kept_replicas = serving + standby
-    outdated = [r for r in kept_replicas if not r.up_to_date] + [r for r in serving if r.up_to_date and r.low_priority]
+    outdated = [r for r in kept_replicas if not r.up_to_date] + \
+        [r for r in serving if r.up_to_date and r.low_priority and reseat]
     settled = all(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in kept_replicas)
     if outdated and settled and not (create_serving or create_standby or remove or promote or demote):
         target = outdated[0]

@@ -93,7 +93,8 @@ def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving:
     ready_after = ready_before - len(actions.demote) - sum(
         not by_name[n].standby and by_name[n].state in warm for n in actions.remove)
     assert ready_after >= min(want_serving, ready_before)
-    assert serving_after <= max(want_serving, loading_serving + len(actions.promote)) + 1 + low_priority
+    # (A surplus of loading replicas waits, and so do as many ready ones as the desired count, until they load.)
+    assert serving_after <= want_serving + loading_serving + len(actions.promote) + 1 + low_priority
 
 
 def test_a_replica_stuck_unschedulable_is_removed_and_placed_again() -> None:
@@ -124,3 +125,9 @@ def test_a_promoted_standby_without_a_standby_pool_is_replaced_once_the_service_
     assert (steady.create_serving, steady.remove) == (1, ())
     assert plan_replicas([serving("a"), low("s"), serving("n", S.LOADING)], 2, 0).empty
     assert plan_replicas([serving("a"), low("s"), serving("n")], 2, 0).remove == ("s",)
+
+
+def test_a_promoted_standby_is_not_swapped_while_the_service_heads_down() -> None:
+    assert plan_replicas([serving("a"), low("s")], 2, 0, reseat=False).empty
+    # ... and on the way down, it is the first to go.
+    assert plan_replicas([serving("a"), low("s"), serving("b")], 2, 0, reseat=False).remove == ("s",)
