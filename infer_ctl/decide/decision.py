@@ -14,7 +14,9 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    size for the observed rate plus the same headroom the forecast would have kept (upper - mean), at once.
    A rate measured over a trailing window (Prometheus `rate(...[1m])`) trails a step by up to the window; once
    the guard has fired, it sizes for where the rising rate is heading (`leading_rps`, extrapolated by the
-   engine), so that a step gets its replicas up to half a window sooner.
+   engine), so that a step gets its replicas up to half a window sooner. The extrapolation counts only when
+   the rise it adds exceeds the forecast's own spread (upper - mean): the noise between two samples of a
+   steady or slowly ramping rate does not start replicas.
    Backlog: while the arriving rate exceeds what the ready replicas serve at the SLO capacity, the excess
    requests pile up (estimated as the running sum of (arriving - ready x capacity) x elapsed, never below
    zero). Once that is more than the ready replicas serve in a control period, the decision sizes for the
@@ -205,15 +207,18 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         state = replace(state, recommendations=((now, current),))
     state = _track_idle(state, now, observed)
     ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
-    # the rate arriving now: where a rising rate is heading, since a trailing-window rate lags a step
-    arriving = observed if math.isnan(inputs.leading_rps) else max(observed, inputs.leading_rps)
+    fc = inputs.forecast if policy.forecast_enabled else None
+    summary = fc.summary(now, horizon_s, policy.control_period_s) if fc is not None else None
+    # the rate arriving now: where a rising rate is heading, since a trailing-window rate lags a step; only a
+    # rise beyond the forecast's own spread (upper - mean) counts, not the noise of two consecutive samples
+    spread = max(0.0, summary.upper_now_rps - summary.mean_now_rps) if summary is not None else 0.0
+    rising = not math.isnan(inputs.leading_rps) and inputs.leading_rps - observed > spread
+    arriving = inputs.leading_rps if rising else observed
     if not missing:
         elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
                                                               2 * policy.control_period_s)
         backlog = max(0.0, state.backlog_requests + (arriving - ready * cap) * elapsed)
         state = replace(state, backlog_requests=backlog, backlog_at_s=now)
-    fc = inputs.forecast if policy.forecast_enabled else None
-    summary = None
 
     # 1-3: the raw recommendation
     need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
@@ -223,23 +228,22 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     sustained = demand
     reason = Reason.OBSERVED
     message = ""
-    if fc is not None:
-        summary = fc.summary(now, horizon_s, policy.control_period_s)
+    if fc is not None and summary is not None:
         upper_peak = summary.peak_upper_rps
         demand = max(demand, upper_peak)
         sustained = demand
         reason = Reason.FORECAST
         message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
-        upper_now, mean_now = summary.upper_now_rps, summary.mean_now_rps
+        upper_now = summary.upper_now_rps
         if not missing and observed > upper_now:
-            burst = arriving + max(0.0, upper_now - mean_now)
-            sustained = max(sustained, observed + max(0.0, upper_now - mean_now))
+            burst = arriving + spread
+            sustained = max(sustained, observed + spread)
             if burst > upper_peak:
                 demand = burst
                 reason = Reason.BURST
-                rising = f" and rising towards {arriving:.1f} rps" if arriving > observed else ""
+                heading = f" and rising towards {arriving:.1f} rps" if rising else ""
                 message = (
-                    f"observed {observed:.1f} rps{rising}, above the forecast's upper bound {upper_now:.1f} rps: "
+                    f"observed {observed:.1f} rps{heading}, above the forecast's upper bound {upper_now:.1f} rps: "
                     f"sized for {burst:.1f} rps now"
                 )
     elif not missing:
