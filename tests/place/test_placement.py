@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from infer_ctl.core.cel import compile_expression, prepare_activation
 from infer_ctl.place.claims import pinned_claim
 from infer_ctl.place.frag import TaskClass, WorkloadMix
-from infer_ctl.place.framework import CycleInputs, Decision, Engine, apply
+from infer_ctl.place.framework import CycleContext, CycleInputs, Decision, Engine, apply
 from infer_ctl.place.inventory import Inventory, Toleration
-from infer_ctl.place.plugins import ProfileError, build_profile
+from infer_ctl.place.plugins import ProfileError, build_profile, gap_balance
 from infer_ctl.place.request import Request, RequestError, Sharing, request_from_claim
 from infer_ctl.place.state import ClusterState
 
@@ -469,3 +469,40 @@ def test_a_claim_without_recorded_consumption_takes_the_policy_default_of_a_shar
         claims=[b.claim("whole", allocated=[{"pool": "n1", "device": "gpu-0"}])])
     assert inv.free(inv.devices[0]).capacity_free == {"gpu.nvidia.com/memory": Fraction(0)}
     assert place(inv, shared("10Gi"))[0].placement is None
+
+
+def test_gap_balance_prefers_filling_a_common_gap_over_the_tightest_rare_one(b: Any) -> None:
+    # One GPU with a 300/1000 gap, four with a 500/1000 gap (each node one shareable 80Gi GPU).
+    used = {"n0": "56Gi", "n1": "40Gi", "n2": "40Gi", "n3": "40Gi", "n4": "40Gi"}
+    inv = Inventory.build(
+        nodes=[b.node(n) for n in used],
+        slices=[b.slice(n, [b.gpu(f"gpu-{n}", shareable=True)]) for n in used],
+        device_classes=[b.device_class()],
+        claims=[b.claim(f"c-{n}", capacity={"memory": m},
+                        allocated=[{"pool": n, "device": f"gpu-{n}", "shareID": f"s{i}",
+                                    "consumedCapacity": {"memory": m}}])
+                for i, (n, m) in enumerate(used.items())])
+    state = ClusterState.from_inventory(inv)
+    request = shared("16Gi")
+    ctx = CycleContext(request, state, CycleInputs(), state.eligible(request), state.share_needed(request),
+                       np.random.default_rng(0))
+    nodes = np.arange(len(state.nodes))
+    balance = gap_balance(ctx, nodes, np.zeros(nodes.size, dtype=np.int64))
+    gaps = {state.nodes[i].name: int(state.free_milli[i, 0]) for i in nodes}
+    assert gaps == {"n0": 300, "n1": 500, "n2": 500, "n3": 500, "n4": 500}
+    # Into the 300 gap: sum of squares changes by (0-1) + (1-0) = 0; into a 500 gap: (9-16) + (4-1) = -4.
+    by_node = dict(zip((state.nodes[i].name for i in nodes), balance, strict=True))
+    assert by_node["n0"] == 0.0
+    assert all(by_node[n] == 1.0 for n in ("n1", "n2", "n3", "n4"))
+
+
+def test_a_node_without_a_chosen_gpu_gets_no_gap_balance(b: Any) -> None:
+    inv = Inventory.build(nodes=[b.node("n1"), b.node("n2")],
+                          slices=[b.slice(n, [b.gpu(f"gpu-{n}", shareable=True)]) for n in ("n1", "n2")],
+                          device_classes=[b.device_class()])
+    state = ClusterState.from_inventory(inv)
+    request = shared("16Gi")
+    ctx = CycleContext(request, state, CycleInputs(), state.eligible(request), state.share_needed(request),
+                       np.random.default_rng(0))
+    balance = gap_balance(ctx, np.array([0, 1]), np.array([0, -1]))
+    assert list(balance) == [1.0, 0.0]
