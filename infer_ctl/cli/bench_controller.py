@@ -6,7 +6,9 @@ port), applies N InferenceServices at once and prints:
 
 - apply -> all claims and Pods created (reconcile latency of the first cycles), and -> all replicas Ready;
 - the controller's own cycle times from its `infer_ctl_reconcile_seconds` histogram (mean, and the estimated
-  p50/p99 from the buckets), and the time one control period's N cycles take back to back (N x mean);
+  p50/p99 from the buckets);
+- one control round for all N services: a fresh process runs every service's cycle at once, twice (the first
+  round builds each service's memory, the second is the steady state), and prints the wall time of each;
 - the controller process's resident memory (VmRSS) after the services settle, and its peak (VmHWM).
 """
 
@@ -116,9 +118,18 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             buckets, total, count = _histogram(text, "infer_ctl_reconcile_seconds")
             rss, peak = _rss_mib(controller.pid)
-        finally:
             controller.terminate()
             controller.wait(30)
+            # One control round over every service (all N cycles at once, as the timers fire), by a fresh
+            # process on the settled cluster: the first round builds each service's memory, the second is
+            # the steady state.
+            rounds = json.loads(subprocess.run(
+                [sys.executable, "-m", "infer_ctl.cli.bench_controller", "--round", str(kubeconfig)],
+                capture_output=True, text=True, check=True, timeout=600).stdout)
+        finally:
+            if controller.poll() is None:
+                controller.terminate()
+                controller.wait(30)
             kube.close()
     mean = total / count if count else float("nan")
     return {
@@ -128,9 +139,40 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
         "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
         "cycle_p50_ms": round(_quantile(buckets, count, 0.5) * 1000, 1),
         "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),
-        "period_all_services_s": round(mean * n, 2), "controller_rss_mib": round(rss, 1),
-        "controller_peak_rss_mib": round(peak, 1),
+        "controller_rss_mib": round(rss, 1), "controller_peak_rss_mib": round(peak, 1),
+        "round_first_s": rounds["first_s"], "round_steady_s": rounds["steady_s"],
     }
+
+
+def one_round(kubeconfig: str) -> dict[str, float]:
+    """Two control rounds over every InferenceService, each with all cycles started at once."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from infer_ctl.config.policies import load_policies
+    from infer_ctl.controller.reconciler import Reconciler, Settings
+    from infer_ctl.kube.client import INFERENCE_SERVICES, KubeClient
+
+    async def rounds() -> dict[str, float]:
+        kube = KubeClient.from_config(kubeconfig)
+        reconciler = Reconciler(kube, Settings(load_policies()))
+        bodies = kube.list(INFERENCE_SERVICES, "default")
+        out = {}
+        async def cycle(body: dict[str, Any]) -> None:  # as the operator's handler: the cycle, then its status
+            result = await reconciler.cycle(body, datetime.now(UTC))
+            meta = body["metadata"]
+            await asyncio.to_thread(kube.merge_patch, INFERENCE_SERVICES, meta["name"], {"status": result.status},
+                                    meta["namespace"], subresource="status")
+
+        for name in ("first_s", "steady_s"):
+            started = time.monotonic()
+            await asyncio.gather(*(cycle(b) for b in bodies))
+            out[name] = round(time.monotonic() - started, 2)
+        await reconciler.close()
+        kube.close()
+        return out
+
+    return asyncio.run(rounds())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", default="10,100", help="comma-separated service counts (default 10,100)")
     parser.add_argument("--cluster", type=Path, default=ROOT / "deploy" / "sandbox" / "large.yaml")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds of steady cycles to measure")
+    parser.add_argument("--round", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the round, in its own process
     args = parser.parse_args(argv)
+    if args.round:
+        print(json.dumps(one_round(args.round)))
+        return 0
     for n in (int(x) for x in args.services.split(",")):
         print(json.dumps(run_one(n, args.cluster, args.settle)), flush=True)
     return 0
