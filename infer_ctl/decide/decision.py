@@ -218,7 +218,9 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
                                                               2 * policy.control_period_s)
         backlog = max(0.0, state.backlog_requests + (arriving - ready * cap) * elapsed)
-        state = replace(state, backlog_requests=backlog, backlog_at_s=now)
+        # the constructor, not dataclasses.replace: this runs every tick for every service, and replace costs 3x
+        state = DecideState(state.recommendations, state.idle_since_s, state.idle_histogram,
+                            state.learned_keep_alive, backlog, now, state.transient)
 
     # 1-3: the raw recommendation
     need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
