@@ -8,7 +8,9 @@ loadgen, as a separate process, on the classic step profile 50 -> 500 -> 2 reque
 PNG plot. Everything it started stops at the end or on Ctrl-C.
 
 `--duration` scales the three steps (default 6 minutes: 1.5 min, 3 min, 1.5 min); `--rate-scale` scales the
-rates, for slow machines.
+rates, for slow machines. The demo compresses hours into minutes, and the controller's forecast grid with them:
+10 s buckets instead of the default 60 s (`FORECAST_STEP_S`), or the forecast's upper bound would still hold
+the peak's bucket when the demo ends.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ DEMO_SERVICES = ROOT / "deploy" / "demo" / "chat.yaml"
 CLUSTER = ROOT / "deploy" / "sandbox" / "small.yaml"
 STEPS = ((50.0, 0.25), (500.0, 0.5), (2.0, 0.25))  # (req/s, share of the duration)
 TICK_S = 2.0
+FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline
 
 
 def register(sub: Any) -> None:
@@ -72,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from infer_ctl.controller.operator import OperatorConfig
     from infer_ctl.controller.operator import run as run_operator
     from infer_ctl.controller.reconciler import Settings
+    from infer_ctl.engine.step import EngineConfig
     from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, KubeClient
     from infer_ctl.kube.inferenceservice import CRD_PATH
     from infer_ctl.kube.pods import replica_pods
@@ -110,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
                 except PrometheusError as exc:
                     print(f"Prometheus did not start ({exc}); the controller scrapes replicas directly", flush=True)
                     prometheus = None
-        settings = Settings(policies, prometheus_url=prometheus.url if prometheus else None)
+        settings = Settings(policies, prometheus_url=prometheus.url if prometheus else None,
+                            engine_config=EngineConfig(history_step_s=FORECAST_STEP_S))
         operator_loop = LoopThread("controller")
         operator_stop = threading.Event()
         import asyncio
@@ -129,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  API server  {sandbox.url}   (KUBECONFIG={kubeconfig})", flush=True)
         print(f"  metrics     {'Prometheus ' + prometheus.url if prometheus else 'direct scrape of replicas'}",
               flush=True)
+        print(f"  forecast    {FORECAST_STEP_S:g} s buckets (the demo's compressed timeline; the controller's "
+              "default is 60 s)", flush=True)
         for obj in services:
             kube.create(INFERENCE_SERVICES, obj, "default")
             print(f"  applied     InferenceService default/{obj['metadata']['name']}", flush=True)

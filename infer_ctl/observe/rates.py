@@ -49,18 +49,32 @@ class PrometheusRates:
         except PromQLTemplateError as exc:
             return RateSamples((), "prometheus", f"spec.scaling.metric.query: {exc}")
         start_s = min(start_s, end_s)
-        try:
-            result = self._client.custom_query_range(
-                query,
-                start_time=datetime.fromtimestamp(start_s, UTC),
-                end_time=datetime.fromtimestamp(end_s, UTC),
-                step=f"{max(step_s, 0.001):g}s",
-            )
-        except PrometheusApiClientException as exc:
-            return RateSamples((), "prometheus", f"Prometheus at {self.url} refused the query: {exc}")
-        except requests.RequestException as exc:
-            return RateSamples((), "prometheus", f"Prometheus at {self.url} is unreachable: {type(exc).__name__}")
-        return RateSamples(_sum_series(result, start_s, end_s, step_s), "prometheus")
+        step_s = max(step_s, 0.001)
+        samples: list[tuple[float, float]] = []
+        # Prometheus answers at most 11,000 points per series and query: a long history (a week at 10 s) is read
+        # in consecutive ranges on the same grid.
+        chunk_start = start_s
+        while True:
+            chunk_end = min(end_s, chunk_start + (MAX_POINTS_PER_QUERY - 1) * step_s)
+            try:
+                result = self._client.custom_query_range(
+                    query,
+                    start_time=datetime.fromtimestamp(chunk_start, UTC),
+                    end_time=datetime.fromtimestamp(chunk_end, UTC),
+                    step=f"{step_s:g}s",
+                )
+            except PrometheusApiClientException as exc:
+                return RateSamples((), "prometheus", f"Prometheus at {self.url} refused the query: {exc}")
+            except requests.RequestException as exc:
+                return RateSamples((), "prometheus",
+                                   f"Prometheus at {self.url} is unreachable: {type(exc).__name__}")
+            samples.extend(_sum_series(result, chunk_start, chunk_end, step_s))
+            if chunk_end >= end_s:
+                return RateSamples(tuple(samples), "prometheus")
+            chunk_start = chunk_start + MAX_POINTS_PER_QUERY * step_s
+
+
+MAX_POINTS_PER_QUERY = 10_000  # below Prometheus's limit of 11,000 points per series in a range query
 
 
 def _sum_series(result: Sequence[Mapping[str, object]], start_s: float, end_s: float,

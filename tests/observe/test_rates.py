@@ -50,6 +50,19 @@ def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheu
         assert rps == pytest.approx(15.0, rel=0.01)  # two replicas at 7.5 req/s
 
 
+def test_a_history_longer_than_one_query_may_return_is_read_in_parts(backfilled_prometheus: tuple[str, float]) -> None:
+    # 7 days at 10 s are 60,481 points; Prometheus answers at most 11,000 per query.
+    url, now_s = backfilled_prometheus
+    end = math.floor(now_s / 60) * 60 - 120
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
+                                      start_s=end - 7 * 86_400, end_s=end, step_s=10)
+    assert rates.ok, rates.error
+    times = [t for t, _ in rates.samples]
+    assert times == [end - 7 * 86_400 + 10 * i for i in range(60_481)]  # one grid, no gap or overlap at the seams
+    recent = [r for t, r in rates.samples if t >= end - 3600]
+    assert all(r == pytest.approx(15.0, rel=0.01) for r in recent)
+
+
 def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: tuple[str, float]) -> None:
     url, now_s = backfilled_prometheus
     # An hour before the history starts: Prometheus has nothing, so every step is NaN (the decision holds).
