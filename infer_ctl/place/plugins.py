@@ -359,7 +359,11 @@ class Fragmentation:
     1500 95.70, 2000 95.66, 3000 95.78 (seeds 60-67; FGD 95.40). What the 1200 grouping does: a 1-GPU task
     on an untouched 8-GPU node has Δ ~40 milli below the same task on a used node (the 8-GPU class can no
     longer run there); at 1000 that difference is a whole point and tasks pack onto used nodes, at 1200 the
-    two tie and the CPU:GPU shape decides, which strands less CPU. See infer_ctl/sim/openb for the figures.
+    two tie and the CPU:GPU shape decides, which strands less CPU.
+    Reported (seeds 42-51, default trace, 130% arrivals): 95.90% vs FGD 95.37% (95.63% with the scale at 1000,
+    95% mix and no gap balance). Variant traces, infer-ctl - FGD: cpu050 +0.31, cpu100 +0.37, gpushare60 +0.36,
+    gpuspec10 +0.87, gpuspec20 +0.89, multigpu20 +0.30 (seeds 42-46), multigpu30 +0.15 (42-51), but gpushare40
+    only +0.03 (42-51; -0.04 on seeds 60-64, where the scale at 1000 gives +0.08): a tie with FGD there.
     On the chosen node, a share goes on the GPU with the best score that it fills most tightly.
     With no workload mix as input, every node scores 50.
     """
