@@ -7,7 +7,8 @@ loadgen, as a separate process, on the classic step profile 50 -> 500 -> 2 reque
 (rate, forecast, replicas serving / standby / loading, the decision's reason); and ends with a summary and a
 PNG plot. Everything it started stops at the end or on Ctrl-C.
 
-`--duration` scales the three steps (default 6 minutes: 1.5 min, 3 min, 1.5 min); `--rate-scale` scales the
+`--duration` scales the three steps (default 6 minutes: 1.2 min, 2.4 min, 2.4 min: the drop lasts long enough to
+show the scale-down after the stabilization window); `--rate-scale` scales the
 rates, for slow machines. The demo compresses hours into minutes, and the controller's forecast grid with them:
 10 s buckets instead of the default 60 s (`FORECAST_STEP_S`), or the forecast's upper bound would still hold
 the peak's bucket when the demo ends.
@@ -30,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_SERVICES = ROOT / "deploy" / "demo" / "chat.yaml"
 CLUSTER = ROOT / "deploy" / "sandbox" / "small.yaml"
-STEPS = ((50.0, 0.25), (500.0, 0.5), (2.0, 0.25))  # (req/s, share of the duration)
+STEPS = ((50.0, 0.2), (500.0, 0.4), (2.0, 0.4))  # (req/s, share of the duration)
 TICK_S = 2.0
 FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline
 

@@ -490,9 +490,10 @@ class Reconciler:
             conditions = set_condition(conditions, type=api.ConditionType.PLACED, status="True", reason="Placed",
                                        message="every replica has its devices", now=now, generation=g)
         moving = not c.plan.empty or counts.loading > 0
+        # The reason is the decision's, moving or not (Scaling=False with Stabilizing: a lower count is wanted,
+        # the window holds).
         conditions = set_condition(conditions, type=api.ConditionType.SCALING, status="True" if moving else "False",
-                                   reason=c.reason if moving else "Steady", message=c.message or c.reason, now=now,
-                                   generation=g)
+                                   reason=c.reason, message=c.message or c.reason, now=now, generation=g)
         gang_blocked = [p for p in failed if any(r.plugin == "GangReservation" for r in p.decision.status.reasons)]
         if c.deferred or gang_blocked:
             why = c.deferred or f"{len(gang_blocked)} replica(s) not placed: GPUs held for pending gangs"
