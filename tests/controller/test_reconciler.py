@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeClient
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 
@@ -173,3 +173,40 @@ async def test_a_claim_left_by_a_crash_before_its_pod_is_collected_and_not_reuse
              if not c["metadata"].get("deletionTimestamp")}
     assert names == {"crash-r1-gpu"}
     await reconciler.close()
+
+
+async def test_the_example_services_get_devices_that_fit_them(cluster: Cluster) -> None:
+    """deploy/examples/ through the controller and the sandbox's scheduler: an 8B model on one H100, a 70B model
+    on four GPUs of one node, an embedder on the smallest MIG partition that holds it."""
+    import yaml
+
+    from tests.controller.conftest import ROOT
+
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies, snapshot_max_age_s=0))
+    for example in ("llm-8b", "llm-70b", "embedder-mig"):
+        body = yaml.safe_load((ROOT / "deploy" / "examples" / f"{example}.yaml").read_text())
+        body["metadata"]["namespace"] = "default"
+        result = await reconciler.cycle(cluster.kube.create(INFERENCE_SERVICES, body, "default"), T0)
+        assert all(p.placed for p in result.placements), [p.why_not for p in result.placements]
+
+    def allocated() -> dict[str, list[dict[str, Any]]] | None:
+        claims = cluster.kube.list(RESOURCE_CLAIMS, "default")
+        if len(claims) < 3 or not all((c.get("status") or {}).get("allocation") for c in claims):
+            return None
+        return {c["metadata"]["labels"]["infer-ctl.io/service"]: c["status"]["allocation"]["devices"]["results"]
+                for c in claims}
+
+    results = wait_for("claims allocated", allocated)
+    devices = {(s["spec"]["pool"]["name"], d["name"]): d for s in cluster.kube.list(RESOURCE_SLICES)
+               for d in s["spec"].get("devices") or ()}
+
+    def attribute(result: dict[str, Any], name: str) -> Any:
+        value = devices[(result["pool"], result["device"])]["attributes"][name]
+        return next(iter(value.values()))  # {"string": ...} or {"int": ...}
+
+    [gpu] = results["llama-8b"]
+    assert attribute(gpu, "productName").startswith("NVIDIA H100")
+    big = results["llama-70b"]
+    assert len(big) == 4 and len({r["pool"] for r in big}) == 1  # four GPUs of one node
+    [mig] = results["bge-embedder"]
+    assert attribute(mig, "type") == "mig" and attribute(mig, "profile") == "1g.5gb"  # the smallest that holds 4Gi
