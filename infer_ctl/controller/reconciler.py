@@ -344,8 +344,8 @@ class Reconciler:
         taken = {r.name for r in replicas} | {str((c["metadata"].get("labels") or {}).get(LABEL_REPLICA))
                                                for c in claims}
         names = _new_names(svc.meta.name, taken, len(wanted))
-        # One service places at a time, on the shared snapshot: its choices are applied to the snapshot and its
-        # claims written before the next service places, so that two services never pin the same device.
+        # One service places at a time, on the shared snapshot: its choices are applied to the snapshot and pinned
+        # before the next service places, so that two services never pin the same device.
         service_nodes = Counter(node for p in pods if (node := _node_of(p)))
         async with self.view.lock:
             snapshot = await self.view.current()
@@ -354,7 +354,17 @@ class Reconciler:
                                         inputs=snapshot.inputs(svc.spec.model.cache_key, service_nodes),
                                         seed=self.settings.seed, claim_labels={**selector_labels(svc.meta)},
                                         state=snapshot.state)
-            refused = await self._write_replicas(svc, placements, wanted, now)
+            for placement in placements:
+                if placement.claim is not None and placement.decision.placement is not None:
+                    consumed = {k.rpartition("/")[2]: str(math.ceil(v))
+                                for k, v in placement.decision.placement.consumed_capacity.items()}
+                    self.view.pin(svc.meta.namespace, placement.claim.claim["metadata"]["name"], [
+                        {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
+                         **({"consumedCapacity": consumed} if consumed else {})}
+                        for d in placement.decision.placement.devices])
+        # The pins hold the devices from here on: the writes need not hold the lock, and services write in
+        # parallel.
+        refused = await self._write_replicas(svc, placements, wanted, now)
         return placements, refused
 
     async def _write_replicas(self, svc: api.InferenceService, placements: Sequence[ReplicaPlacement],
@@ -362,19 +372,24 @@ class Reconciler:
         """Create the claims and Pods of the placed replicas; return why the API server refused one (a quota, an
         admission webhook, RBAC), or "". A refusal stops this cycle's creations: the rest would meet it too."""
         ns = svc.meta.namespace
-        for placement, role in zip(placements, wanted, strict=True):
-            if placement.claim is None:
-                self.metrics.placement_failures.labels(ns, svc.meta.name, _reason_code(placement)).inc()
-                continue
-            try:
-                await self._write_replica(svc, placement, role, now)
-            except KubeError as exc:
-                if exc.status not in (400, 403, 422):
-                    raise
-                refused = f"the API server refused replica {placement.replica}: {exc.message}"
-                self.metrics.placement_failures.labels(ns, svc.meta.name, _refusal_code(exc)).inc()
-                await self._event(_ref(svc), "FailedCreate", refused, "Warning", "Create", now)
-                return refused
+        pinned = {p.claim.claim["metadata"]["name"] for p in placements if p.claim is not None}
+        written: set[str] = set()  # claims created
+        try:
+            for placement, role in zip(placements, wanted, strict=True):
+                if placement.claim is None:
+                    self.metrics.placement_failures.labels(ns, svc.meta.name, _reason_code(placement)).inc()
+                    continue
+                await self._write_replica(svc, placement, role, now, written)
+        except KubeError as exc:
+            if exc.status not in (400, 403, 422):
+                raise
+            refused = f"the API server refused replica {placement.replica}: {exc.message}"
+            self.metrics.placement_failures.labels(ns, svc.meta.name, _refusal_code(exc)).inc()
+            await self._event(_ref(svc), "FailedCreate", refused, "Warning", "Create", now)
+            return refused
+        finally:
+            for claim in pinned - written:  # never written: their devices are free again
+                self.view.unpin(ns, claim)
         failed = [p for p in placements if not p.placed]
         if failed:
             await self._event(_ref(svc), "PlacementFailed",
@@ -383,20 +398,16 @@ class Reconciler:
         return ""
 
     async def _write_replica(self, svc: api.InferenceService, placement: ReplicaPlacement, role: Role,
-                             now: datetime) -> None:
+                             now: datetime, written: set[str]) -> None:
         ns = svc.meta.namespace
         assert placement.claim is not None
         claim = placement.claim.claim
         claim["metadata"]["labels"][LABEL_REPLICA] = placement.replica
         claim["metadata"]["ownerReferences"] = [owner_reference(svc.meta)]
         await self._create(RESOURCE_CLAIMS, claim, ns)
+        self.view.created(ns, claim["metadata"]["name"])
+        written.add(claim["metadata"]["name"])
         assert placement.decision.placement is not None
-        consumed = {k.rpartition("/")[2]: str(math.ceil(v))
-                    for k, v in placement.decision.placement.consumed_capacity.items()}
-        self.view.pin(ns, claim["metadata"]["name"], [
-            {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
-             **({"consumedCapacity": consumed} if consumed else {})}
-            for d in placement.decision.placement.devices])
         pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
                           node_selector=placement.claim.node_selector,
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}

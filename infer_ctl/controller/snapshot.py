@@ -9,8 +9,9 @@ snapshot is shared, like kube-scheduler's cache:
   lock, so that no service places on a snapshot another is refreshing;
 - between refreshes, every placement is applied to the snapshot's `ClusterState` as it is made (the engine's
   "assume"), so the next service sees the devices the previous one took;
-- claims this controller created and the scheduler has not allocated yet are counted with the devices they pin
-  (the assume cache of kube-scheduler), or two replicas placed across a refresh could pin one device.
+- claims this controller placed and the scheduler has not allocated yet are counted with the devices they pin
+  (the assume cache of kube-scheduler), or two replicas placed across a refresh could pin one device; this holds
+  from the placement on, so the claims and Pods are written outside the lock, and services write in parallel.
 
 What the snapshot can miss is what others did since it was taken (another controller's or a user's claims,
 at most `max_age_s` old): the scheduler then refuses the Pod, the replica stays unschedulable, and the cycle
@@ -87,8 +88,10 @@ class ClusterView:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refreshes: int = 0
     _snapshot: Snapshot | None = None
-    # Devices pinned by claims this controller created that the scheduler has not allocated yet.
+    # Devices pinned by claims this controller placed that the scheduler has not allocated yet, and when each
+    # claim was created (None: its creation is still under way).
     _pinned: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    _created_at: dict[tuple[str, str], float | None] = field(default_factory=dict)
     _apis: dict[str, bool] = field(default_factory=dict)
     _apis_checked_at: float = -float("inf")
     _gangs: tuple[float, tuple[GangDemand, ...]] = (-float("inf"), ())
@@ -130,13 +133,27 @@ class ClusterView:
         return gangs
 
     def pin(self, namespace: str, claim: str, results: list[dict[str, Any]]) -> None:
-        """A claim this controller created pins `results` (allocation results: request, driver, pool, device,
-        consumedCapacity) until the scheduler allocates it."""
+        """A claim this controller is about to create pins `results` (allocation results: request, driver, pool,
+        device, consumedCapacity) until the scheduler allocates it. Call it holding `lock`, right after the
+        placement; the claim is written afterwards, outside the lock (`created`, or `unpin` if it was refused)."""
         self._pinned[(namespace, claim)] = results
+        self._created_at[(namespace, claim)] = None
         if self._snapshot is not None:
             self._snapshot.placements += 1
 
+    def created(self, namespace: str, claim: str) -> None:
+        """The pinned claim exists now: a listing that started later and does not show it means it is gone."""
+        if (namespace, claim) in self._pinned:
+            self._created_at[(namespace, claim)] = asyncio.get_running_loop().time()
+
+    def unpin(self, namespace: str, claim: str) -> None:
+        """The pinned claim was not created (the API server refused it): its devices are free again."""
+        self._pinned.pop((namespace, claim), None)
+        self._created_at.pop((namespace, claim), None)
+        self.invalidate()  # the snapshot's state still counts them as taken
+
     async def _refresh(self, now: float) -> Snapshot:
+        listed_at = asyncio.get_running_loop().time()
         nodes, slices, classes, claims, pods = await asyncio.gather(
             self._k(self.kube.list, NODES), self._k(self.kube.list, RESOURCE_SLICES),
             self._k(self.kube.list, DEVICE_CLASSES), self._k(self.kube.list, RESOURCE_CLAIMS),
@@ -144,7 +161,7 @@ class ClusterView:
         gangs = tuple(await self._gang_demands(pods, claims, now))
         self._gangs = (now, gangs)
         inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes,
-                                    claims=self._with_pinned(claims), pods=pods)
+                                    claims=self._with_pinned(claims, listed_at), pods=pods)
         caches = {str(n["metadata"]["name"]): frozenset(_split(((n.get("metadata") or {}).get("annotations") or {})
                                                                .get(ANNOTATION_MODEL_CACHE, "")))
                   for n in nodes}
@@ -156,10 +173,10 @@ class ClusterView:
         state, mix = ClusterState.from_inventory(inventory), observed_mix(inventory)
         return Snapshot(now, inventory, state, mix, order, caches, gangs, fragmentation_ratio(state, mix))
 
-    def _with_pinned(self, claims: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        """Claims as listed, with this controller's pinned-but-unallocated ones given their chosen devices.
-        A pin ends when its claim is allocated or gone (the listing happens under the placement lock, after
-        every claim created so far: a claim not listed has been deleted)."""
+    def _with_pinned(self, claims: Sequence[Mapping[str, Any]], listed_at: float) -> list[Mapping[str, Any]]:
+        """Claims as listed, with this controller's pinned-but-unallocated ones given their chosen devices, and
+        those not listed yet (being created, or created after the listing began) added. A pin ends when its claim
+        is allocated, or missing from a listing that began after the claim was created (it was deleted)."""
         out: list[Mapping[str, Any]] = []
         seen = set()
         for listed in claims:
@@ -170,9 +187,16 @@ class ClusterView:
                 out.append({**listed, "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
                 continue
             self._pinned.pop(key, None)
+            self._created_at.pop(key, None)
             out.append(listed)
-        for gone in set(self._pinned) - seen:
-            del self._pinned[gone]
+        for key in set(self._pinned) - seen:
+            created_at = self._created_at.get(key)
+            if created_at is not None and created_at < listed_at:
+                del self._pinned[key]  # created before the listing began, and not in it: deleted since
+                self._created_at.pop(key, None)
+                continue
+            out.append({"metadata": {"namespace": key[0], "name": key[1]},
+                        "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
         return out
 
     async def _gang_demands(self, pods: Sequence[Mapping[str, Any]] | None,

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.controller.snapshot import fragmentation_ratio
+from infer_ctl.controller.snapshot import ClusterView, fragmentation_ratio
 from infer_ctl.kube.client import RESOURCE_CLAIMS
 from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.inventory import Inventory
@@ -82,3 +82,29 @@ def test_fragmentation_is_the_free_share_the_running_mix_cannot_use() -> None:
     # Nothing runs: nothing to measure against.
     empty = inventory([])
     assert fragmentation_ratio(ClusterState.from_inventory(empty), observed_mix(empty)) == 0.0
+
+
+async def test_a_pin_holds_its_devices_until_a_listing_that_began_after_its_claim_was_created_misses_it() -> None:
+    view = ClusterView(kube=None)  # type: ignore[arg-type]  # _with_pinned makes no call
+    result = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    loop = asyncio.get_running_loop()
+
+    def pinned_devices(claims: list[dict[str, Any]], listed_at: float) -> list[str]:
+        return [c["metadata"]["name"] for c in view._with_pinned(claims, listed_at)
+                if ((c.get("status") or {}).get("allocation") or {})]
+
+    view.pin("default", "a-gpu", result)
+    # Being written (not created yet): not listed, still held.
+    assert pinned_devices([], loop.time()) == ["a-gpu"]
+    listing_began = loop.time()
+    view.created("default", "a-gpu")
+    # Created after the listing began: the listing could not show it, still held.
+    assert pinned_devices([], listing_began) == ["a-gpu"]
+    # Listed, not yet allocated by the scheduler: held with the pinned devices.
+    listed = {"metadata": {"namespace": "default", "name": "a-gpu"}}
+    assert pinned_devices([listed], loop.time()) == ["a-gpu"]
+    # Missing from a listing that began after its creation: deleted since, released.
+    assert pinned_devices([], loop.time() + 1) == []
+    view.pin("default", "b-gpu", result)
+    view.unpin("default", "b-gpu")  # refused by the API server: released at once
+    assert pinned_devices([], loop.time()) == []
