@@ -3,39 +3,21 @@ written through the status subresource, deleting the service cascades to its Pod
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from infer_ctl.controller.operator import OperatorConfig, run
-from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS
-from infer_ctl.sandbox.threaded import LoopThread
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import Cluster, running_controller
 
 
 @pytest.fixture
 def operator(cluster: Cluster) -> Iterator[Cluster]:
-    thread = LoopThread("kopf")
-    stop, ready = threading.Event(), threading.Event()
-    config = OperatorConfig(Settings(cluster.policies), kubeconfig=str(cluster.kubeconfig), namespaces=("default",))
-
-    async def main() -> None:
-        await run(config, stop_flag=stop, ready_flag=ready)
-
-    future = asyncio.run_coroutine_threadsafe(main(), thread.loop)
-    assert ready.wait(30), "kopf did not start"
-    try:
+    with running_controller(cluster, namespaces=("default",)):
         yield cluster
-    finally:
-        stop.set()
-        future.result(timeout=30)
-        thread.stop()
 
 
 def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:

@@ -3,12 +3,8 @@ higher-priority one works; when it stops, the other takes over. What each did is
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -16,12 +12,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from infer_ctl.controller.operator import OperatorConfig, run
-from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
-from infer_ctl.sandbox.threaded import LoopThread
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import Cluster, running_controller
 from tests.controller.test_operator import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,22 +24,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@contextmanager
-def controller(cluster: Cluster, priority: int, metrics_port: int) -> Iterator[threading.Event]:
-    thread = LoopThread(f"kopf-{priority}")
-    stop, ready = threading.Event(), threading.Event()
-    config = OperatorConfig(Settings(cluster.policies), kubeconfig=str(cluster.kubeconfig), peering="infer-ctl",
-                            priority=priority, metrics_port=metrics_port)
-    future = asyncio.run_coroutine_threadsafe(run(config, stop_flag=stop, ready_flag=ready), thread.loop)
-    assert ready.wait(30), "kopf did not start"
-    try:
-        yield stop
-    finally:
-        stop.set()
-        future.result(timeout=30)
-        thread.stop()
 
 
 def cycles(port: int) -> float:
@@ -72,8 +49,8 @@ def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when
         else:
             kube.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=doc)
     low_port, high_port = free_port(), free_port()
-    with controller(cluster, priority=10, metrics_port=low_port), \
-            controller(cluster, priority=20, metrics_port=high_port) as stop_high:
+    with running_controller(cluster, peering="infer-ctl", priority=10, metrics_port=low_port), \
+            running_controller(cluster, peering="infer-ctl", priority=20, metrics_port=high_port) as stop_high:
         # Until each has seen the other's keep-alive both may act (kopf's peering is not a lease): wait for the
         # lower one to step back.
         wait_for("the lower priority to pause", lambda: any(

@@ -4,36 +4,13 @@ finishes the job with no duplicate, no orphaned and no recreated replica."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from infer_ctl.controller.operator import OperatorConfig, run
-from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS
-from infer_ctl.sandbox.threaded import LoopThread
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import Cluster, running_controller
 from tests.controller.test_operator import wait_for
-
-
-@contextmanager
-def controller(cluster: Cluster) -> Iterator[None]:
-    """`infer-ctl controller` as a user runs it (kopf's runtime, its own event loop), until the block ends."""
-    thread = LoopThread("kopf")
-    stop, ready = threading.Event(), threading.Event()
-    config = OperatorConfig(Settings(cluster.policies), kubeconfig=str(cluster.kubeconfig), namespaces=("default",))
-    future = asyncio.run_coroutine_threadsafe(run(config, stop_flag=stop, ready_flag=ready), thread.loop)
-    assert ready.wait(30), "kopf did not start"
-    try:
-        yield
-    finally:
-        stop.set()
-        future.result(timeout=30)
-        thread.stop()
 
 
 def replicas(cluster: Cluster) -> list[dict[str, Any]]:
@@ -52,7 +29,7 @@ def test_a_restart_mid_scale_up_converges_without_duplicates_or_orphans(cluster:
                 .with_("spec.scaling.maxReplicas", 8).with_("spec.scaling.preset", "cost-saver")
                 .with_("spec.accelerator.products", ["H100-80GB"])
                 .with_("spec.runtime.coldStartSeconds", 6).build(), "default")
-    with controller(cluster):
+    with running_controller(cluster, namespaces=("default",)):
         first = wait_for("three replicas created", lambda: len(replicas(cluster)) == 3 and replicas(cluster))
     # Stopped while they load (6 s cold start): the first controller's memory is gone with it.
     assert not all(ready(p) for p in first)
@@ -65,7 +42,7 @@ def test_a_restart_mid_scale_up_converges_without_duplicates_or_orphans(cluster:
                 and (status.get("replicas") or {}).get("serving") == 5)
         return status if done else None
 
-    with controller(cluster):
+    with running_controller(cluster, namespaces=("default",)):
         status = wait_for("five replicas ready and the new generation's status", converged, timeout_s=60)
 
     pods = replicas(cluster)
