@@ -48,7 +48,7 @@ from infer_ctl.core.coldstart import ColdStarts
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.core.promql import range_window_s
-from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
+from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.engine.placement import (
     GPU_TOLERATIONS,
     ReplicaPlacement,
@@ -79,10 +79,6 @@ from infer_ctl.place.plugins import build_profile
 
 log = logging.getLogger(__name__)
 
-# Decisions that hold replicas the service is about to shed: promoted standby replicas are not swapped then
-# (they are the first to go).
-HEADING_DOWN = frozenset({Reason.STABILIZING, Reason.SCALE_DOWN, Reason.HOLD_LOADING, Reason.HOLD_CONSOLIDATION,
-                          Reason.HOLD_MISSING_METRICS, Reason.KEEP_ALIVE, Reason.SCALE_TO_ZERO})
 HISTORY_ON_START_S = 7 * 86_400  # rate history read from Prometheus when a service is first seen
 EVENT_NOTE_MAX = 1024
 
@@ -267,7 +263,7 @@ class Reconciler:
         plan = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == current_hash,
                                       low_priority=r.priority_class == PRIORITY_CLASS_STANDBY) for r in replicas],
                              desired_serving, desired_standby, removal_cost=removal_cost, stuck=stuck,
-                             reseat=reason not in HEADING_DOWN)
+                             reseat=spec.replicas is not None or not output.decision.reason.heading_down)
 
         # 5-6. place and write
         placements, refused = await self._actuate(svc, plan, replicas, pods, now)

@@ -74,6 +74,16 @@ class Reason(enum.StrEnum):
     AT_MIN = "AtMinReplicas"  # clipped up to minReplicas
     AT_MAX = "AtMaxReplicas"  # clipped down to maxReplicas
 
+    @property
+    def heading_down(self) -> bool:
+        """The service holds replicas it is about to shed, or is shedding them (a promoted standby is not
+        replaced then: it is the first to go)."""
+        return self in HEADING_DOWN
+
+
+HEADING_DOWN = frozenset({Reason.STABILIZING, Reason.SCALE_DOWN, Reason.HOLD_LOADING, Reason.HOLD_CONSOLIDATION,
+                          Reason.HOLD_MISSING_METRICS, Reason.KEEP_ALIVE, Reason.SCALE_TO_ZERO})
+
 
 @dataclass(frozen=True, slots=True)
 class DecidePolicy:

@@ -15,7 +15,6 @@ of preference: the first product with room takes the replica.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,7 +26,7 @@ from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products, memory_per_device_bytes
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.place.claims import PinnedClaim, pinned_claim
-from infer_ctl.place.frag import FragmentationModel, WorkloadMix
+from infer_ctl.place.frag import FragmentationModel, WorkloadMix, allocation_share_milli
 from infer_ctl.place.framework import CycleInputs, Decision, Engine, apply, summarize
 from infer_ctl.place.inventory import NVIDIA_DRIVER, DeviceId, Inventory, Toleration
 from infer_ctl.place.request import Request, Sharing
@@ -189,7 +188,8 @@ def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, st
         for device_id, consumed in by_claim.get(claim, ()):
             if device_id in state.slot_of:
                 node, slot = state.slot_of[device_id]
-                freed = _share_milli(state, node, slot, consumed)
+                device = state.slot_device[node][slot]
+                freed = allocation_share_milli(device, consumed) if device is not None else MILLI
                 after[slot] = min(MILLI, after.get(slot, int(state.free_milli[node, slot])) + freed)
             elif device_id in partition_of:
                 part = state.partitions[partition_of[device_id]]
@@ -213,15 +213,3 @@ def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, st
     for (replica, _, _), d in zip(rows, delta, strict=True):
         costs[replica] = float(d)
     return costs
-
-
-def _share_milli(state: ClusterState, node: int, slot: int, consumed: Mapping[str, Fraction]) -> int:
-    """The share of a whole GPU an allocation holds: its consumed capacity over the device's, or all of it."""
-    device = state.slot_device[node][slot]
-    share = MILLI
-    if device is not None:
-        for name, amount in consumed.items():
-            cap = device.capacity.get(name)
-            if cap is not None and cap.value > 0:
-                share = min(share, max(1, math.ceil(amount / cap.value * MILLI)))
-    return share

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
-from infer_ctl.place.inventory import Inventory
+from infer_ctl.place.inventory import Device, Inventory
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -64,6 +65,17 @@ class WorkloadMix:
         return WorkloadMix(tuple(c for c, _ in chosen), tuple(n / cumulative for _, n in chosen))
 
 
+def allocation_share_milli(device: Device, consumed: Mapping[str, Fraction]) -> int:
+    """The share of `device` an allocation holds, in thousandths: its consumed capacity over the device's
+    capacity (the smallest such ratio when it consumes several), or all of it (1000) when nothing is recorded."""
+    share = 1000
+    for name, amount in consumed.items():
+        cap = device.capacity.get(name)
+        if cap is not None and cap.value > 0:
+            share = min(share, max(1, math.ceil(amount / cap.value * 1000)))
+    return share
+
+
 def observed_mix(inventory: Inventory) -> WorkloadMix:
     """The mix the cluster runs now, from the allocated claims: per claim, its GPU count and the share of each
     device it holds (consumed capacity / device capacity, in thousandths; a whole device is 1000).
@@ -74,12 +86,7 @@ def observed_mix(inventory: Inventory) -> WorkloadMix:
         dev = devices.get(alloc.device)
         if dev is None:
             continue
-        share = 1000
-        for name, amount in alloc.consumed.items():
-            cap = dev.capacity.get(name)
-            if cap is not None and cap.value > 0:
-                share = min(share, max(1, math.ceil(amount / cap.value * 1000)))
-        by_claim.setdefault(alloc.claim, []).append(share)
+        by_claim.setdefault(alloc.claim, []).append(allocation_share_milli(dev, alloc.consumed))
     classes = [TaskClass(0, max(shares), len(shares)) for shares in by_claim.values()]
     return WorkloadMix.typical(classes, coverage=1.0)
 
