@@ -66,7 +66,8 @@ def register(subparsers: Any) -> None:
 
 
 def _progress_printer(total_ticks: int, mode: str) -> Any:
-    show = mode == "always" or (mode == "auto" and total_ticks >= 100_000)
+    # auto: on long runs, and only where someone watches (a terminal); a pipe or a log file gets no bar
+    show = mode == "always" or (mode == "auto" and total_ticks >= 100_000 and sys.stderr.isatty())
     if not show:
         return None
     state = {"last": -1}

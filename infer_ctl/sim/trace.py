@@ -150,12 +150,26 @@ def load_counts_csv(path: Path, bucket_s: float | None = None) -> Trace:
         times.append(t)
         counts.append(c)
     ts = np.asarray(times)
-    if bucket_s is None:
-        if ts.size < 2:
-            raise TraceError(f"{path}: one row only: give the bucket width (--bucket-s)")
+    spacing_s = None
+    if ts.size >= 2:
         gaps, freq = np.unique(np.diff(ts), return_counts=True)
-        bucket_s = float(gaps[np.argmax(freq)])
-    idx = np.round((ts - ts[0]) / bucket_s).astype(np.int64)
+        spacing_s = float(gaps[np.argmax(freq)])
+    if bucket_s is None:
+        if spacing_s is None:
+            raise TraceError(f"{path}: one row only: give the bucket width (--bucket-s)")
+        bucket_s = spacing_s
+    elif not bucket_s > 0:
+        raise TraceError(f"{path}: the bucket width must be > 0 s, got {bucket_s:g}")
+    elif spacing_s is not None and bucket_s < spacing_s - 1e-9:
+        # each row counts the arrivals until the next one: narrower buckets would pile a row's whole count into
+        # its first bucket and invent silence after it
+        raise TraceError(
+            f"{path}: bucket width {bucket_s:g} s is narrower than the rows' spacing ({spacing_s:g} s): each row "
+            f"counts {spacing_s:g} s of arrivals; give --bucket-s {spacing_s:g} or more (rows are summed into wider "
+            "buckets), or leave it out"
+        )
+    # a row belongs to the bucket its time falls in (wider buckets sum the rows they cover)
+    idx = np.floor((ts - ts[0]) / bucket_s + 1e-9).astype(np.int64)
     out = np.zeros(int(idx[-1]) + 1)
     np.add.at(out, idx, np.asarray(counts))
     return Trace(path.name, float(ts[0]), float(bucket_s), out)

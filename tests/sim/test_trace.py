@@ -34,6 +34,20 @@ def test_counts_csv_infers_the_bucket_and_fills_absent_buckets_with_zero(tmp_pat
     assert trace.counts.tolist() == [111.0, 113.0, 0.0, 0.0, 5.0]
 
 
+def test_counts_csv_sums_rows_into_wider_buckets(tmp_path: Path) -> None:
+    rows = "".join(f"2003-03-03T07:{m:02d}:00Z,{m}\n" for m in range(0, 30, 5))
+    trace = load_trace(write(tmp_path, "DateTime,Calls\n" + rows), "counts-csv", 600.0)
+    assert trace.bucket_s == 600.0
+    assert trace.counts.tolist() == [0.0 + 5, 10.0 + 15, 20.0 + 25]
+
+
+def test_counts_csv_refuses_buckets_narrower_than_its_rows(tmp_path: Path) -> None:
+    p = write(tmp_path, "DateTime,Calls\n2003-03-03T07:00:00Z,111\n2003-03-03T07:05:00Z,113\n")
+    narrower = r"bucket width 30 s is narrower than the rows' spacing \(300 s\).*--bucket-s 300"
+    with pytest.raises(TraceError, match=narrower):
+        load_trace(p, "counts-csv", 30.0)
+
+
 @pytest.mark.parametrize(
     ("fmt", "text", "message"),
     [
