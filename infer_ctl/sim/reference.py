@@ -87,6 +87,7 @@ class HindsightBest:
     cheapest: SimResult | None
     highest: SimResult
     tried: int
+    cheapest_rule: PeakHold | None = None
 
 
 def best_peak_hold_in_hindsight(
@@ -101,6 +102,7 @@ def best_peak_hold_in_hindsight(
     """Every rule of the grid over the same arrivals, start and scoring as the policies; see the module docstring."""
     ks, windows, pipes = grid
     cheapest: SimResult | None = None
+    cheapest_rule: PeakHold | None = None
     highest: SimResult | None = None
     tried = 0
     for pipe in pipes:
@@ -113,10 +115,10 @@ def best_peak_hold_in_hindsight(
                 if highest is None or r.slo_attainment > highest.slo_attainment:
                     highest = r
                 if r.slo_attainment >= target and (cheapest is None or r.gpu_hours < cheapest.gpu_hours):
-                    cheapest = r
+                    cheapest, cheapest_rule = r, rule
     if highest is None:
         raise ValueError("an empty search grid")
-    return HindsightBest(cheapest, highest, tried)
+    return HindsightBest(cheapest, highest, tried, cheapest_rule)
 
 
 def cheapest_constant_fleet(
