@@ -399,7 +399,9 @@ class Store:
     def _default_builtin(self, rt: ResourceType, obj: Obj) -> None:
         """The defaults kube-apiserver's registry strategies fill in that clients rely on."""
         if rt.group == "" and rt.plural == "pods":
-            spec = obj.setdefault("spec", {})
+            if obj.get("spec") is None:
+                obj["spec"] = {}  # JSON null decodes to Go's zero PodSpec, which validation then names
+            spec = obj["spec"]
             if not isinstance(spec, dict):
                 return  # a malformed spec is left to validation, which names the field
             spec.setdefault("restartPolicy", "Always")
@@ -424,7 +426,9 @@ class Store:
             obj["status"] = {}
 
     def _admit_pod_priority(self, obj: Obj) -> None:
-        spec = obj["spec"]
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return  # a malformed spec is validation's to report
         class_name = spec.get("priorityClassName")
         if class_name:
             pc = self._peek(self.type("scheduling.k8s.io", "v1", "priorityclasses"), None, class_name)

@@ -451,6 +451,12 @@ def test_an_invalid_pod_is_422_with_field_causes(http: httpx.Client) -> None:
     assert {"metadata.name", "spec.containers[0].ports[0].containerPort"} <= fields
 
 
+def test_a_pod_with_a_null_spec_is_422_not_a_server_error(http: httpx.Client) -> None:
+    response = http.post(PODS, json={"metadata": {"name": "a"}, "spec": None})
+    assert response.status_code == 422, response.text
+    assert "spec.containers" in {c["field"] for c in response.json()["details"]["causes"]}
+
+
 def test_unknown_fields_are_dropped_with_a_warning_or_refused_when_strict(http: httpx.Client) -> None:
     body = config_map("a")
     body["bogus"] = 1
