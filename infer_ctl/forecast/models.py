@@ -26,6 +26,13 @@ episodes, so that the edges of one past spike or level shift do not pass for the
 (`error_quantile`).
 The square-root scale is between absolute errors
 (wrong at low rates) and relative ones (wrong near zero): Poisson counts have exactly this variance shape.
+Real traffic need not: on bank_calls the upper tail of the errors grew like rate^0.1-0.3, a bursty service's can
+grow like the rate itself. So when the backtest has enough errors over a wide enough range of rates, the scale is
+max(ŷ, floor)^p with the power p fitted to those errors (`estimate_scale_power`, a quantile regression between 0,
+absolute errors, and 1, relative ones; and, for a service that never reaches 1 req/s, a floor relative to its
+busy rate, `scale_floor`); otherwise p = 1/2.
+With the right p, one quantile of the normalised errors covers quiet and busy hours alike; with a wrong one it is
+too wide at one end and too narrow at the other while the average coverage looks right.
 
 A missing bucket (NaN) is filled by the model's own one-step forecast: the state advances without correction.
 """
@@ -51,6 +58,76 @@ MIN_ERRORS = 10
 # MIN_EPISODES separate runs of large errors to count (error_quantile)
 TAIL_ALLOWANCE = 3.0
 MIN_EPISODES = 3
+
+
+# errors scaled by max(ŷ, floor)^p: p = 1/2 (Poisson) unless the backtest estimates it (estimate_scale_power)
+POISSON_SCALE_POWER = 0.5
+# p is chosen from SCALE_POWERS; estimating it needs SHAPE_MIN_ERRORS errors with a forecast above the floor,
+# over forecasts whose 10th and 90th percentiles differ by SHAPE_MIN_LEVEL_RATIO or more
+SCALE_POWERS = tuple(k / 10 for k in range(11))
+SHAPE_MIN_ERRORS = 200
+SHAPE_MIN_LEVEL_RATIO = 2.0
+# another power replaces 1/2 only if its loss is lower by more than this fraction (a flat loss keeps Poisson)
+SHAPE_MIN_GAIN = 1e-3
+
+# a holdout calibration lowers the floor to this fraction of the busy rate (the 90th percentile of the buckets
+# with traffic) for services whose busy rate is below 1/RELATIVE_SCALE_FLOOR req/s: below the floor errors are
+# absolute, so under a fixed 1 req/s a service that never reaches 1 req/s (bank_calls at its own scale, a peak of
+# 1.6) would be calibrated on absolute errors whatever the shape of its spread
+RELATIVE_SCALE_FLOOR = 0.05
+
+
+def error_scale(level_rps: float, power: float, floor_rps: float = SCALE_FLOOR_RPS) -> float:
+    """The scale of a forecast error at forecast `level_rps`: max(level, floor)^power."""
+    base = max(level_rps, floor_rps)
+    return math.sqrt(base) if power == POISSON_SCALE_POWER else float(base**power)
+
+
+def scale_floor(busy_rps: float) -> float:
+    """The floor of the error scale for a service whose busy rate is `busy_rps`: SCALE_FLOOR_RPS, or
+    RELATIVE_SCALE_FLOOR x the busy rate when that is lower (never zero). E.g. busy 0.9 req/s: 0.045."""
+    return max(1e-6, min(SCALE_FLOOR_RPS, RELATIVE_SCALE_FLOOR * busy_rps))
+
+
+def estimate_scale_power(
+    levels_rps: FloatArray, errors_rps: FloatArray, quantile: float, floor_rps: float = SCALE_FLOOR_RPS
+) -> float | None:
+    """The power p of the error scale max(ŷ, floor)^p whose upper bound fits the errors best, from forecast
+    levels and raw errors (y - ŷ), one column per horizon step (NaN: no error); None when the data cannot tell
+    (fewer than SHAPE_MIN_ERRORS errors above the floor, or levels spanning less than a factor of 2).
+
+    This is a quantile regression on a one-parameter family: for each p in SCALE_POWERS, the bound of each step
+    is ŷ + q_p x max(ŷ, floor)^p with q_p the `quantile` of the errors scaled by that power, and p is the one with
+    the lowest pinball loss over all steps: the shape of the upper tail against the rate, which the bound needs,
+    rather than the shape of the errors' spread. E.g. errors whose 0.95 quantile is 2 at 4 req/s and 8 at
+    64 req/s: p = log(4) / log(16) = 0.5; 2 and 16: p = 0.75. On bank_calls the spread grew like rate^0.4 and the
+    upper tail like rate^0.1-0.3 (the misses of the morning ramp come at middling rates)."""
+    levels = np.asarray(levels_rps, dtype=np.float64).reshape(len(levels_rps), -1)
+    errors = np.asarray(errors_rps, dtype=np.float64).reshape(levels.shape)
+    ok = np.isfinite(levels) & np.isfinite(errors)
+    above = levels[ok & (levels > floor_rps)]
+    if above.size < SHAPE_MIN_ERRORS:
+        return None
+    lo, hi = np.quantile(above, [0.1, 0.9])
+    if hi < SHAPE_MIN_LEVEL_RATIO * lo:
+        return None
+    columns = [(levels[ok[:, j], j], errors[ok[:, j], j]) for j in range(levels.shape[1])]
+    columns = [(np.maximum(lv, floor_rps), e) for lv, e in columns if e.size]
+
+    def loss(power: float) -> float:
+        total = 0.0
+        for base, e in columns:
+            scale = base**power
+            miss = e - float(np.quantile(e / scale, quantile)) * scale
+            total += float(np.sum(np.maximum(quantile * miss, (quantile - 1.0) * miss)))
+        return total
+
+    best_power, best_loss = POISSON_SCALE_POWER, loss(POISSON_SCALE_POWER)
+    for power in SCALE_POWERS:
+        current = loss(power)
+        if current < best_loss * (1.0 - SHAPE_MIN_GAIN):
+            best_power, best_loss = power, current
+    return best_power
 
 
 def min_errors(quantile: float) -> int:
@@ -283,7 +360,7 @@ class KernelFitted:
     step_s: float
     agg: int
     quantile: float
-    # q[j] = error quantile for fine horizon step j+1 (normalised, see the module docstring)
+    # q[j] = error quantile for fine horizon step j+1, of errors normalised by error_scale(ŷ, power, floor)
     error_quantiles: tuple[float, ...]
     pending: tuple[float, ...] = ()
     note: str = ""
@@ -293,6 +370,8 @@ class KernelFitted:
     peak_rps: float = 0.0
     recent_rps: tuple[float, ...] = ()
     recent_n: int = 0
+    scale_power: float = POISSON_SCALE_POWER
+    scale_floor_rps: float = SCALE_FLOOR_RPS
 
     def update(self, values_rps: FloatArray) -> KernelFitted:
         if values_rps.size == 0:
@@ -327,6 +406,8 @@ class KernelFitted:
             peak_rps=peak,
             recent_rps=recent,
             recent_n=self.recent_n,
+            scale_power=self.scale_power,
+            scale_floor_rps=self.scale_floor_rps,
         )
 
     def predict(self, steps: int) -> Forecast:
@@ -349,9 +430,8 @@ class KernelFitted:
         cap = PEAK_CAP_FACTOR * max(self.peak_rps, SCALE_FLOOR_RPS)
         mean = [min(m, cap) for m in mean]
         if self.calibrated:
-            upper = [
-                min(cap, m + max(0.0, qj * math.sqrt(max(m, SCALE_FLOOR_RPS)))) for m, qj in zip(mean, q, strict=False)
-            ]
+            p, floor = self.scale_power, self.scale_floor_rps
+            upper = [min(cap, m + max(0.0, qj * error_scale(m, p, floor))) for m, qj in zip(mean, q, strict=False)]
         else:
             recent = [v for v in self.recent_rps if not math.isnan(v)]
             recent_peak = max(recent) if recent else (self.peak_rps if self.recent_n == 0 else 0.0)
@@ -359,13 +439,22 @@ class KernelFitted:
         return Forecast(self.method, self.end_s, self.step_s, np.array(mean), np.array(upper), self.quantile, self.note)
 
     def with_error_quantiles(
-        self, error_quantiles: Sequence[float], note: str | None = None, calibrated: bool | None = None
+        self,
+        error_quantiles: Sequence[float],
+        note: str | None = None,
+        calibrated: bool | None = None,
+        scale_power: float | None = None,
+        scale_floor_rps: float | None = None,
     ) -> KernelFitted:
+        """The model with new error quantiles, of errors normalised by error_scale(ŷ, scale_power,
+        scale_floor_rps) (each default: unchanged)."""
         return replace(
             self,
             error_quantiles=tuple(float(x) for x in error_quantiles),
             note=self.note if note is None else note,
             calibrated=self.calibrated if calibrated is None else calibrated,
+            scale_power=self.scale_power if scale_power is None else scale_power,
+            scale_floor_rps=self.scale_floor_rps if scale_floor_rps is None else scale_floor_rps,
         )
 
 

@@ -11,8 +11,11 @@ weight q) and headroom (GPU-hours, weight 1-q). MASE is
 
 so 1.0 means "no better than assuming the rate stays where it is". The winner keeps the state it reached at the
 end of the holdout (it has seen all the data) and takes its upper quantile from its own holdout errors, so the
-quantile is calibrated out of sample. Candidates that fail to fit are skipped with the reason in the report;
-when nothing but EWMA is possible (too-short history) the report says so.
+quantile is calibrated out of sample (`_holdout_quantiles`: per horizon step, with the error scale's power
+estimated from the same errors).
+
+Candidates that fail to fit are skipped with the reason in the report; when nothing but EWMA is possible
+(too-short history) the report says so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer_ctl.forecast.models import (
+    POISSON_SCALE_POWER,
     SCALE_FLOOR_RPS,
     Ewma,
     Fitted,
@@ -31,7 +35,9 @@ from infer_ctl.forecast.models import (
     KernelFitted,
     default_candidates,
     error_quantile,
+    estimate_scale_power,
     min_errors,
+    scale_floor,
 )
 from infer_ctl.forecast.series import FloatArray, RateSeries
 
@@ -64,13 +70,34 @@ def _naive_mae(values: FloatArray, horizon: int) -> float:
     return float(d.mean()) if d.size else math.nan
 
 
+# origins scored per candidate: a week of 5-minute buckets in full (2,016), a week of 1-minute buckets every
+# 6th or 7th bucket. The winner's error quantiles come from these origins, so they must be many and must not
+# alias with the model's buckets (`origin_stride`). With at most 400 (every 6th 5-minute bucket, all at the
+# start of a 30-minute bucket of the weekly model), bank_calls' upper q0.95 covered 93.0 % of the open-hour
+# buckets an hour ahead; with every origin, 94.4 %. The cost: a refit's backtest takes about 4x as long.
+MAX_ORIGINS = 2500
+
+
+def origin_stride(n_origins: int, max_origins: int, agg: int) -> int:
+    """Score every `stride`-th origin, at most `max_origins`, with a stride coprime with `agg`, the number of
+    buckets a model bucket averages. A seasonal model on coarse buckets forecasts the whole coarse bucket, so its
+    error depends on where in the coarse bucket the origin falls; a stride that is a multiple of `agg` puts every
+    origin at the same position. E.g. 2,004 origins, at most 400, agg 6: stride 6 would score only origins at
+    the start of a 30-minute bucket, where the forecast is freshest; 7 visits all six positions equally."""
+    stride = max(1, math.ceil(n_origins / max(1, max_origins)))
+    while math.gcd(stride, max(1, agg)) != 1:
+        stride += 1
+    return stride
+
+
 def rolling_origin(
-    fitted: Fitted, holdout: FloatArray, horizon_steps: int, max_origins: int = 400
+    fitted: Fitted, holdout: FloatArray, horizon_steps: int, max_origins: int = MAX_ORIGINS
 ) -> tuple[Fitted, FloatArray, FloatArray, FloatArray]:
     """Roll `fitted` through `holdout`. Returns the final model and, per scored origin (rows) and horizon step
     (columns), the actual value, the mean forecast and the upper forecast (NaN where the actual is missing)."""
     n = holdout.size
-    stride = max(1, math.ceil(max(0, n - horizon_steps) / max_origins))
+    agg = fitted.agg if isinstance(fitted, KernelFitted) else 1
+    stride = origin_stride(max(0, n - horizon_steps), max_origins, agg)
     actual: list[FloatArray] = []
     mean: list[FloatArray] = []
     upper: list[FloatArray] = []
@@ -91,21 +118,39 @@ def rolling_origin(
     return model, np.vstack(actual), np.vstack(mean), np.vstack(upper)
 
 
-def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fallback: Sequence[float]) -> list[float]:
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The upper quantile's calibration from the holdout: per horizon step, the `quantile` of the errors
+    normalised by error_scale(ŷ, scale_power, scale_floor_rps)."""
+
+    error_quantiles: tuple[float, ...]
+    scale_power: float
+    scale_floor_rps: float
+    from_holdout: bool  # False: too few holdout errors, the in-sample quantiles (Poisson scale) are kept
+
+
+def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fallback: Sequence[float]) -> Calibration:
     """Per horizon step, the `quantile` of the holdout's normalised errors over the buckets with traffic (an
     idle bucket cannot exceed any upper bound, so it says nothing about how wide the bound must be); the
-    in-sample quantile where the holdout has fewer than 20 such buckets."""
+    in-sample quantiles, normalised with the Poisson power and the fixed floor, where a step of the holdout has
+    fewer than 20 such buckets. One power of the error scale is fitted to the errors of all steps together
+    (`estimate_scale_power`: the shape of the tail against the rate is the model's and the traffic's, not a
+    horizon's), else 1/2; its floor is `scale_floor` of the busy rate (the 90th percentile of the actual values
+    with traffic)."""
+    steps = actual.shape[1]
+    ok = np.isfinite(actual) & (actual > 0)
+    if steps == 0 or int(ok.sum(axis=0).min()) < max(20, min_errors(quantile)):
+        base = list(fallback)[:steps] or [0.0]
+        base.extend([base[-1]] * (steps - len(base)))
+        return Calibration(tuple(base), POISSON_SCALE_POWER, SCALE_FLOOR_RPS, from_holdout=False)
+    floor = scale_floor(float(np.quantile(actual[ok], 0.9)))
+    estimated = estimate_scale_power(mean, np.where(ok, actual - mean, np.nan), quantile, floor)
+    power = POISSON_SCALE_POWER if estimated is None else estimated
     out = []
-    for j in range(actual.shape[1]):
-        a, m = actual[:, j], mean[:, j]
-        ok = np.isfinite(a) & (a > 0)
-        base = fallback[j] if j < len(fallback) else (fallback[-1] if fallback else 0.0)
-        if ok.sum() < max(20, min_errors(quantile)):
-            out.append(base)
-            continue
-        e = (a[ok] - m[ok]) / np.sqrt(np.maximum(m[ok], SCALE_FLOOR_RPS))
-        out.append(error_quantile(e, quantile))
-    return out
+    for j in range(steps):
+        a, m = actual[ok[:, j], j], mean[ok[:, j], j]
+        out.append(error_quantile((a - m) / np.maximum(m, floor) ** power, quantile))
+    return Calibration(tuple(out), power, floor, from_holdout=True)
 
 
 def select_and_fit(
@@ -167,9 +212,12 @@ def select_and_fit(
         pinball = _pinball(actual, upper, quantile) / (denom if denom and math.isfinite(denom) else 1.0)
         scores.append(CandidateScore(cand.method, mase, coverage, pinball=pinball))
         if isinstance(model, KernelFitted):
+            cal = _holdout_quantiles(actual_m, mean_m, quantile, model.error_quantiles)
             model = model.with_error_quantiles(
-                _holdout_quantiles(actual_m, mean_m, quantile, model.error_quantiles),
+                cal.error_quantiles,
                 calibrated=model.calibrated or actual.size >= max(20, min_errors(quantile)),
+                scale_power=cal.scale_power,
+                scale_floor_rps=cal.scale_floor_rps,
             )
         if best is None or pinball < best[0]:
             best = (pinball, model)

@@ -175,7 +175,8 @@ def test_a_quantile_is_estimated_only_from_enough_errors_for_its_tail(quantile: 
 
     assert min_errors(quantile) == errors_needed
     # 20 quiet buckets after the spike: about 20 errors, enough for q0.95 and not for q0.99
-    assert Ewma().fit(spike_then_quiet(20), 2, quantile).calibrated == (errors_needed <= 20)
+    fitted = Ewma().fit(spike_then_quiet(20), 2, quantile)
+    assert isinstance(fitted, KernelFitted) and fitted.calibrated == (errors_needed <= 20)
 
 
 def test_the_edges_of_one_level_shift_are_not_taken_for_the_spread_of_the_traffic() -> None:
@@ -193,3 +194,121 @@ def test_the_edges_of_one_level_shift_are_not_taken_for_the_spread_of_the_traffi
 
     bursty = np.where(np.arange(400) % 5 == 0, 12.0, 1.0) * np.random.default_rng(4).random(400)
     assert error_quantile(bursty, 0.95) == pytest.approx(float(np.quantile(bursty, 0.95)))
+
+
+# --- calibration of the upper quantile: the shape of the spread, the backtest's origins ---
+
+
+@pytest.mark.parametrize(
+    ("n_origins", "max_origins", "agg", "stride"),
+    [
+        (2004, 2500, 6, 1),
+        (2004, 400, 6, 7),
+        (2004, 400, 1, 6),
+        (10073, 2500, 5, 6),
+        (10073, 2500, 30, 7),
+    ],
+    ids=[
+        "every origin when the budget allows",
+        "a stride of six 5-minute buckets on 30-minute model buckets becomes seven",
+        "a model on the forecast grid keeps the plain stride",
+        "a week of 1-minute buckets on 5-minute model buckets: six",
+        "a week of 1-minute buckets on 30-minute model buckets: seven, not six",
+    ],
+)
+def test_backtest_origins_do_not_all_fall_at_one_position_within_a_model_bucket(
+    n_origins: int, max_origins: int, agg: int, stride: int
+) -> None:
+    from infer_ctl.forecast.select import origin_stride
+
+    got = origin_stride(n_origins, max_origins, agg)
+    assert got == stride
+    assert math.gcd(got, agg) == 1 and math.ceil(n_origins / got) <= max(max_origins, n_origins // (got - 1 or 1))
+    positions = {(k * got) % agg for k in range(agg)}
+    assert positions == set(range(agg))
+
+
+def spread_sample(power: float, seed: int, n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    """Forecast levels from 5 to 500 req/s and errors of spread level^power, biased by half a spread."""
+    rng = np.random.default_rng(seed)
+    levels = np.exp(rng.uniform(math.log(5.0), math.log(500.0), n))
+    errors = levels**power * (0.5 + rng.standard_normal(n))
+    return levels, errors
+
+
+@pytest.mark.parametrize(
+    "power",
+    [0.0, 0.4, 0.5, 1.0],
+    ids=["absolute errors", "a call centre's spread", "Poisson counts", "errors proportional to the rate"],
+)
+def test_the_power_of_the_error_scale_is_recovered_from_backtest_errors(power: float) -> None:
+    from infer_ctl.forecast.models import estimate_scale_power
+
+    for seed in range(3):
+        estimated = estimate_scale_power(*spread_sample(power, seed), 0.95)
+        assert estimated is not None and estimated == pytest.approx(power, abs=0.1)
+
+
+def test_the_power_is_not_estimated_from_too_few_errors_or_from_one_level() -> None:
+    from infer_ctl.forecast.models import estimate_scale_power
+
+    levels, errors = spread_sample(1.0, 0)
+    assert estimate_scale_power(levels[:100], errors[:100], 0.95) is None
+    flat = np.random.default_rng(1).uniform(100.0, 150.0, 4000)
+    assert estimate_scale_power(flat, np.sqrt(flat) * np.random.default_rng(2).standard_normal(4000), 0.95) is None
+    # forecasts below the floor say nothing about the shape above it
+    assert estimate_scale_power(levels / 1000.0, errors / 1000.0, 0.95) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.0, 1.0), st.floats(1e-3, 1e3), st.integers(0, 2**16))
+def test_the_estimated_power_stays_between_absolute_and_relative_errors(power: float, unit: float, seed: int) -> None:
+    from infer_ctl.forecast.models import estimate_scale_power
+
+    levels, errors = spread_sample(power, seed, n=400)
+    estimated = estimate_scale_power(levels * unit, errors * unit, 0.9, floor_rps=1e-9)
+    assert estimated is None or 0.0 <= estimated <= 1.0
+    # a change of unit (req/s or req/min) changes no power: the floor aside, the shape has no unit
+    same = estimate_scale_power(levels, errors, 0.9, floor_rps=1e-9)
+    assert estimated == same if same is None else estimated == pytest.approx(same, abs=1e-9)
+
+
+def proportional_noise_series(days: float, seed: int, scale: float = 1.0) -> RateSeries:
+    """A daily swing between 10 and 200 req/s (x `scale`) on 5-minute buckets, with noise of 10 % of the rate:
+    a spread that grows like the rate itself, not like its square root."""
+    n = int(days * DAY_S / STEP_S)
+    t = np.arange(n) * STEP_S
+    level = 105.0 - 95.0 * np.cos(2 * np.pi * t / DAY_S)
+    noisy = level * (1.0 + 0.1 * np.random.default_rng(seed).standard_normal(n))
+    return RateSeries(0.0, STEP_S, np.maximum(noisy, 0.0) * scale)
+
+
+def coverage_by_level(scale: float) -> tuple[float, float, float]:
+    """Out-of-sample coverage of the q0.9 upper bound at quiet (< 60 req/s unscaled) and busy (> 150) buckets,
+    and the fitted power."""
+    history = proportional_noise_series(4, seed=1, scale=scale)
+    future = proportional_noise_series(6, seed=2, scale=scale).values_rps[history.values_rps.size :]
+    sel = select_and_fit(history, 1, 0.9, candidates=(SeasonalNaive(DAY_S, STEP_S),))
+    model = sel.fitted
+    assert isinstance(model, KernelFitted)
+    hits, levels = [], []
+    for v in future.tolist():
+        fc = model.predict(1)
+        hits.append(v <= fc.upper_rps[0])
+        levels.append(fc.mean_rps[0] / scale)
+        model = model.update(np.array([v]))
+    hit, level = np.asarray(hits), np.asarray(levels)
+    return float(hit[level < 60].mean()), float(hit[level > 150].mean()), model.scale_power
+
+
+def test_errors_that_grow_with_the_rate_are_covered_in_quiet_and_busy_hours_alike() -> None:
+    quiet, busy, power = coverage_by_level(1.0)
+    assert power >= 0.7
+    # a square-root scale calibrated on all hours together covered quiet hours nearly always and busy ones less
+    assert 0.82 <= quiet <= 0.97 and 0.82 <= busy <= 0.97
+
+
+def test_a_service_below_one_request_per_second_is_calibrated_on_the_shape_of_its_spread() -> None:
+    quiet, busy, power = coverage_by_level(0.005)  # 0.05 to 1 req/s: all under the 1 req/s floor
+    assert power >= 0.7
+    assert 0.82 <= quiet <= 0.97 and 0.82 <= busy <= 0.97
