@@ -28,9 +28,9 @@ The square-root scale is between absolute errors
 (wrong at low rates) and relative ones (wrong near zero): Poisson counts have exactly this variance shape.
 Real traffic need not: on bank_calls the upper tail of the errors grew like rate^0.1-0.3, a bursty service's can
 grow like the rate itself. So when the backtest has enough errors over a wide enough range of rates, the scale is
-max(ŷ, floor)^p with the power p fitted to those errors (`estimate_scale_power`, a quantile regression between 0,
-absolute errors, and 1, relative ones; and, for a service that never reaches 1 req/s, a floor relative to its
-busy rate, `scale_floor`); otherwise p = 1/2.
+max(ŷ, floor)^p with the power p and the floor fitted to those errors (`fit_error_scale`, a quantile regression;
+p between 0, absolute errors, and 1, relative ones); otherwise p = 1/2 and the floor is 1 req/s, or for a
+service that never reaches 1 req/s a floor relative to its busy rate (`scale_floor`).
 With the right p, one quantile of the normalised errors covers quiet and busy hours alike; with a wrong one it is
 too wide at one end and too narrow at the other while the average coverage looks right.
 
@@ -60,21 +60,22 @@ TAIL_ALLOWANCE = 3.0
 MIN_EPISODES = 3
 
 
-# errors scaled by max(ŷ, floor)^p: p = 1/2 (Poisson) unless the backtest estimates it (estimate_scale_power)
+# errors scaled by max(ŷ, floor)^p: p = 1/2 (Poisson) unless the backtest fits it (fit_error_scale)
 POISSON_SCALE_POWER = 0.5
-# p is chosen from SCALE_POWERS; estimating it needs SHAPE_MIN_ERRORS errors with a forecast above the floor,
-# over forecasts whose 10th and 90th percentiles differ by SHAPE_MIN_LEVEL_RATIO or more
-SCALE_POWERS = tuple(k / 10 for k in range(11))
-SHAPE_MIN_ERRORS = 200
-SHAPE_MIN_LEVEL_RATIO = 2.0
-# another power replaces 1/2 only if its loss is lower by more than this fraction (a flat loss keeps Poisson)
-SHAPE_MIN_GAIN = 1e-3
-
 # a holdout calibration lowers the floor to this fraction of the busy rate (the 90th percentile of the buckets
 # with traffic) for services whose busy rate is below 1/RELATIVE_SCALE_FLOOR req/s: below the floor errors are
 # absolute, so under a fixed 1 req/s a service that never reaches 1 req/s (bank_calls at its own scale, a peak of
 # 1.6) would be calibrated on absolute errors whatever the shape of its spread
 RELATIVE_SCALE_FLOOR = 0.05
+# the shape is fitted over these powers and these floors (fractions of the busy rate); fitting needs
+# SHAPE_MIN_ERRORS buckets with traffic forecast above the default floor, at forecasts whose 10th and 90th
+# percentiles differ by SHAPE_MIN_LEVEL_RATIO or more
+SCALE_POWERS = tuple(k / 10 for k in range(11))
+SCALE_FLOOR_FRACTIONS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+SHAPE_MIN_ERRORS = 200
+SHAPE_MIN_LEVEL_RATIO = 2.0
+# another shape replaces the default only if its loss is lower by more than this fraction (a flat loss keeps it)
+SHAPE_MIN_GAIN = 1e-3
 
 
 def error_scale(level_rps: float, power: float, floor_rps: float = SCALE_FLOOR_RPS) -> float:
@@ -84,50 +85,71 @@ def error_scale(level_rps: float, power: float, floor_rps: float = SCALE_FLOOR_R
 
 
 def scale_floor(busy_rps: float) -> float:
-    """The floor of the error scale for a service whose busy rate is `busy_rps`: SCALE_FLOOR_RPS, or
+    """The default floor of the error scale for a service whose busy rate is `busy_rps`: SCALE_FLOOR_RPS, or
     RELATIVE_SCALE_FLOOR x the busy rate when that is lower (never zero). E.g. busy 0.9 req/s: 0.045."""
     return max(1e-6, min(SCALE_FLOOR_RPS, RELATIVE_SCALE_FLOOR * busy_rps))
 
 
-def estimate_scale_power(
-    levels_rps: FloatArray, errors_rps: FloatArray, quantile: float, floor_rps: float = SCALE_FLOOR_RPS
-) -> float | None:
-    """The power p of the error scale max(ŷ, floor)^p whose upper bound fits the errors best, from forecast
-    levels and raw errors (y - ŷ), one column per horizon step (NaN: no error); None when the data cannot tell
-    (fewer than SHAPE_MIN_ERRORS errors above the floor, or levels spanning less than a factor of 2).
+@dataclass(frozen=True, slots=True)
+class ErrorScale:
+    """Errors at forecast ŷ are scaled by max(ŷ, floor_rps)^power."""
 
-    This is a quantile regression on a one-parameter family: for each p in SCALE_POWERS, the bound of each step
-    is ŷ + q_p x max(ŷ, floor)^p with q_p the `quantile` of the errors scaled by that power, and p is the one with
-    the lowest pinball loss over all steps: the shape of the upper tail against the rate, which the bound needs,
-    rather than the shape of the errors' spread. E.g. errors whose 0.95 quantile is 2 at 4 req/s and 8 at
-    64 req/s: p = log(4) / log(16) = 0.5; 2 and 16: p = 0.75. On bank_calls the spread grew like rate^0.4 and the
-    upper tail like rate^0.1-0.3 (the misses of the morning ramp come at middling rates)."""
+    power: float
+    floor_rps: float
+
+
+def fit_error_scale(levels_rps: FloatArray, actual_rps: FloatArray, quantile: float) -> ErrorScale | None:
+    """The scale max(ŷ, floor)^p whose upper bound fits best, from forecast levels and actual values, one column
+    per horizon step (NaN: unknown); None when the data cannot tell (fewer than SHAPE_MIN_ERRORS buckets with
+    traffic forecast above the default floor, or such forecasts spanning less than a factor of 2).
+
+    A quantile regression on a two-parameter family: for each power p in SCALE_POWERS and floor f (the
+    SCALE_FLOOR_FRACTIONS of the busy rate, and the default `scale_floor`), the bound of each step is
+    ŷ + q x max(ŷ, f)^p with q the `quantile` of the scaled errors of the buckets with traffic (as the calibration
+    computes it); the shape with the lowest pinball loss over all buckets wins, idle ones included. The power is
+    the shape of the upper tail against the rate (absolute errors 0, Poisson 1/2, relative 1); the floor sets the
+    bound where little or nothing is forecast (q x f^p at night), which only the idle buckets can price.
+    E.g. errors whose 0.95 quantile is 2 at 4 req/s and 8 at 64 req/s: p = log(4) / log(16) = 0.5; 2 and 16:
+    p = 0.75. The default (p = 1/2, default floor) stays unless another shape is better by SHAPE_MIN_GAIN."""
     levels = np.asarray(levels_rps, dtype=np.float64).reshape(len(levels_rps), -1)
-    errors = np.asarray(errors_rps, dtype=np.float64).reshape(levels.shape)
-    ok = np.isfinite(levels) & np.isfinite(errors)
-    above = levels[ok & (levels > floor_rps)]
+    actual = np.asarray(actual_rps, dtype=np.float64).reshape(levels.shape)
+    known = np.isfinite(levels) & np.isfinite(actual)
+    busy = known & (actual > 0)
+    if not busy.any():
+        return None
+    busy_rps = float(np.quantile(actual[busy], 0.9))
+    default = ErrorScale(POISSON_SCALE_POWER, scale_floor(busy_rps))
+    above = levels[busy & (levels > default.floor_rps)]
     if above.size < SHAPE_MIN_ERRORS:
         return None
     lo, hi = np.quantile(above, [0.1, 0.9])
     if hi < SHAPE_MIN_LEVEL_RATIO * lo:
         return None
-    columns = [(levels[ok[:, j], j], errors[ok[:, j], j]) for j in range(levels.shape[1])]
-    columns = [(np.maximum(lv, floor_rps), e) for lv, e in columns if e.size]
+    # per step: the forecasts and errors of every known bucket, and which of them have traffic
+    columns = [
+        (levels[known[:, j], j], (actual - levels)[known[:, j], j], busy[known[:, j], j])
+        for j in range(levels.shape[1])
+        if busy[:, j].any()
+    ]
 
-    def loss(power: float) -> float:
+    def loss(shape: ErrorScale) -> float:
         total = 0.0
-        for base, e in columns:
-            scale = base**power
-            miss = e - float(np.quantile(e / scale, quantile)) * scale
+        for level, e, with_traffic in columns:
+            scale = np.maximum(level, shape.floor_rps) ** shape.power
+            q = max(0.0, float(np.quantile(e[with_traffic] / scale[with_traffic], quantile)))
+            miss = e - q * scale
             total += float(np.sum(np.maximum(quantile * miss, (quantile - 1.0) * miss)))
         return total
 
-    best_power, best_loss = POISSON_SCALE_POWER, loss(POISSON_SCALE_POWER)
-    for power in SCALE_POWERS:
-        current = loss(power)
-        if current < best_loss * (1.0 - SHAPE_MIN_GAIN):
-            best_power, best_loss = power, current
-    return best_power
+    best, best_loss = default, loss(default)
+    floors = sorted({default.floor_rps, *(max(1e-6, f * busy_rps) for f in SCALE_FLOOR_FRACTIONS)})
+    for floor in floors:
+        for power in SCALE_POWERS:
+            shape = ErrorScale(power, floor)
+            current = loss(shape)
+            if current < best_loss * (1.0 - SHAPE_MIN_GAIN):
+                best, best_loss = shape, current
+    return best
 
 
 def min_errors(quantile: float) -> int:

@@ -29,13 +29,14 @@ import numpy as np
 from infer_ctl.forecast.models import (
     POISSON_SCALE_POWER,
     SCALE_FLOOR_RPS,
+    ErrorScale,
     Ewma,
     Fitted,
     Forecaster,
     KernelFitted,
     default_candidates,
     error_quantile,
-    estimate_scale_power,
+    fit_error_scale,
     min_errors,
     scale_floor,
 )
@@ -133,24 +134,24 @@ def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fa
     """Per horizon step, the `quantile` of the holdout's normalised errors over the buckets with traffic (an
     idle bucket cannot exceed any upper bound, so it says nothing about how wide the bound must be); the
     in-sample quantiles, normalised with the Poisson power and the fixed floor, where a step of the holdout has
-    fewer than 20 such buckets. One power of the error scale is fitted to the errors of all steps together
-    (`estimate_scale_power`: the shape of the tail against the rate is the model's and the traffic's, not a
-    horizon's), else 1/2; its floor is `scale_floor` of the busy rate (the 90th percentile of the actual values
-    with traffic)."""
+    fewer than 20 such buckets. One shape of the error scale (power and floor) is fitted to all steps together
+    (`fit_error_scale`: the shape of the tail against the rate is the model's and the traffic's, not a
+    horizon's), else the power is 1/2 and the floor `scale_floor` of the busy rate (the 90th percentile of the
+    actual values with traffic)."""
     steps = actual.shape[1]
     ok = np.isfinite(actual) & (actual > 0)
     if steps == 0 or int(ok.sum(axis=0).min()) < max(20, min_errors(quantile)):
         base = list(fallback)[:steps] or [0.0]
         base.extend([base[-1]] * (steps - len(base)))
         return Calibration(tuple(base), POISSON_SCALE_POWER, SCALE_FLOOR_RPS, from_holdout=False)
-    floor = scale_floor(float(np.quantile(actual[ok], 0.9)))
-    estimated = estimate_scale_power(mean, np.where(ok, actual - mean, np.nan), quantile, floor)
-    power = POISSON_SCALE_POWER if estimated is None else estimated
+    shape = fit_error_scale(mean, actual, quantile) or ErrorScale(
+        POISSON_SCALE_POWER, scale_floor(float(np.quantile(actual[ok], 0.9)))
+    )
     out = []
     for j in range(steps):
         a, m = actual[ok[:, j], j], mean[ok[:, j], j]
-        out.append(error_quantile((a - m) / np.maximum(m, floor) ** power, quantile))
-    return Calibration(tuple(out), power, floor, from_holdout=True)
+        out.append(error_quantile((a - m) / np.maximum(m, shape.floor_rps) ** shape.power, quantile))
+    return Calibration(tuple(out), shape.power, shape.floor_rps, from_holdout=True)
 
 
 def select_and_fit(
@@ -171,6 +172,7 @@ def select_and_fit(
     holdout_n = min(math.ceil(holdout_s / history.step_s), math.floor(n * holdout_fraction))
     scores: list[CandidateScore] = []
     best: tuple[float, Fitted] | None = None
+    backtest: tuple[FloatArray, FloatArray, int] | None = None  # the best's holdout: actual, mean, scored count
     if n == 0 or not np.isfinite(history.values_rps).any():
         fitted = Ewma().fit(RateSeries(history.start_s, history.step_s, np.zeros(1)), horizon_steps, quantile)
         return Selection(fitted, (), "no observed rate yet: flat zero forecast")
@@ -196,7 +198,7 @@ def select_and_fit(
         if unscored:
             scores.append(CandidateScore(cand.method, math.nan, math.nan, skipped="holdout too short to score"))
             if best is None or cand.method == "ewma":
-                best = (math.inf, fitted)
+                best, backtest = (math.inf, fitted), None
             continue
         model, actual_m, mean_m, upper_m = rolling_origin(fitted, holdout, horizon_steps)
         # scored on the last horizon step, leaving out idle buckets forecast as idle
@@ -211,21 +213,24 @@ def select_and_fit(
         coverage = float((actual <= upper).mean())
         pinball = _pinball(actual, upper, quantile) / (denom if denom and math.isfinite(denom) else 1.0)
         scores.append(CandidateScore(cand.method, mase, coverage, pinball=pinball))
-        if isinstance(model, KernelFitted):
-            cal = _holdout_quantiles(actual_m, mean_m, quantile, model.error_quantiles)
-            model = model.with_error_quantiles(
-                cal.error_quantiles,
-                calibrated=model.calibrated or actual.size >= max(20, min_errors(quantile)),
-                scale_power=cal.scale_power,
-                scale_floor_rps=cal.scale_floor_rps,
-            )
         if best is None or pinball < best[0]:
             best = (pinball, model)
+            # the winner's holdout errors calibrate its upper bound (below, once the winner is known)
+            backtest = (actual_m, mean_m, actual.size)
     if best is None:
         fitted = Ewma().fit(history, horizon_steps, quantile)
         note = f"history too short ({span_s / 3600:.1f} h) for any other model: ewma"
         return Selection(_with_note(fitted, note), tuple(scores), note)
     chosen = best[1]
+    if backtest is not None and isinstance(chosen, KernelFitted):
+        actual_m, mean_m, scored_n = backtest
+        cal = _holdout_quantiles(actual_m, mean_m, quantile, chosen.error_quantiles)
+        chosen = chosen.with_error_quantiles(
+            cal.error_quantiles,
+            calibrated=chosen.calibrated or scored_n >= max(20, min_errors(quantile)),
+            scale_power=cal.scale_power,
+            scale_floor_rps=cal.scale_floor_rps,
+        )
     scored = [s for s in scores if math.isfinite(s.mase)]
     if scored:
         win = min(scored, key=lambda s: s.pinball)

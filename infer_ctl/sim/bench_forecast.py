@@ -10,7 +10,9 @@ the in-sample mean absolute error of the naive "no change" forecast at the same 
 the upper quantile (share of actual values at or below it), over all buckets and over open hours only (when
 the call centre is closed both the actual and the forecast are zero, which flatters coverage), and the price of
 that coverage: the band's width in open hours, sum(upper - mean) / sum(mean) (0.15: the upper bound is 15 %
-above the mean forecast on average, weighted by the rate, as the replicas are).
+above the mean forecast on average, weighted by the rate, as the replicas are), and the pinball loss of the upper
+bound over all buckets, scaled like MASE (what the backtest chooses the forecaster by: misses weigh q, headroom
+1 - q).
 
 Then, per horizon, the coverage in open hours by forecast level (five bins of equal count, quiet to busy) and by
 hour of the day: a single error distribution for all levels shows up here as a band that is too wide at one end
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forecasters chosen (weekly re-selection): {dict(chosen)}; wall {wall:.1f} s")
     print(
         f"{'h':>3} {'minutes':>7} {'MASE':>6} {'MASE open':>9} {'cover':>6} {'cover open':>10} {'band open':>9}"
-        f"  (nominal {args.quantile:.0%}; band = sum(upper - mean) / sum(mean))"
+        f" {'pinball':>7}  (nominal {args.quantile:.0%}; band = sum(upper - mean) / sum(mean))"
     )
     for h in horizons:
         a, m, u = np.asarray(actual[h]), np.asarray(mean[h]), np.asarray(upper[h])
@@ -97,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         mase = np.abs(a - m).mean() / naive
         mase_open = np.abs(a - m)[open_].mean() / naive_open
         band = (u - m)[open_].sum() / m[open_].sum()
+        miss = a - u
+        pinball = np.maximum(args.quantile * miss, (args.quantile - 1.0) * miss).mean() / naive
         print(
             f"{h:>3} {h * step_s / 60:>7.0f} {mase:>6.3f} {mase_open:>9.3f} {(a <= u).mean():>6.1%} "
-            f"{(a <= u)[open_].mean():>10.1%} {band:>9.3f}"
+            f"{(a <= u)[open_].mean():>10.1%} {band:>9.3f} {pinball:>7.4f}"
         )
     for h in horizons:
         a, m, u = np.asarray(actual[h]), np.asarray(mean[h]), np.asarray(upper[h])
