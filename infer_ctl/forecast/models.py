@@ -18,8 +18,8 @@ they are fed, on buckets aligned to the clock (08:00-08:05, not 07:58-08:03).
 
 The upper quantile comes from the model's own errors: normalised errors e = (y - ŷ) / sqrt(max(ŷ, floor)) at
 each horizon step, measured out of sample by the backtest (`infer_ctl.forecast.select`) or in sample as a
-fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `min_errors(q)` errors exist (a young service), the
-quantile cannot be estimated and the upper bound is the highest rate of the last horizon (plus a bucket): room
+fallback; upper = ŷ + q_level(e) * sqrt(max(ŷ, floor)). Until `MIN_ERRORS` errors exist (a young service), no
+quantile can be estimated and the upper bound is the highest rate of the last horizon (plus a bucket): room
 for the traffic just seen, which a spike stops claiming once the traffic has stayed low for a horizon.
 A tail far wider than a normal one of the errors' robust scale counts only if it comes from several separate
 episodes, so that the edges of one past spike or level shift do not pass for the spread of the traffic
@@ -157,9 +157,19 @@ def fit_error_scale(levels_rps: FloatArray, actual_rps: FloatArray, quantile: fl
 
 def min_errors(quantile: float) -> int:
     """Errors needed to estimate the `quantile` of the error distribution: at least `MIN_ERRORS`, and enough that
-    the tail above the quantile holds half an error (10 for q0.95, 50 for q0.99). With fewer, the estimate is the
-    largest error seen, so that one past spike keeps the upper bound up as long as it is in the sample."""
+    the tail above the quantile holds half an error (10 for q0.95, 50 for q0.99). With fewer (but `MIN_ERRORS`),
+    the estimate is at the highest level the errors support (`estimable_level`)."""
     return max(MIN_ERRORS, math.ceil(0.5 / max(1e-6, 1.0 - quantile) - 1e-9))
+
+
+def estimable_level(quantile: float, n_errors: int) -> float:
+    """The level at which `n_errors` errors estimate the `quantile`: the quantile itself when they are enough
+    (`min_errors`), else the highest level whose tail still holds half an error, 1 - 0.5/n (close to the largest
+    error). E.g. q0.99 from 20 errors is estimated at 0.975. A higher quantile is so never estimated below a lower
+    one from the same errors: a service on the latency-critical preset (q0.99) is calibrated as soon as one on
+    balanced (q0.95) is, and provisions at least as much, instead of waiting for 50 errors on the young-service
+    fallback (the recent peak), which on bursty traffic is the narrower of the two."""
+    return min(quantile, 1.0 - 0.5 / max(1, n_errors))
 
 
 # Forecasts are capped at this multiple of the highest rate seen: a trend fitted across a sudden step would
@@ -553,7 +563,7 @@ def error_quantiles_by_step(errors: FloatArray, quantile: float, agg: int, steps
         c = min(j // agg, errors.shape[1] - 1)
         col = errors[:, c]
         col = col[np.isfinite(col)]
-        out.append(error_quantile(col, quantile) if col.size >= min_errors(quantile) else 0.0)
+        out.append(error_quantile(col, estimable_level(quantile, col.size)) if col.size >= MIN_ERRORS else 0.0)
     return out
 
 
@@ -587,7 +597,7 @@ def _finish(
         quantile=quantile,
         error_quantiles=tuple(error_quantiles_by_step(errors, quantile, agg, horizon_steps)),
         note=note,
-        calibrated=int(np.isfinite(errors[:, -1]).sum()) >= min_errors(quantile) if errors.size else False,
+        calibrated=int(np.isfinite(errors[:, -1]).sum()) >= MIN_ERRORS if errors.size else False,
         peak_rps=float(finite.max()) if finite.size else 0.0,
         recent_rps=tuple(history.values_rps[max(0, used - recent_n) : used].tolist()),
         recent_n=recent_n,

@@ -36,11 +36,16 @@ from infer_ctl.forecast.models import (
     KernelFitted,
     default_candidates,
     error_quantile,
+    estimable_level,
     fit_error_scale,
-    min_errors,
     scale_floor,
 )
 from infer_ctl.forecast.series import FloatArray, RateSeries
+
+# holdout errors (buckets with traffic, per horizon step) needed to calibrate the upper quantile out of sample;
+# below this the in-sample quantiles are kept. A quantile beyond what they support is estimated at the highest
+# level they do (`estimable_level`)
+HOLDOUT_MIN_ERRORS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,7 @@ def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fa
     actual values with traffic)."""
     steps = actual.shape[1]
     ok = np.isfinite(actual) & (actual > 0)
-    if steps == 0 or int(ok.sum(axis=0).min()) < max(20, min_errors(quantile)):
+    if steps == 0 or int(ok.sum(axis=0).min()) < HOLDOUT_MIN_ERRORS:
         base = list(fallback)[:steps] or [0.0]
         base.extend([base[-1]] * (steps - len(base)))
         return Calibration(tuple(base), POISSON_SCALE_POWER, SCALE_FLOOR_RPS, from_holdout=False)
@@ -150,7 +155,8 @@ def _holdout_quantiles(actual: FloatArray, mean: FloatArray, quantile: float, fa
     out = []
     for j in range(steps):
         a, m = actual[ok[:, j], j], mean[ok[:, j], j]
-        out.append(error_quantile((a - m) / np.maximum(m, shape.floor_rps) ** shape.power, quantile))
+        out.append(error_quantile((a - m) / np.maximum(m, shape.floor_rps) ** shape.power,
+                                  estimable_level(quantile, a.size)))
     return Calibration(tuple(out), shape.power, shape.floor_rps, from_holdout=True)
 
 
@@ -227,7 +233,7 @@ def select_and_fit(
         cal = _holdout_quantiles(actual_m, mean_m, quantile, chosen.error_quantiles)
         chosen = chosen.with_error_quantiles(
             cal.error_quantiles,
-            calibrated=chosen.calibrated or scored_n >= max(20, min_errors(quantile)),
+            calibrated=chosen.calibrated or scored_n >= HOLDOUT_MIN_ERRORS,
             scale_power=cal.scale_power,
             scale_floor_rps=cal.scale_floor_rps,
         )

@@ -157,26 +157,44 @@ def spike_then_quiet(quiet_buckets: int) -> RateSeries:
     return RateSeries(0.0, 60.0, np.array([50.0] * 3 + [500.0] * 3 + [2.0] * quiet_buckets))
 
 
-def test_before_the_quantile_can_be_estimated_the_upper_bound_is_the_recent_peak_not_an_old_spike() -> None:
-    fitted = Ewma().fit(spike_then_quiet(6), 2, 0.99)
+@pytest.mark.parametrize("quantile", [0.95, 0.99])
+def test_before_the_quantile_can_be_estimated_the_upper_bound_is_the_recent_peak_not_an_old_spike(
+    quantile: float,
+) -> None:
+    fitted = Ewma().fit(spike_then_quiet(3), 2, quantile)  # 9 buckets: fewer errors than MIN_ERRORS
     assert isinstance(fitted, KernelFitted) and not fitted.calibrated
     assert fitted.predict(2).upper_rps.max() == pytest.approx(2.0)
     # while the spike is within the last horizon + 1 buckets, its peak is still the bound
-    assert Ewma().fit(spike_then_quiet(2), 2, 0.99).predict(2).upper_rps.max() == pytest.approx(500.0)
+    assert Ewma().fit(spike_then_quiet(2), 2, quantile).predict(2).upper_rps.max() == pytest.approx(500.0)
 
 
 @pytest.mark.parametrize(
-    ("quantile", "errors_needed"),
-    [(0.8, 10), (0.95, 10), (0.99, 50)],
-    ids=["q0.80 needs the minimum of 10 errors", "q0.95 needs 10", "q0.99 needs 50: its tail must hold one half"],
+    ("quantile", "errors_needed", "level_from_20"),
+    [(0.8, 10, 0.8), (0.95, 10, 0.95), (0.99, 50, 0.975)],
+    ids=[
+        "q0.80 needs the minimum of 10 errors",
+        "q0.95 needs 10",
+        "q0.99 needs 50 for its tail to hold one half; from 20 it is estimated at 0.975",
+    ],
 )
-def test_a_quantile_is_estimated_only_from_enough_errors_for_its_tail(quantile: float, errors_needed: int) -> None:
-    from infer_ctl.forecast.models import min_errors
+def test_a_quantile_beyond_what_the_errors_support_is_estimated_at_the_highest_level_they_do(
+    quantile: float, errors_needed: int, level_from_20: float
+) -> None:
+    from infer_ctl.forecast.models import estimable_level, min_errors
 
     assert min_errors(quantile) == errors_needed
-    # 20 quiet buckets after the spike: about 20 errors, enough for q0.95 and not for q0.99
+    assert estimable_level(quantile, 20) == pytest.approx(level_from_20)
+    # 20 quiet buckets after the spike: about 20 errors, enough to calibrate every quantile
     fitted = Ewma().fit(spike_then_quiet(20), 2, quantile)
-    assert isinstance(fitted, KernelFitted) and fitted.calibrated == (errors_needed <= 20)
+    assert isinstance(fitted, KernelFitted) and fitted.calibrated
+
+
+def test_a_higher_quantile_never_gives_a_lower_upper_bound_from_the_same_errors() -> None:
+    rng = np.random.default_rng(7)
+    for n in (12, 20, 35, 60, 200):
+        history = RateSeries(0.0, 60.0, rng.lognormal(3.0, 0.8, n) * (rng.random(n) > 0.3))
+        uppers = [Ewma().fit(history, 3, q).predict(3).upper_rps for q in (0.8, 0.95, 0.99)]
+        assert np.all(uppers[0] <= uppers[1] + 1e-9) and np.all(uppers[1] <= uppers[2] + 1e-9), (n, uppers)
 
 
 def test_the_edges_of_one_level_shift_are_not_taken_for_the_spread_of_the_traffic() -> None:
