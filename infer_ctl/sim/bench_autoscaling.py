@@ -31,11 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
+from infer_ctl.config.policies import load_policies
+from infer_ctl.core.api import Preset
 from infer_ctl.sim.plot import plot_results
 from infer_ctl.sim.reference import HindsightBest, best_peak_hold_in_hindsight, cheapest_constant_fleet
 from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import POLICY_NAMES, initial_replicas, run_policies
+from infer_ctl.sim.suite import POLICY_NAMES, ScenarioSettings, initial_replicas, run_policies
 from infer_ctl.sim.trace import Trace, load_trace, step_profile
 
 
@@ -75,7 +77,8 @@ def verdict(results: list[SimResult], hindsight: HindsightBest | None = None) ->
             else:
                 line += f"; a peak-hold rule tuned in hindsight reaches it ({c.gpu_hours / oracle.gpu_hours:.2f} x)"
         lines.append(line)
-    baselines = [r for r in results if r.policy not in ("infer-ctl", "oracle")]
+    # the peers' autoscalers (not the oracle, nor infer-ctl on other presets)
+    baselines = [r for r in results if r.policy != "oracle" and not r.policy.startswith("infer-ctl")]
     reaching = [r for r in baselines if r.slo_attainment >= 0.99]
     if ours.slo_attainment >= 0.99:
         cheaper = [r.policy for r in reaching if r.gpu_hours < ours.gpu_hours]
@@ -119,18 +122,36 @@ def aggregate(per_seed: list[list[SimResult]]) -> tuple[list[SimResult], dict[st
 
 def table(results: list[SimResult], lowest: dict[str, float] | None = None) -> list[str]:
     low = lowest is not None
+    w = max(11, *(len(r.policy) for r in results))
     head = (
-        f"  {'policy':<11} {'SLO':>8} {'SLO min' if low else '':>8} {'GPU-h':>10} {'cold':>7} {'p95 ms':>10} "
+        f"  {'policy':<{w}} {'SLO':>8} {'SLO min' if low else '':>8} {'GPU-h':>10} {'cold':>7} {'p95 ms':>10} "
         f"{'p99 ms':>10} {'events':>7} {'wall s':>7}"
     )
     rows = [head]
     for r in results:
         worst = f"{lowest[r.policy]:>8.2%}" if lowest is not None else f"{'':>8}"
         rows.append(
-            f"  {r.policy:<11} {r.slo_attainment:>8.2%} {worst} {r.gpu_hours:>10.1f} {r.cold_starts:>7d} "
+            f"  {r.policy:<{w}} {r.slo_attainment:>8.2%} {worst} {r.gpu_hours:>10.1f} {r.cold_starts:>7d} "
             f"{r.p95_latency_ms:>10.0f} {r.p99_latency_ms:>10.0f} {r.scale_events:>7d} {r.wall_s:>7.1f}"
         )
     return rows
+
+
+def parse_presets(text: str) -> list[Preset]:
+    try:
+        out = [Preset(p.strip()) for p in text.split(",") if p.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"--presets: {exc}; expected {', '.join(p.value for p in Preset)}") from None
+    if not out:
+        raise SystemExit("--presets: none given")
+    return out
+
+
+def with_preset(settings: ScenarioSettings, preset: Preset) -> ScenarioSettings:
+    """The scenario's service on a scaling preset of `policies/scaling.yaml` (quantile, standby, stabilization)."""
+    p = load_policies().scaling.presets[preset]
+    return replace(settings, quantile=p.quantile, standby_replicas=p.standby_replicas,
+                   scale_down_stabilization_s=p.scale_down_stabilization_s)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -180,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         "the mean over the seeds, with the lowest SLO attainment beside it",
     )
     ap.add_argument("--bank-seeds", default="0", help="seeds for bank_calls (8 months: each seed is minutes)")
+    ap.add_argument(
+        "--presets",
+        default="balanced,latency-critical",
+        help="scaling presets (policies/scaling.yaml) infer-ctl runs with on the short scenarios; the first is the "
+        "one the targets are judged on, the others are extra rows named infer-ctl/<preset>",
+    )
+    ap.add_argument("--bank-presets", default="balanced", help="the same for bank_calls")
     args = ap.parse_args(argv)
     hindsight = {s for s in args.hindsight.split(",") if s}
     wanted = set(args.scenarios.split(","))
@@ -207,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             warmup_s,
         )
         for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",")):
-            settings = default_settings(cold)
+            settings = with_preset(default_settings(cold), parse_presets(
+                args.bank_presets if name == "bank" else args.presets)[0])
             t0 = time.perf_counter()
             per_seed = [
                 run_policies(
@@ -216,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for seed in seeds
             ]
+            for preset in parse_presets(args.bank_presets if name == "bank" else args.presets)[1:]:
+                tuned = with_preset(settings, preset)
+                for seed, seed_results in zip(seeds, per_seed, strict=True):
+                    extra = run_policies(
+                        trace, ("infer-ctl",), tuned, tick_s=tick, rate_scale=scale, score_from_s=warmup_s,
+                        start=start, seed=seed,
+                    )[0]
+                    seed_results.insert(-1, replace(extra, policy=f"infer-ctl/{preset.value}"))
             results, lowest = aggregate(per_seed)
             met = sum(1 for rs in per_seed for r in rs if r.policy == "infer-ctl" and r.slo_attainment >= 0.99)
             arrivals = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0]))
