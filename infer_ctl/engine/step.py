@@ -110,6 +110,9 @@ class EngineState:
     fit_scores: tuple[CandidateScore, ...] = ()
     next_refit_s: float = -math.inf
     decide_state: DecideState = field(default_factory=DecideState)
+    # the last forecast and what it was made from (the fitted model and the steps ahead): a fitted model changes
+    # only when a bucket completes or at a refit, so most control ticks reuse it
+    forecast_memo: tuple[Fitted, int, Forecast] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ def _absorb(
         fit_scores=state.fit_scores,
         next_refit_s=state.next_refit_s,
         decide_state=state.decide_state,
+        forecast_memo=state.forecast_memo,
     )
 
 
@@ -228,13 +232,21 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         else inputs.cold_start_p90_s + policy.control_period_s
     )
     forecast: Forecast | None = None
+    memo = state.forecast_memo
     if policy.forecast_enabled and state.origin_s is not None:
         if inputs.now_s >= state.next_refit_s and (state.recent or state.history is not None):
             state = _refit(state, inputs.now_s, horizon_s, policy.quantile, config)
         if state.fitted is not None:
             # the open bucket is not complete yet: forecast from the model's end to the horizon past now
             ahead_s = inputs.now_s + horizon_s - state.fitted.end_s
-            forecast = state.fitted.predict(max(1, math.ceil(ahead_s / config.history_step_s)))
+            steps = max(1, math.ceil(ahead_s / config.history_step_s))
+            memo = state.forecast_memo
+            if memo is not None and memo[0] is state.fitted and memo[1] >= steps:
+                forecast = memo[2]
+            else:
+                # one bucket more than needed: the next ticks, until the bucket completes, reuse it
+                forecast = state.fitted.predict(steps + 1)
+                memo = (state.fitted, steps + 1, forecast)
     decide_inputs = DecideInputs(
         inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh)
     )
@@ -257,4 +269,5 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         fit_scores=state.fit_scores,
         next_refit_s=state.next_refit_s,
         decide_state=decide_state,
+        forecast_memo=memo,
     )
