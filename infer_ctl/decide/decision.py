@@ -250,7 +250,9 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
         if not missing and observed > upper_now:
             burst = arriving + spread
             sustained = max(sustained, observed + spread)
-            if burst > upper_peak:
+            # the guard names the decision only when it changes the count: a rate a hair above a tight bound
+            # (steady traffic, its noise within a replica's capacity) is still the forecast's decision
+            if burst > upper_peak and math.ceil(burst / cap - 1e-9) > math.ceil(upper_peak / cap - 1e-9):
                 demand = burst
                 reason = Reason.BURST
                 heading = f" and rising towards {arriving:.1f} rps" if rising else ""

@@ -82,6 +82,12 @@ CASES = [
         id="observed traffic above the forecast's upper bound scales for what is observed now",
     ),
     pytest.param(
+        Situation(observed=50.1, ready=6, forecast=flat_forecast(50.0, 50.05, now=1000.0)),
+        6,
+        Reason.STEADY,
+        id="steady traffic a hair above a tight upper bound is the forecast's decision, not a burst",
+    ),
+    pytest.param(
         Situation(observed=10, ready=8, forecast=flat_forecast(10, 12, now=1000.0), state=with_history((900.0, 8))),
         8,
         Reason.STABILIZING,
