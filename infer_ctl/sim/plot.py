@@ -42,11 +42,13 @@ def plot_results(results: Sequence[SimResult], path: Path, title: str, capacity_
     )
     ax = axes[0]
     ax.plot(*_thin(x, first.arrivals_rps), lw=0.6, color="0.3", label="arrivals (requests/s)")
+    forecast_colors = iter(("tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive"))
     for r in results:
         if np.isfinite(r.forecast_upper_rps).any():
             fc = r.forecast_upper_rps.copy()
             mask = np.isfinite(fc)
-            ax.plot(*_thin(x[mask], fc[mask]), lw=0.8, color="tab:orange", label=f"{r.policy} upper forecast")
+            ax.plot(*_thin(x[mask], fc[mask]), lw=0.8, color=next(forecast_colors, "tab:red"),
+                    label=f"{r.policy} upper forecast")
     ax.set_ylabel("requests/s")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
