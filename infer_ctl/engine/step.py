@@ -240,7 +240,6 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
             # the open bucket is not complete yet: forecast from the model's end to the horizon past now
             ahead_s = inputs.now_s + horizon_s - state.fitted.end_s
             steps = max(1, math.ceil(ahead_s / config.history_step_s))
-            memo = state.forecast_memo
             if memo is not None and memo[0] is state.fitted and memo[1] >= steps:
                 forecast = memo[2]
             else:

@@ -54,7 +54,8 @@ from infer_ctl.forecast.series import FloatArray, RateSeries
 
 # Below this rate (requests/s) errors are scaled as if the rate were this: keeps the quantile finite at zero.
 SCALE_FLOOR_RPS = 1.0
-# errors needed before an error quantile is trusted (see min_errors); until then the upper bound is the recent peak
+# errors needed before any error quantile is trusted (then at `estimable_level`); until then the bound is the
+# recent peak
 MIN_ERRORS = 10
 # a tail wider than this many times the normal one of the errors' robust scale must come from at least
 # MIN_EPISODES separate runs of large errors to count (error_quantile)
@@ -169,6 +170,8 @@ def estimable_level(quantile: float, n_errors: int) -> float:
     one from the same errors: a service on the latency-critical preset (q0.99) is calibrated as soon as one on
     balanced (q0.95) is, and provisions at least as much, instead of waiting for 50 errors on the young-service
     fallback (the recent peak), which on bursty traffic is the narrower of the two."""
+    if n_errors >= min_errors(quantile):
+        return quantile
     return min(quantile, 1.0 - 0.5 / max(1, n_errors))
 
 

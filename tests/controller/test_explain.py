@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infer_ctl.controller.explain import explain
+from infer_ctl.controller.explain import Finding, explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PRIORITY_CLASSES, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
@@ -30,6 +30,18 @@ def hold_gpus(cluster: Cluster, node: str, gpus: range) -> None:
             "default", subresource="status")
 
 
+def create_h100_service(cluster: Cluster, name: str, *, gpus: int, memory: str) -> None:
+    """An InferenceService in default on `gpus` H100s per replica, the model taking `memory` over them."""
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder(name).with_("spec.accelerator.count", gpus)
+                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", memory)
+                        .build(), "default")
+
+
+def placement_finding(cluster: Cluster, name: str) -> Finding:
+    """What `explain` says of the placement layer for default/name."""
+    return next(f for f in explain(cluster.kube, cluster.policies, "default", name) if f.layer == "placement")
+
+
 async def cycle(cluster: Cluster, name: str) -> None:
     """One control cycle, its status written as the operator writes it."""
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
@@ -41,9 +53,7 @@ async def cycle(cluster: Cluster, name: str) -> None:
 async def test_fragmentation_is_told_apart_from_a_lack_of_gpus(cluster: Cluster) -> None:
     hold_gpus(cluster, "h100-0", range(4))
     hold_gpus(cluster, "h100-1", range(4))  # 8 H100s free in total, 4 on each node
-    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp8").with_("spec.accelerator.count", 8)
-                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "400Gi")
-                        .build(), "default")
+    create_h100_service(cluster, "tp8", gpus=8, memory="400Gi")
     await cycle(cluster, "tp8")
     findings = explain(cluster.kube, cluster.policies, "default", "tp8")
     placement = next(f for f in findings if f.layer == "placement")
@@ -56,27 +66,25 @@ async def test_no_matching_device_names_the_filter(cluster: Cluster) -> None:
                         .with_("spec.accelerator.products", ["L4"]).with_("spec.model.memory", "100Gi")
                         .build(), "default")
     await cycle(cluster, "l4x8")
-    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "l4x8") if f.layer == "placement")
+    placement = placement_finding(cluster, "l4x8")
     # The L4 node has 4: not a lack of free capacity, and not fragmentation.
     assert placement.message.startswith("no node has 8 matching GPUs (the most on one node: 4)")
     cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("t4").with_("spec.accelerator.products", ["T4"])
                         .with_("spec.model.memory", "8Gi").build(), "default")
     await cycle(cluster, "t4")
-    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "t4") if f.layer == "placement")
+    placement = placement_finding(cluster, "t4")
     assert placement.message.startswith("no device matches") and "Accelerator" in placement.message
 
 
 async def test_matching_gpus_all_in_use_are_no_free_capacity(cluster: Cluster) -> None:
     hold_gpus(cluster, "h100-0", range(6))
     hold_gpus(cluster, "h100-1", range(6))  # 4 H100s free, 2 on each node
-    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp4").with_("spec.accelerator.count", 4)
-                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "200Gi")
-                        .build(), "default")
+    create_h100_service(cluster, "tp4", gpus=4, memory="200Gi")
     await cycle(cluster, "tp4")
-    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp4") if f.layer == "placement")
+    placement = placement_finding(cluster, "tp4")
     assert placement.message.startswith("fragmentation: 4 matching GPUs are free"), placement.message
     hold_gpus(cluster, "h100-0", range(6, 8))
-    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp4") if f.layer == "placement")
+    placement = placement_finding(cluster, "tp4")
     assert placement.message.startswith("no free capacity: 8 matching GPUs on the largest node, 2 free"), \
         placement.message
 
@@ -122,9 +130,7 @@ async def test_gpus_held_for_a_pending_gang_are_told_apart(cluster: Cluster) -> 
     # A gang of 3 Pods x 8 GPUs does not fit (two 8-GPU nodes), so it stays pending, and it would take both H100
     # nodes whole once it can: an 8-GPU replica finds them held.
     gang(cluster, pods=3, gpus=8)
-    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("tp8").with_("spec.accelerator.count", 8)
-                        .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.memory", "400Gi")
-                        .build(), "default")
+    create_h100_service(cluster, "tp8", gpus=8, memory="400Gi")
     await cycle(cluster, "tp8")
-    placement = next(f for f in explain(cluster.kube, cluster.policies, "default", "tp8") if f.layer == "placement")
+    placement = placement_finding(cluster, "tp8")
     assert placement.message.startswith("capacity held for a pending gang"), placement.message

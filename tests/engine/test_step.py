@@ -9,7 +9,7 @@ import pytest
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
-from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineState, step
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, step
 
 DAY_S = 86400.0
 PERIOD_S = 60.0
@@ -100,21 +100,28 @@ def demo_step_rps(t: float) -> float:
     return 50.0 if t < 90.0 else 500.0 if t < 270.0 else 2.0
 
 
+def run_demo_service(policy: DecidePolicy, ticks: int) -> list[tuple[float, EngineOutput]]:
+    """The demo's step profile sampled every 5 s, a decision every 10 s, each decision's replicas fed back."""
+    config = EngineConfig()  # the controller's default: one-minute forecast buckets
+    state, n = EngineState(), 2
+    outs: list[tuple[float, EngineOutput]] = []
+    for k in range(1, ticks):
+        now = k * 10.0
+        samples = tuple((s, demo_step_rps(s)) for s in (now - 5.0, now))
+        out, state = step(EngineInputs(now, samples, replicas(n), 20.0, policy), state, config)
+        n = out.decision.total
+        outs.append((now, out))
+    return outs
+
+
 def test_after_a_spike_on_a_short_history_the_replicas_come_down_once_the_stabilization_window_has_passed() -> None:
     """The demo's service (40 req/s per replica, 20 s cold start, 60 s stabilization, one standby) sampled every
     5 s from its first minute: it holds the spike's replicas through the stabilization window, then returns to
     what 2 req/s needs instead of keeping the spike's peak as its upper bound."""
     policy = DecidePolicy(40.0, min_replicas=1, max_replicas=14, quantile=0.99, standby_replicas=1,
                           scale_down_stabilization_s=60.0, control_period_s=10.0)
-    config = EngineConfig()  # the controller's default: one-minute forecast buckets
-    state, n = EngineState(), 2
-    totals: dict[float, int] = {}
-    for k in range(1, 90):
-        now = k * 10.0
-        samples = tuple((s, demo_step_rps(s)) for s in (now - 5.0, now))
-        out, state = step(EngineInputs(now, samples, replicas(n), 20.0, policy), state, config)
-        n = totals[now] = out.decision.total
-    drop_s, bucket_s = 270.0, config.history_step_s
+    totals = {now: out.decision.total for now, out in run_demo_service(policy, 90)}
+    drop_s, bucket_s = 270.0, EngineConfig().history_step_s
     assert max(totals.values()) >= 14  # 500 req/s: 13 serving + 1 standby
     assert all(n >= 14 for t, n in totals.items() if 200.0 <= t < drop_s + policy.scale_down_stabilization_s)
     # the spike leaves the upper bound within two buckets (the rate window's lag and the bucket being filled)
@@ -144,14 +151,9 @@ def test_with_the_balanced_quantile_a_spike_in_the_first_minutes_is_not_taken_fo
     they are one episode, not a spread to keep room for, so the service stays at the 1 replica 2 req/s need."""
     policy = DecidePolicy(40.0, min_replicas=1, max_replicas=14, quantile=0.95, scale_down_stabilization_s=60.0,
                           control_period_s=10.0)
-    config = EngineConfig()
-    state, n = EngineState(), 2
-    totals: dict[float, int] = {}
-    for k in range(1, 200):
-        now = k * 10.0
-        samples = tuple((s, demo_step_rps(s)) for s in (now - 5.0, now))
-        out, state = step(EngineInputs(now, samples, replicas(n), 20.0, policy), state, config)
-        n = totals[now] = out.decision.total
+    outs = run_demo_service(policy, 200)
+    totals = {now: out.decision.total for now, out in outs}
+    for now, out in outs:
         if now >= 1200.0:
             assert out.fit_note and out.forecast is not None and out.forecast.upper_rps.max() < 10.0
     assert all(n == 1 for t, n in totals.items() if t >= 270.0 + 60.0 + 3 * 60.0)
