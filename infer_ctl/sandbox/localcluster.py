@@ -1,0 +1,372 @@
+"""The real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler, kube-controller-manager.
+
+The binaries are built from their Go modules (`kubebin/`, `scripts/kube-binaries.sh`) into a cache outside the
+repository; `kube_binaries()` finds them (or builds them on first use from a checkout). `LocalCluster` starts:
+
+- **etcd** with a temporary data dir (no fsync: the data dies with the cluster);
+- **kube-apiserver** on 127.0.0.1 only, with a self-signed serving certificate, static-token authentication
+  (an admin token, and one token each for the scheduler and the controller manager, so both run under their
+  real bootstrap RBAC roles), RBAC authorization, service-account keys generated at start (TokenRequest works:
+  `service_account_kubeconfig` gives a controller the identity and permissions of a ServiceAccount), the
+  `GenericWorkload` gate and `scheduling.k8s.io/v1beta1` (Workload and PodGroup, gang scheduling);
+- **kube-scheduler** with the default profile (DynamicResources allocates ResourceClaims; GangScheduling via
+  GenericWorkload);
+- **kube-controller-manager** with the controllers a cluster without kubelets can use (`CONTROLLERS`): no
+  node-lifecycle controller, whose heartbeat checks the node agent would have to satisfy first.
+
+There is no kubelet: the project's node agent (`infer_ctl.sandbox.kubeside`) registers the nodes, publishes the
+DRA ResourceSlices and runs bound Pods. Every process is started in its own process group, and stopped (SIGTERM,
+then SIGKILL) on `stop()`, on leaving the context manager, at interpreter exit, and, through the kernel's
+parent-death signal, when the process that started them dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = ROOT / "scripts" / "kube-binaries.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+FEATURE_GATES = "GenericWorkload=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+# Names as `kube-controller-manager --help` lists them (1.37). ResourceClaims from templates and their
+# deallocation, garbage collection (owner references), namespaces, ServiceAccounts (the ServiceAccount admission
+# plugin needs each namespace's `default`), the workload controllers, and the PodGroup controller of
+# GenericWorkload, and the aggregation of the admin/edit/view ClusterRoles.
+CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
+               "serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+               "clusterrole-aggregation-controller", "deployment-controller", "replicaset-controller",
+               "statefulset-controller", "job-controller", "endpointslice-controller", "disruption-controller",
+               "pod-garbage-collector-controller", "podgroup-protection-controller")
+ADMIN_USER = "infer-ctl-admin"
+_PR_SET_PDEATHSIG = 1
+
+
+class LocalClusterError(RuntimeError):
+    """The control plane could not be built or started; the message names the component and its log."""
+
+
+def kube_binaries(*, build: bool = True) -> Path:
+    """The directory with the five binaries: `$INFER_CTL_KUBE_BIN`, else the build cache (built now if missing and
+    `build`; progress goes to stderr). Raises LocalClusterError with what to do when there is none."""
+    explicit = os.environ.get("INFER_CTL_KUBE_BIN")
+    if explicit:
+        path = Path(explicit)
+        missing = [b for b in BINARIES if not (path / b).is_file()]
+        if missing:
+            raise LocalClusterError(f"INFER_CTL_KUBE_BIN={path} lacks {', '.join(missing)}")
+        return path
+    if not BUILD_SCRIPT.is_file():
+        raise LocalClusterError("no Kubernetes binaries: set INFER_CTL_KUBE_BIN to a directory with "
+                                f"{', '.join(BINARIES)} (built by scripts/kube-binaries.sh from a checkout)")
+    args = ["bash", str(BUILD_SCRIPT)] + ([] if build else ["--check"])
+    result = subprocess.run(args, stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        if not build:
+            raise LocalClusterError("the Kubernetes binaries are not built yet: run scripts/kube-binaries.sh "
+                                    "(a cold build takes several minutes)")
+        raise LocalClusterError(f"building the Kubernetes binaries failed (scripts/kube-binaries.sh exit "
+                                f"{result.returncode}; its output is above)")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalCluster:
+    """A real control plane in `workdir` (a temporary directory when None). `with LocalCluster() as c:` or
+    start()/stop(). `kubeconfig` is an admin kubeconfig; `url` the API server's address."""
+
+    workdir: Path | None = None
+    bin_dir: Path | None = None
+    feature_gates: str = FEATURE_GATES
+    controllers: Sequence[str] = CONTROLLERS
+    start_timeout_s: float = 90.0
+    url: str = ""
+    admin_token: str = ""
+    _processes: list[_Process] = field(default_factory=list)
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+    _ca_data: bytes = b""
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "pki" / "apiserver.crt"
+
+    def start(self) -> None:
+        started = time.monotonic()
+        bin_dir = self.bin_dir or kube_binaries()
+        self.bin_dir = bin_dir
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="infer-ctl-kube-")
+            self.workdir = Path(self._tmp.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            self._start(bin_dir)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("local control plane ready at %s in %.1f s", self.url, time.monotonic() - started)
+
+    def _start(self, bin_dir: Path) -> None:
+        assert self.workdir is not None
+        work = self.workdir
+        pki = work / "pki"
+        pki.mkdir(exist_ok=True)
+        (work / "logs").mkdir(exist_ok=True)
+        self.admin_token = secrets.token_hex(16)
+        scheduler_token, kcm_token = secrets.token_hex(16), secrets.token_hex(16)
+        (work / "tokens.csv").write_text(
+            f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+            f"{scheduler_token},system:kube-scheduler,system:kube-scheduler\n"
+            f"{kcm_token},system:kube-controller-manager,system:kube-controller-manager\n")
+        (work / "tokens.csv").chmod(0o600)
+        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                        "-out", str(pki / "sa.key")], check=True, capture_output=True)
+        subprocess.run(["openssl", "pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")],
+                       check=True, capture_output=True)
+
+        etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._spawn("etcd", [
+            str(bin_dir / "etcd"), "--name", "default", "--data-dir", str(work / "etcd"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync", "--watch-progress-notify-interval=5s", "--log-level=warn"])
+        self._wait("etcd", lambda: self._http_ok(f"{etcd_url}/health"))
+
+        self.url = f"https://127.0.0.1:{api_port}"
+        self._spawn("kube-apiserver", [
+            str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--cert-dir={pki}", f"--token-auth-file={work / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+            f"--service-account-issuer={self.url}", f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            f"--feature-gates={self.feature_gates}", f"--runtime-config={RUNTIME_CONFIG}",
+            # The `kubernetes` Service cannot point at a loopback address; nothing here needs its endpoints.
+            "--endpoint-reconciler-type=none", "--profiling=false", "--v=1"])
+        self._wait("kube-apiserver", lambda: self._ready_certificate() and self._http_ok(f"{self.url}/readyz"))
+        self._write_kubeconfig(self.kubeconfig, self.admin_token, ADMIN_USER)
+
+        scheduler_kc = work / "kube-scheduler.kubeconfig"
+        self._write_kubeconfig(scheduler_kc, scheduler_token, "system:kube-scheduler")
+        scheduler_port = free_port()
+        config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                  "clientConnection": {"kubeconfig": str(scheduler_kc), "qps": 200, "burst": 400},
+                  "leaderElection": {"leaderElect": False},
+                  "profiles": [{"schedulerName": "default-scheduler"}]}
+        (work / "kube-scheduler.yaml").write_text(yaml.safe_dump(config))
+        self._spawn("kube-scheduler", [
+            str(bin_dir / "kube-scheduler"), f"--config={work / 'kube-scheduler.yaml'}",
+            f"--feature-gates={self.feature_gates}", "--bind-address=127.0.0.1", f"--secure-port={scheduler_port}",
+            f"--cert-dir={work / 'pki-scheduler'}", "--v=1"])
+
+        kcm_kc = work / "kube-controller-manager.kubeconfig"
+        self._write_kubeconfig(kcm_kc, kcm_token, "system:kube-controller-manager")
+        kcm_port = free_port()
+        self._spawn("kube-controller-manager", [
+            str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kcm_kc}",
+            f"--authentication-kubeconfig={kcm_kc}", f"--authorization-kubeconfig={kcm_kc}",
+            "--leader-elect=false", f"--controllers={','.join(self.controllers)}",
+            f"--feature-gates={self.feature_gates}", f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={self.ca_file}", "--bind-address=127.0.0.1", f"--secure-port={kcm_port}",
+            f"--cert-dir={work / 'pki-kcm'}", "--concurrent-gc-syncs=5", "--v=1"])
+        self._wait("kube-scheduler", lambda: self._http_ok(f"https://127.0.0.1:{scheduler_port}/healthz",
+                                                           verify=False))
+        self._wait("kube-controller-manager", lambda: self._http_ok(f"https://127.0.0.1:{kcm_port}/healthz",
+                                                                    verify=False))
+        # The ServiceAccount admission plugin refuses Pods until their namespace's `default` ServiceAccount exists.
+        self._wait("kube-controller-manager",
+                   lambda: self._http_ok(f"{self.url}/api/v1/namespaces/default/serviceaccounts/default"))
+
+    def stop(self) -> None:
+        """Stop every process, newest first, each before the next (SIGTERM, SIGKILL after 10 s): the API server
+        shuts down in about a second while etcd is up, and waits for it when etcd goes first. Removes a
+        temporary workdir. Safe to call twice."""
+        processes, self._processes = self._processes, []
+        for proc in reversed(processes):
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+                try:
+                    proc.popen.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop within 10 s of SIGTERM; killing it", proc.name)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.popen.pid, signal.SIGKILL)
+                    proc.popen.wait(timeout=10)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def alive(self) -> dict[str, bool]:
+        return {p.name: p.popen.poll() is None for p in self._processes}
+
+    # ------------------------------------------------------------------------------------------ identities
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path, *,
+                                   expiration_s: int = 24 * 3600) -> Path:
+        """A kubeconfig that acts as ServiceAccount `namespace/name` (a bound token from the TokenRequest API),
+        so a controller runs with exactly the permissions its RBAC grants."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_s}}
+        answer = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
+        self._write_kubeconfig(path, answer["status"]["token"], f"system:serviceaccount:{namespace}:{name}")
+        return path
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One admin request (for set-up; the project's code uses infer_ctl.kube.client)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.admin_token}", "Content-Type": "application/json",
+            "Accept": "application/json"})
+        with urllib.request.urlopen(req, context=self._ssl_context(), timeout=30) as resp:
+            return json.loads(resp.read() or b"null")
+
+    def kubectl(self, *args: str, input_text: str | None = None, kubeconfig: Path | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert self.bin_dir is not None
+        return subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}",
+                               *args], input=input_text, capture_output=True, text=True, check=check, timeout=120)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        assert self.workdir is not None
+        log_path = self.workdir / "logs" / f"{name}.log"
+        with log_path.open("ab") as out:
+            popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        self._processes.append(_Process(name, popen, log_path))
+
+    def _wait(self, name: str, ready: Any) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        proc = next(p for p in self._processes if p.name == name)
+        while True:
+            if proc.popen.poll() is not None:
+                raise LocalClusterError(f"{name} exited with code {proc.popen.returncode} during start; "
+                                        f"the end of {proc.log_path}:\n{proc.tail()}")
+            with contextlib.suppress(OSError, ValueError, urllib.error.URLError, ssl.SSLError):
+                if ready():
+                    return
+            if time.monotonic() > deadline:
+                raise LocalClusterError(f"{name} was not ready after {self.start_timeout_s:.0f} s; the end of "
+                                        f"{proc.log_path}:\n{proc.tail()}")
+            time.sleep(0.1)
+
+    def _ready_certificate(self) -> bool:
+        if not self._ca_data and self.ca_file.is_file() and self.ca_file.stat().st_size > 0:
+            self._ca_data = self.ca_file.read_bytes()
+        return bool(self._ca_data)
+
+    def _ssl_context(self, *, verify: bool = True) -> ssl.SSLContext:
+        if not verify:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        return ssl.create_default_context(cadata=self._ca_data.decode())
+
+    def _http_ok(self, url: str, *, verify: bool = True) -> bool:
+        headers = {"Authorization": f"Bearer {self.admin_token}"} if url.startswith(self.url or "\0") else {}
+        req = urllib.request.Request(url, headers=headers)
+        context = self._ssl_context(verify=verify) if url.startswith("https") else None
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=5) as resp:
+                return bool(200 <= resp.status < 300)
+        except urllib.error.HTTPError:
+            return False
+
+    def _write_kubeconfig(self, path: Path, token: str, user: str) -> None:
+        import base64
+
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "infer-ctl-local",
+            "clusters": [{"name": "infer-ctl-local", "cluster": {
+                "server": self.url, "certificate-authority-data": base64.b64encode(self._ca_data).decode()}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "infer-ctl-local", "context": {"cluster": "infer-ctl-local", "user": user,
+                                                                "namespace": "default"}}],
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+
+
+@contextlib.contextmanager
+def local_cluster(workdir: Path | None = None, **kwargs: Any) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(workdir, **kwargs)
+    with cluster:
+        yield cluster
+
+
+def copy_logs(cluster: LocalCluster, dest: Path) -> None:
+    """Keep the components' logs (e.g. of a failed test) after a temporary workdir is removed."""
+    if cluster.workdir is not None and (cluster.workdir / "logs").is_dir():
+        shutil.copytree(cluster.workdir / "logs", dest, dirs_exist_ok=True)
