@@ -53,3 +53,11 @@ bootstrap_debian_package() {
   $sudo apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$pkg" >&2
 }
+
+# bootstrap_kube: the real control plane's binaries (built from their Go modules on first use, into a cache outside
+# the repository; see scripts/kube-binaries.sh); exports INFER_CTL_KUBE_BIN for infer_ctl.sandbox.localcluster.
+bootstrap_kube() {
+  local bin
+  bin=$(bash scripts/kube-binaries.sh) || return 1
+  export INFER_CTL_KUBE_BIN=$bin
+}

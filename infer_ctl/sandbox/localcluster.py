@@ -11,8 +11,10 @@ repository; `kube_binaries()` finds them (or builds them on first use from a che
   `GenericWorkload` gate and `scheduling.k8s.io/v1beta1` (Workload and PodGroup, gang scheduling);
 - **kube-scheduler** with the default profile (DynamicResources allocates ResourceClaims; GangScheduling via
   GenericWorkload);
-- **kube-controller-manager** with the controllers a cluster without kubelets can use (`CONTROLLERS`): no
-  node-lifecycle controller, whose heartbeat checks the node agent would have to satisfy first.
+- **kube-controller-manager** with the controllers a cluster of fake nodes can use (`CONTROLLERS`), including the
+  node-lifecycle controller: it removes the `node.kubernetes.io/not-ready` taint that the API server puts on every
+  new Node once the node's Lease is fresh, and taints (and evicts from) a node whose Lease goes stale, so the node
+  agent must renew a Lease per node as kubelet does.
 
 There is no kubelet: the project's node agent (`infer_ctl.sandbox.kubeside`) registers the nodes, publishes the
 DRA ResourceSlices and runs bound Pods. Every process is started in its own process group, and stopped (SIGTERM,
@@ -60,7 +62,8 @@ CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "name
                "serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
                "clusterrole-aggregation-controller", "deployment-controller", "replicaset-controller",
                "statefulset-controller", "job-controller", "endpointslice-controller", "disruption-controller",
-               "pod-garbage-collector-controller", "podgroup-protection-controller")
+               "pod-garbage-collector-controller", "podgroup-protection-controller", "node-lifecycle-controller",
+               "taint-eviction-controller")
 ADMIN_USER = "infer-ctl-admin"
 _PR_SET_PDEATHSIG = 1
 
@@ -291,9 +294,14 @@ class LocalCluster:
 
     def kubectl(self, *args: str, input_text: str | None = None, kubeconfig: Path | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl; with `check`, a failure raises LocalClusterError with kubectl's stderr."""
         assert self.bin_dir is not None
-        return subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}",
-                               *args], input=input_text, capture_output=True, text=True, check=check, timeout=120)
+        result = subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}",
+                                 *args], input=input_text, capture_output=True, text=True, check=False, timeout=120)
+        if check and result.returncode != 0:
+            raise LocalClusterError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): "
+                                    f"{result.stderr.strip()}")
+        return result
 
     # ------------------------------------------------------------------------------------------ helpers
 

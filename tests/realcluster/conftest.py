@@ -1,0 +1,85 @@
+"""The real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager 1.37.2), one per test
+session, with the InferenceService CRD applied. Tests isolate themselves by namespace.
+
+The binaries are built on first use (`scripts/kube-binaries.sh`; `./test` builds them before pytest starts). The
+components' logs are copied to `.pytest-kube-logs/` when a test of this tier fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+_namespaces = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("kube"))
+    with cluster:
+        result = cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "inferenceservice.yaml"))
+        assert "serverside-applied" in result.stdout, result
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                        "crd/inferenceservices.infer-ctl.io")
+        yield cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "local_cluster" in getattr(item, "fixturenames", ()):
+        cluster = item.funcargs.get("local_cluster")  # type: ignore[attr-defined]
+        if isinstance(cluster, LocalCluster):
+            copy_logs(cluster, ROOT / ".pytest-kube-logs" / item.name)
+
+
+@pytest.fixture
+def kube(local_cluster: LocalCluster) -> Iterator[KubeClient]:
+    client = KubeClient.from_config(str(local_cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace (deleted afterwards, without waiting for the namespace controller to finish)."""
+    name = f"t{next(_namespaces)}-{request.node.name.lower()[:40].strip('_').replace('_', '-')}".strip("-")
+    kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": name}})
+    wait_for(lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+             what=f"the default ServiceAccount of {name}")
+    yield name
+    try:
+        kube.request("DELETE", f"/api/v1/namespaces/{name}")
+    except KubeError:
+        pass
+
+
+def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 30.0, every_s: float = 0.1) -> T:
+    """Poll `probe` until it returns something truthy (API errors count as not yet); fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+            last = value
+        except KubeError as e:
+            last = e
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last!r}")
+        time.sleep(every_s)

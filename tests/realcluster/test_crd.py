@@ -1,0 +1,95 @@
+"""The InferenceService CRD on the real kube-apiserver 1.37: accepted (schema, structural rules, CEL cost
+estimate), taught by `kubectl explain`, and its defaults and refusals are the ones `infer-ctl validate` and the
+controller's parser predict (`infer_ctl.kube.crd`), so that the offline checks mean what the server does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.kube.crd import apply_defaults, validate
+from infer_ctl.kube.inferenceservice import load_crd
+from infer_ctl.sandbox.localcluster import LocalCluster
+from tests.builders import InferenceServiceBuilder
+from tests.realcluster.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTION = "/apis/infer-ctl.io/v1alpha1/namespaces/{ns}/inferenceservices"
+
+
+def dry_run_create(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+    answer: dict[str, Any] = kube.request("POST", COLLECTION.format(ns=namespace), query={"dryRun": "All"},
+                                          body=obj)
+    return answer
+
+
+def examples() -> list[Any]:
+    out = []
+    for path in sorted([*(ROOT / "deploy" / "examples").glob("*.yaml"), ROOT / "deploy" / "demo" / "chat.yaml"]):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "InferenceService":
+                out.append(pytest.param(doc, id=f"{path.parent.name}/{path.name} {doc['metadata']['name']}"))
+    return out
+
+
+def test_kubectl_explain_teaches_the_spec_fields(local_cluster: LocalCluster) -> None:
+    # The CRD's OpenAPI is published a moment after it is Established.
+    spec = wait_for(lambda: local_cluster.kubectl("explain", "inferenceservice.spec", check=False).stdout,
+                    what="kubectl explain inferenceservice.spec")
+    for field in ("model", "runtime", "accelerator", "scaling"):
+        assert f"  {field}\t<Object>" in spec or f"  {field}\t<Object> -required-" in spec, spec
+    scaling = local_cluster.kubectl("explain", "infsvc.spec.scaling.minReplicas").stdout
+    assert "DESCRIPTION:" in scaling and "minReplicas" in scaling
+
+
+@pytest.mark.parametrize("manifest", examples())
+def test_every_shipped_example_is_accepted_with_the_defaults_the_project_predicts(
+        kube: KubeClient, namespace: str, manifest: dict[str, Any]) -> None:
+    served = dry_run_create(kube, namespace, manifest)
+    predicted = apply_defaults(load_crd().storage_version.schema, manifest)
+    assert served["spec"] == predicted["spec"]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "message"),
+    [
+        pytest.param({"spec.scaling.minReplicas": 5, "spec.scaling.maxReplicas": 2}, "spec.scaling",
+                     "minReplicas must not exceed maxReplicas", id="a CEL rule across two fields"),
+        pytest.param({"spec.model.memory": "0"}, "spec.model.memory", "must be a positive memory size",
+                     id="a CEL rule with the Kubernetes quantity library"),
+        pytest.param({"spec.model.memory": "20Gb"}, "spec.model.memory", "should match",
+                     id="a quantity with an unknown unit"),
+        pytest.param({"spec.accelerator.sharing": "Timeslice"}, "spec.accelerator.sharing",
+                     "Unsupported value", id="a value outside an enum"),
+        pytest.param({"spec.runtime.env": [{"name": "A"}, {"name": "A"}]}, "spec.runtime.env[1]",
+                     "Duplicate value", id="a duplicate key in a list of type map"),
+    ],
+)
+def test_the_server_refuses_what_the_offline_check_refuses_at_the_same_field(
+        kube: KubeClient, namespace: str, change: dict[str, Any], path: str, message: str) -> None:
+    builder = InferenceServiceBuilder()
+    for key, value in change.items():
+        builder.with_(key, value)
+    manifest = builder.build()
+    schema = load_crd().storage_version.schema
+    offline = validate(schema, apply_defaults(schema, manifest))
+    assert any(e.path == path for e in offline), offline
+    with pytest.raises(KubeError) as refused:
+        dry_run_create(kube, namespace, manifest)
+    assert refused.value.status == 422
+    assert path in refused.value.message and message in refused.value.message, refused.value.message
+
+
+def test_an_unknown_field_is_dropped_with_a_warning_by_default_and_refused_under_strict_validation(
+        kube: KubeClient, namespace: str) -> None:
+    manifest = InferenceServiceBuilder().with_("spec.scaling.oops", 1).build()
+    assert "oops" not in dry_run_create(kube, namespace, manifest)["spec"]["scaling"]
+    with pytest.raises(KubeError) as refused:
+        kube.request("POST", COLLECTION.format(ns=namespace), query={"dryRun": "All", "fieldValidation": "Strict"},
+                     body={**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}})
+    assert 'unknown field "spec.scaling.oops"' in refused.value.message
