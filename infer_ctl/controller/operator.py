@@ -110,10 +110,13 @@ def random_priority() -> int:
 def connection_info(kube: KubeClient) -> kopf.ConnectionInfo:
     """kopf's credentials from the same configuration the controller's own client uses."""
     c = kube.configuration
-    token = None
-    auth = c.api_key.get("authorization") if c.api_key else None
-    if auth:
-        token = auth.removeprefix("Bearer ").strip()
+    if c.refresh_api_key_hook is not None:  # in-cluster and exec credentials rotate; kopf calls this on a 401
+        c.refresh_api_key_hook(c)
+    # kubernetes 37 keeps the token under "BearerToken" (with its "Bearer " prefix); older clients used
+    # "authorization". Reading only the latter sent no token at all, which no test noticed until a real API
+    # server answered 401.
+    auth = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization")
+    token = auth.removeprefix("Bearer ").strip() if auth else None
     return kopf.ConnectionInfo(
         server=c.host, ca_path=c.ssl_ca_cert or None, insecure=not c.verify_ssl, token=token,
         certificate_path=c.cert_file or None, private_key_path=c.key_file or None,

@@ -184,7 +184,9 @@ class KubeClient:
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            # Named as client-go's event recorder names them (`<name>.<nanoseconds in hex>`): kube-apiserver
+            # refuses the generateName "<name>." (it must itself be a DNS subdomain, and may not end in '.').
+            "metadata": {"name": f"{meta['name']}.{round(now.timestamp() * 1e9):x}", "namespace": namespace},
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": f"infer-ctl.io/{controller}",
             "reportingInstance": controller,
