@@ -59,11 +59,11 @@ RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 # plugin needs each namespace's `default`), the workload controllers, and the PodGroup controller of
 # GenericWorkload, and the aggregation of the admin/edit/view ClusterRoles.
 CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
-               "serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
-               "clusterrole-aggregation-controller", "deployment-controller", "replicaset-controller",
-               "statefulset-controller", "job-controller", "endpointslice-controller", "disruption-controller",
-               "pod-garbage-collector-controller", "podgroup-protection-controller", "node-lifecycle-controller",
-               "taint-eviction-controller")
+               "serviceaccount-controller", "serviceaccount-token-controller",
+               "root-ca-certificate-publisher-controller", "clusterrole-aggregation-controller",
+               "deployment-controller", "replicaset-controller", "statefulset-controller", "job-controller",
+               "endpointslice-controller", "disruption-controller", "pod-garbage-collector-controller",
+               "podgroup-protection-controller", "node-lifecycle-controller", "taint-eviction-controller")
 ADMIN_USER = "infer-ctl-admin"
 _PR_SET_PDEATHSIG = 1
 

@@ -8,6 +8,7 @@ components' logs are copied to `.pytest-kube-logs/` when a test of this tier fai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -70,10 +71,8 @@ def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
     wait_for(lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"),
              what=f"the default ServiceAccount of {name}")
     yield name
-    try:
+    with contextlib.suppress(KubeError):
         kube.request("DELETE", f"/api/v1/namespaces/{name}")
-    except KubeError:
-        pass
 
 
 def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 30.0, every_s: float = 0.1) -> T:
