@@ -234,6 +234,9 @@ class LocalCluster:
         self._spawn("kube-controller-manager", [
             str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kcm_kc}",
             f"--authentication-kubeconfig={kcm_kc}", f"--authorization-kubeconfig={kcm_kc}",
+            # Each controller acts as its own ServiceAccount in kube-system with its bootstrap role (as kubeadm
+            # runs it): the system:kube-controller-manager user alone may not even get Nodes.
+            "--use-service-account-credentials=true",
             "--leader-elect=false", f"--controllers={','.join(self.controllers)}",
             f"--feature-gates={self.feature_gates}", f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={self.ca_file}", "--bind-address=127.0.0.1", f"--secure-port={kcm_port}",
