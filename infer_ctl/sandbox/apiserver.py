@@ -33,7 +33,7 @@ from kmock._internal import parsing, rendering
 from infer_ctl.sandbox import tables
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
-from infer_ctl.sandbox.store import ApiError, Gone, Obj, Store, bad_request
+from infer_ctl.sandbox.store import ApiError, Gone, Obj, Store, bad_request, delete_returns_object, details
 
 log = logging.getLogger(__name__)
 
@@ -264,8 +264,15 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return await self._serve_patch(request, rt, ns, name, None)
         if method == "DELETE":
             options = self._delete_options(request)
+            accepted = options.pop("orphan_dependents") is False
             obj, removed = self.store.delete(rt, ns, name, **options)
-            return _json(obj, 200 if removed else 202)
+            # kube-apiserver answers 202 only for a deferred deletion that asked for orphanDependents=false.
+            status = 202 if accepted and not removed else 200
+            if removed and not delete_returns_object(rt):
+                meta = obj["metadata"]
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "details": details(meta["name"], rt.group, rt.plural, uid=meta["uid"])}, status)
+            return _json(obj, status)
         raise _method_not_allowed(method)
 
     async def _serve_patch(self, request: rendering.Request, rt: ResourceType, ns: str | None, name: str,
@@ -274,6 +281,12 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         assert raw is not None
         q = request.params
         patch_type = raw.content_type
+        if patch_type == "application/apply-patch+yaml" and not q.get("fieldManager"):
+            raise ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is '
+                                           'required for apply patch', details=details(
+                                               "", "meta.k8s.io", "PatchOptions", causes=[{
+                                                   "reason": "FieldValueRequired", "field": "fieldManager",
+                                                   "message": "Required value: is required for apply patch"}]))
         body = self._body(request, yaml_ok=patch_type == "application/apply-patch+yaml")
         if patch_type == "application/apply-patch+yaml" and self.store.find(rt, ns, name) is None:
             obj, warnings = self.store.create(rt, ns, body, validate=True, field_validation=_field_validation(q),
@@ -352,6 +365,8 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         except SelectorError as e:
             raise bad_request(str(e)) from None
         items = self.store.list_objects(rt, ns, labels, fields)
+        if rt.crd is None:  # built-in list items carry no apiVersion/kind on the wire; custom resources' do
+            items = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
         rv = str(self.store.resource_version)
         meta: Obj = {"resourceVersion": rv}
         start = 0
@@ -381,6 +396,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         if request.body:
             body = self._body(request)
             opts = body if isinstance(body, Mapping) else {}
+        orphan = opts.get("orphanDependents", {"true": True, "false": False}.get(q.get("orphanDependents", "")))
         grace = opts.get("gracePeriodSeconds", q.get("gracePeriodSeconds"))
         propagation = opts.get("propagationPolicy", q.get("propagationPolicy"))
         if opts.get("orphanDependents") is True or q.get("orphanDependents") == "true":
@@ -389,7 +405,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             grace_s = None if grace is None else int(grace)
         except ValueError:
             raise bad_request(f"gracePeriodSeconds: invalid value {grace!r}") from None
-        return {"grace_period_s": grace_s, "propagation": propagation,
+        return {"grace_period_s": grace_s, "propagation": propagation, "orphan_dependents": orphan,
                 "preconditions": opts.get("preconditions") or {}, "dry_run": _dry_run(q) or
                 bool(opts.get("dryRun"))}
 
@@ -411,6 +427,13 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         timeout_s = _number(q, "timeoutSeconds")
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         send_initial = q.get("sendInitialEvents") == "true"
+        if q.get("sendInitialEvents") not in (None, "") and q.get("resourceVersionMatch") != "NotOlderThan":
+            raise ApiError(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                           'sendInitialEvents requires setting resourceVersionMatch to NotOlderThan',
+                           details=details("", "meta.k8s.io", "ListOptions", causes=[{
+                               "reason": "FieldValueForbidden", "field": "resourceVersionMatch",
+                               "message": "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                                          "NotOlderThan"}]))
         response = aiohttp.web.StreamResponse(status=200)
         response.content_type = "application/json"
         response.headers["Transfer-Encoding"] = "chunked"
@@ -452,14 +475,12 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 try:
                     item = await asyncio.wait_for(watch.queue.get(), wait_s)
                 except TimeoutError:
-                    if bookmarks:
+                    if bookmarks and wait_s >= self.bookmark_interval_s:  # periodic, not at the watch's end
                         await response.write(_bookmark(rt, str(self.store.resource_version)))
                     continue
                 if item is None:
                     break
                 await response.write(encode(*item))
-            if bookmarks and deadline is not None:
-                await response.write(_bookmark(rt, str(self.store.resource_version)))
             await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
             pass

@@ -109,8 +109,8 @@ def _add(doc: Any, path: str, value: Any, *, replace: bool) -> Any:
     parent = _parent(doc, tokens, path)
     last = tokens[-1]
     if isinstance(parent, dict):
-        if replace and last not in parent:
-            raise PatchError(f"replace operation does not apply: doc is missing key {path!r}")
+        # kube-apiserver's JSON patch library (evanphx/json-patch v4, as kube configures it) lets `replace`
+        # set a missing key of an object, like `add`.
         parent[last] = value
     elif isinstance(parent, list):
         if replace:
@@ -153,7 +153,7 @@ def json_patch(target: Any, operations: Any) -> Any:
                     f"the server rejected our request due to an error in our request: "
                     f"testing value {path} failed: expected {op['value']!r}, found {actual!r}")
         else:
-            raise PatchError(f"unknown JSON patch operation {kind!r}", status=400)
+            raise PatchError(f"unexpected kind of operation: {kind!r}")
     return doc
 
 
@@ -239,8 +239,9 @@ def _smp_list(target: Any, patch: list[Any], kind: str, path: tuple[str, ...], f
     if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
         return [copy.deepcopy(v) for v in patch if not (isinstance(v, dict) and "$patch" in v)]
     if merge_key == "":
-        result = list(current)
-        for value in patch:
+        # A merged list of scalars (finalizers): the patch's values first, then the others (as kube-apiserver).
+        result = []
+        for value in [*patch, *current]:
             if value not in result:
                 result.append(value)
         return result

@@ -33,6 +33,8 @@ from infer_ctl.sandbox.store import ApiError, Event, Obj, Store, rfc3339
 
 log = logging.getLogger(__name__)
 
+_CLAIM_MISSING = "resourceclaim "
+
 _WATCHED = {("", "pods"), ("", "nodes"), ("resource.k8s.io", "resourceclaims"),
             ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
             ("scheduling.k8s.io", "podgroups")}
@@ -219,6 +221,8 @@ class Scheduler:
                                                  by_claim=by_claim)
                 continue
             decision, message = self._place(pod, nodes, allocator, by_claim)
+            if decision is None and not message:
+                continue
             if decision is None:
                 decision, message = self._preempt(pod, pods, nodes, by_claim, message)
             if decision is None:
@@ -302,11 +306,25 @@ class Scheduler:
             claim = self.store.find(self.store.type("resource.k8s.io", "v1", "resourceclaims"), namespace,
                                     claim_name) or by_claim.get((namespace, claim_name))
             if claim is None:
-                return None, f'resourceclaim "{claim_name}" not found'
+                return None, f'{_CLAIM_MISSING}"{claim_name}" not found'
             if claim["metadata"].get("deletionTimestamp"):
                 return None, f'resourceclaim "{claim_name}" is being deleted'
             claims.append(claim)
         return claims, ""
+
+    def _missing_device_class(self, claims: Sequence[Obj]) -> str:
+        """kube-scheduler's DynamicResources PreFilter: a request naming a DeviceClass that does not exist."""
+        classes_rt = self.store.type("resource.k8s.io", "v1", "deviceclasses")
+        for claim in claims:
+            if (claim.get("status") or {}).get("allocation"):
+                continue
+            for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+                variants = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
+                for variant in variants:
+                    name = variant.get("deviceClassName")
+                    if name and self.store.find(classes_rt, None, str(name)) is None:
+                        return f"request {request.get('name')}: device class {name} does not exist"
+        return ""
 
     def _release_claims(self, pod: Obj) -> None:
         """The resourceclaim controller: drop a gone pod from `reservedFor`; deallocate unused claims."""
@@ -332,7 +350,12 @@ class Scheduler:
                by_claim: Mapping[tuple[str, str], Obj]) -> tuple[_Decision | None, str]:
         claims, why = self._pod_claims(pod, by_claim)
         if claims is None:
+            if why.startswith(_CLAIM_MISSING) and why.endswith(" not found"):
+                return None, ""  # kube-scheduler's PreEnqueue holds the pod back silently until its claim exists
             return None, f"0/{len(nodes)} nodes are available: {why}."
+        missing_class = self._missing_device_class(claims)
+        if missing_class:
+            return None, f"0/{len(nodes)} nodes are available: {missing_class}."
         reasons: Counter[str] = Counter()
         feasible: list[tuple[Fraction, str, list[tuple[Obj, dict[str, Any] | None]]]] = []
         cpu, mem = pod_requests(pod)
@@ -438,6 +461,8 @@ class Scheduler:
         failures: list[tuple[Obj, str]] = []
         for pod in members:
             decision, message = self._place(pod, nodes, allocator, by_claim)
+            if decision is None and not message:
+                continue
             if decision is None:
                 failures.append((pod, message))
             else:

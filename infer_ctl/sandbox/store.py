@@ -28,12 +28,23 @@ from infer_ctl.core.errors import FieldError
 from infer_ctl.sandbox import patch as patching
 from infer_ctl.sandbox.resources import BUILTIN_TYPES, ResourceType, crd_version_schema, types_from_crd
 from infer_ctl.sandbox.selectors import FieldPredicate, LabelSelector
-from infer_ctl.sandbox.validation import SchemaValidator, validate_metadata
+from infer_ctl.sandbox.validation import DECODE_ERROR, SchemaValidator, validate_metadata
 
 Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
 HISTORY_EVENTS = 10_000
+# Kinds whose registry strategy keeps no metadata.generation (probed against kube-apiserver 1.37).
+_NO_GENERATION = frozenset({("", "configmaps"), ("", "secrets"), ("", "services"), ("", "serviceaccounts"),
+                            ("", "nodes"), ("", "namespaces"), ("", "endpoints"), ("", "events"),
+                            ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"),
+                            ("resource.k8s.io", "resourceclaims")})
+# Kinds whose DELETE answers with the deleted object; every other kind answers with a Success Status when the
+# object is removed at once (the object, with its deletionTimestamp, when the deletion is deferred).
+_DELETE_RETURNS_OBJECT = frozenset({("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", "namespaces"),
+                                    ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "deviceclasses"),
+                                    ("resource.k8s.io", "resourceslices")})
+_EMPTY_DROPPED = ("labels", "annotations", "finalizers", "ownerReferences")
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -55,21 +66,26 @@ class ApiError(Exception):
         return body
 
 
+def details(name: str, group: str, kind: str, **more: Any) -> Obj:
+    """A Status's details as kube-apiserver writes them: an empty group (the core group) is left out."""
+    return {"name": name, **({"group": group} if group else {}), "kind": kind, **more}
+
+
 def not_found(rt: ResourceType, name: str) -> ApiError:
     return ApiError(404, "NotFound", f'{rt.group_resource} "{name}" not found',
-                    details={"name": name, "group": rt.group, "kind": rt.plural})
+                    details=details(name, rt.group, rt.plural))
 
 
 def conflict(rt: ResourceType, name: str, message: str) -> ApiError:
     return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {message}',
-                    details={"name": name, "group": rt.group, "kind": rt.plural})
+                    details=details(name, rt.group, rt.plural))
 
 
 def invalid(rt: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
     causes = [{"reason": e.kind, "message": e.message, "field": e.path} for e in errors]
     summary = ", ".join(f"{e.path}: {e.message}" for e in errors)
     return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: [{summary}]',
-                    details={"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
+                    details=details(name, rt.group, rt.kind, causes=causes))
 
 
 def bad_request(message: str) -> ApiError:
@@ -108,7 +124,12 @@ class Watch:
         now = self.matches(event.obj)
         before = self.matches(event.old) if event.type == "MODIFIED" else now
         if event.type == "MODIFIED" and now != before:
-            return ("ADDED" if now else "DELETED", event.obj)
+            if now:
+                return ("ADDED", event.obj)
+            assert event.old is not None  # the previous content, at the event's resourceVersion, as the cacher does
+            gone = {**event.old, "metadata": {**event.old["metadata"],
+                                              "resourceVersion": event.obj["metadata"]["resourceVersion"]}}
+            return ("DELETED", gone)
         return (event.type, event.obj) if now else None
 
     def close(self) -> None:
@@ -302,10 +323,16 @@ class Store:
             errors, warnings = self._admit_custom(rt, obj, old, field_validation)
         else:
             errors, warnings = self.schemas.validate(obj, field_validation=field_validation)
+        if errors and rt.crd is None:
+            undecodable = [e for e in errors if e.kind in (DECODE_ERROR, "FieldValueTypeInvalid")]
+            if undecodable:  # kube-apiserver cannot decode such a body into its Go type: 400, not 422
+                raise bad_request(f"{rt.kind} in version \"{rt.version}\" cannot be handled as a {rt.kind}: "
+                                  + "; ".join(f"{e.path}: {e.message}" for e in undecodable))
         if errors:
-            if field_validation == "Strict" and all(e.kind == "FieldValueNotSupported" and e.message.startswith(
-                    "unknown field") for e in errors):
-                raise bad_request("strict decoding error: " + ", ".join(e.message for e in errors))
+            unknown = [e for e in errors
+                       if e.kind == "FieldValueNotSupported" and e.message.startswith("unknown field")]
+            if field_validation == "Strict" and unknown:  # strict decoding fails before validation runs: 400
+                raise bad_request("strict decoding error: " + ", ".join(e.message for e in unknown))
             raise invalid(rt, name, errors)
         return warnings
 
@@ -328,7 +355,13 @@ class Store:
                 _prune(obj, unknown.path)
                 if field_validation == "Warn":
                     warnings.append(unknown.message)
-        errors.extend(crds.validate(schema, obj, old=old, strict=field_validation == "Strict"))
+        schema_errors = crds.validate(schema, obj, old=old, strict=field_validation == "Strict")
+        errors.extend(schema_errors)
+        if schema_errors and _has_rules(schema) and crds.validate(_without_rules(schema), obj, old=old,
+                                                                  strict=field_validation == "Strict"):
+            # kube-apiserver skips the CEL rules of an object with schema errors, and says so in one more cause.
+            errors.append(FieldError("<nil>", "Invalid value: null: some validation rules were not checked because "
+                                     "the object was invalid; correct the existing errors to complete validation"))
         return errors, warnings
 
     # ----------------------------------------------------------------------------------------- writes
@@ -380,20 +413,26 @@ class Store:
         name = meta["name"]
         if self._peek(rt, namespace, name) is not None:
             raise ApiError(409, "AlreadyExists", f'{rt.group_resource} "{name}" already exists',
-                           details={"name": name, "group": rt.group, "kind": rt.plural})
+                           details=details(name, rt.group, rt.plural))
         if rt.plural == "pods" and validate:
             self._admit_pod_priority(obj)
         if dry_run:
             return obj, warnings
         meta["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = rfc3339(self.clock())
-        meta["generation"] = 1
+        if has_generation(rt):
+            meta["generation"] = 1
+        _drop_empty_meta(meta)
         meta["resourceVersion"] = self._next_rv()
         key = (namespace or "" if rt.namespaced else "", name)
         self._objects[rt.key][key] = obj
         self._uids[meta["uid"]] = (rt.key, key)
         self._commit(rt, "ADDED", obj, None)
         self._after_write(rt, obj, None)
+        refs = meta.get("ownerReferences") or []
+        if validate and refs and not any(self.exists_uid(str(r.get("uid"))) for r in refs):
+            # The garbage collector deletes a dependent none of whose owners exist (kube does it moments later).
+            self._gc_delete(rt, obj, "Background")
         return obj, warnings
 
     def _default_builtin(self, rt: ResourceType, obj: Obj) -> None:
@@ -463,6 +502,9 @@ class Store:
                                      "version and try again")
         if subresource == "status":
             merged = copy.deepcopy(old)
+            if rt.group == "" and rt.plural == "pods":
+                # pods/status writes metadata too (labels, annotations, finalizers), not owner references.
+                merged["metadata"] = {**meta, "ownerReferences": old["metadata"].get("ownerReferences")}
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -502,8 +544,7 @@ class Store:
         except patching.PatchError as e:
             if e.status == 400:
                 raise bad_request(str(e)) from None
-            raise ApiError(422, "Invalid", str(e), details={"name": name, "group": rt.group,
-                                                             "kind": rt.kind}) from None
+            raise ApiError(422, "Invalid", str(e), details=details(name, rt.group, rt.kind)) from None
         if not isinstance(patched, dict):
             raise bad_request("the patch did not result in an object")
         return self.update(rt, namespace, name, patched, subresource=subresource, validate=validate,
@@ -531,8 +572,9 @@ class Store:
             self._check_pod_update(rt, old, new)
         warnings = self._admit(rt, new, old, field_validation) if validate else []
         ignored = ("metadata", "status") if "status" in rt.subresources else ("metadata",)
-        if _strip(new, *ignored) != _strip(old, *ignored):
+        if has_generation(rt) and _strip(new, *ignored) != _strip(old, *ignored):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        _drop_empty_meta(meta)
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if new == old:
             return old, warnings  # a no-op write changes nothing and sends no event, as in kube-apiserver
@@ -590,6 +632,12 @@ class Store:
                propagation: str | None = None, preconditions: Mapping[str, Any] | None = None,
                dry_run: bool = False) -> tuple[Obj, bool]:
         """Delete as kube-apiserver does; returns (object, removed now). Finalizers and graceful pods defer."""
+        if propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported '
+                                           f'value: "{propagation}": supported values: "Foreground", "Background", '
+                                           '"Orphan"', details=details("", "meta.k8s.io", "DeleteOptions", causes=[
+                                               {"reason": "FieldValueNotSupported", "field": "propagationPolicy",
+                                                "message": f'Unsupported value: "{propagation}"'}]))
         obj = self.get(rt, namespace, name)
         meta = obj["metadata"]
         pre = preconditions or {}
@@ -599,8 +647,6 @@ class Store:
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(rt, name, "the object has been modified; please apply your changes to the latest "
                                      "version and try again")
-        if propagation not in (None, "Background", "Foreground", "Orphan"):
-            raise bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
         if dry_run:
             return obj, False
         is_pod = rt.group == "" and rt.plural == "pods"
@@ -817,6 +863,22 @@ class Store:
 
 
 
+def has_generation(rt: ResourceType) -> bool:
+    return rt.key not in _NO_GENERATION
+
+
+def delete_returns_object(rt: ResourceType) -> bool:
+    """Whether kube-apiserver answers an immediate DELETE of this kind with the object (else a Status)."""
+    return rt.crd is None and rt.key in _DELETE_RETURNS_OBJECT
+
+
+def _drop_empty_meta(meta: Obj) -> None:
+    """Empty labels, annotations, finalizers and owner references are not stored (Go's `omitempty`)."""
+    for key in _EMPTY_DROPPED:
+        if key in meta and not meta[key]:
+            del meta[key]
+
+
 def _patch_has_rv(patch_type: str, body: Any) -> bool:
     """A merge or strategic patch that carries metadata.resourceVersion is a precondition, as in kube."""
     if patch_type == "application/json-patch+json":
@@ -837,7 +899,8 @@ def _qos_class(spec: Mapping[str, Any]) -> str:
     requests_any = limits_all = False
     guaranteed = True
     for c in containers:
-        resources = (c or {}).get("resources") or {}
+        resources = (c.get("resources") if isinstance(c, dict) else None) or {}
+        resources = resources if isinstance(resources, dict) else {}
         req, lim = resources.get("requests") or {}, resources.get("limits") or {}
         requests_any = requests_any or bool(req) or bool(lim)
         for res in ("cpu", "memory"):
@@ -847,6 +910,22 @@ def _qos_class(spec: Mapping[str, Any]) -> str:
     if guaranteed and limits_all:
         return "Guaranteed"
     return "Burstable" if requests_any else "BestEffort"
+
+
+def _has_rules(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "x-kubernetes-validations" in schema or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
+
+
+def _without_rules(schema: Any) -> Any:
+    if isinstance(schema, Mapping):
+        return {k: _without_rules(v) for k, v in schema.items() if k != "x-kubernetes-validations"}
+    if isinstance(schema, list):
+        return [_without_rules(v) for v in schema]
+    return schema
 
 
 def _prune(obj: Obj, path: str) -> None:

@@ -20,13 +20,17 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
+from infer_ctl.core.cel import CelError, compile_expression
 from infer_ctl.core.errors import FieldError
+from infer_ctl.core.quantity import QuantityError, parse_quantity
 
 _SCHEMA_DIR = "kubernetes-json-schema/v1.37.0-local-strict"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+DECODE_ERROR = "DecodeError"  # FieldError kind of a body kube-apiserver cannot even decode (it answers 400)
 
 # Kinds whose names must be DNS-1123 labels (63 chars) rather than subdomains (253 chars).
 _LABEL_NAMED_KINDS = frozenset({"Namespace", "Service"})
@@ -106,7 +110,101 @@ class SchemaValidator:
                     container.pop(key, None)
                     if field_validation == "Warn":
                         warnings.append(f'unknown field "{format_path([*error.absolute_path, key])}"')
+        if not any(e.path.split(".")[0].split("[")[0] != "metadata" for e in errors):
+            errors.extend(semantic_errors(obj))  # only on a well-typed object (the schema errors come first)
         return errors, warnings
+
+
+# ------------------------------------------------------------------------------------------------ semantics
+# What kube-apiserver's Go validation checks beyond the OpenAPI schemas, for the kinds the project writes
+# (each rule held against the real API server by tests/realcluster/test_emulator_agrees.py).
+
+
+def semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if (api_version, kind) == ("v1", "Pod"):
+        return _pod_errors(obj)
+    if (api_version, kind) == ("v1", "ConfigMap"):
+        return [FieldError(f"data[{key}]", f"Invalid value: {key!r}: a valid config key must consist of "
+                                           "alphanumeric characters, '-', '_' or '.'")
+                for key in (obj.get("data") or {}) if not _CONFIG_KEY.match(str(key)) or len(str(key)) > 253]
+    if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaim"):
+        return _claim_errors(obj)
+    if (api_version, kind) == ("events.k8s.io/v1", "Event") and not obj.get("reportingController"):
+        return [FieldError("reportingController", "Required value", "FieldValueRequired")]
+    return []
+
+
+def _pod_errors(pod: Mapping[str, Any]) -> list[FieldError]:
+    spec = pod.get("spec") or {}
+    errors: list[FieldError] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        errors.append(FieldError("spec.containers", "Required value", "FieldValueRequired"))
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(group) or []):
+            path = f"spec.{group}[{i}]"
+            name = container.get("name", "")
+            if not name:
+                errors.append(FieldError(f"{path}.name", "Required value", "FieldValueRequired"))
+            elif len(name) > 63 or not _DNS_LABEL.match(name):
+                errors.append(FieldError(f"{path}.name", f"Invalid value: {name!r}: a lowercase RFC 1123 label "
+                                         "must consist of lower case alphanumeric characters or '-'"))
+            if not container.get("image"):
+                errors.append(FieldError(f"{path}.image", "Required value", "FieldValueRequired"))
+            resources = container.get("resources") or {}
+            for section in ("requests", "limits"):
+                for resource, value in (resources.get(section) or {}).items():
+                    try:
+                        parse_quantity(str(value))
+                    except QuantityError:
+                        errors.append(FieldError(f"{path}.resources.{section}.{resource}",
+                                                 "quantities must match the regular expression "
+                                                 "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'", DECODE_ERROR))
+    return errors
+
+
+def _claim_errors(claim: Mapping[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    for i, request in enumerate(requests):
+        for variant, exact in [("exactly", request.get("exactly"))] + [
+                (f"firstAvailable[{j}]", sub) for j, sub in enumerate(request.get("firstAvailable") or [])]:
+            if not isinstance(exact, Mapping):
+                continue
+            path = f"spec.devices.requests[{i}].{variant}"
+            class_name = str(exact.get("deviceClassName") or "")
+            if not class_name:
+                errors.append(FieldError(f"{path}.deviceClassName", "Required value", "FieldValueRequired"))
+            elif len(class_name) > 253 or not _DNS_SUBDOMAIN.match(class_name):
+                errors.append(FieldError(f"{path}.deviceClassName", f"Invalid value: {class_name!r}: a lowercase "
+                                         "RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                                         "'-' or '.'"))
+            for j, selector in enumerate(exact.get("selectors") or []):
+                expression = ((selector or {}).get("cel") or {}).get("expression")
+                if isinstance(expression, str):
+                    problem = _cel_problem(expression)
+                    if problem:
+                        errors.append(FieldError(f"{path}.selectors[{j}].cel.expression",
+                                                 f"Invalid value: {expression!r}: {problem}"))
+    return errors
+
+
+def _cel_problem(expression: str) -> str:
+    """Why a DRA selector does not compile ("" when it does). A constant expression must be a bool; other
+    type errors (kube type-checks every expression) are found only at allocation."""
+    try:
+        program = compile_expression(expression, ("device",))
+    except CelError as e:
+        return str(e)
+    if not program.identifiers:
+        try:
+            result = program.evaluate({})
+        except CelError:
+            return ""
+        if not isinstance(result, bool):
+            return f"compilation failed: ERROR: <input>: must evaluate to bool, got {type(result).__name__}"
+    return ""
 
 
 def _extra_keys(error: jsonschema.ValidationError) -> list[str]:
@@ -140,7 +238,17 @@ def validate_metadata(obj: Mapping[str, Any]) -> list[FieldError]:
     if not isinstance(meta, Mapping):
         return [FieldError("metadata", "Required value", "FieldValueRequired")]
     name = meta.get("name")
-    if not name and not meta.get("generateName"):
+    generate = meta.get("generateName")
+    if generate:
+        # The prefix must itself be a valid name once a trailing '-' is dropped (ValidateObjectMeta with prefix).
+        kind = str(obj.get("kind", ""))
+        pattern = _DNS_LABEL if kind in _LABEL_NAMED_KINDS else _DNS_SUBDOMAIN
+        # Only the character set is checked: clients' prefixes such as `pod-name.` (Events) are accepted.
+        if not isinstance(generate, str) or not re.fullmatch(r"[a-z0-9.-]*", generate) or \
+                (pattern is _DNS_LABEL and "." in generate):
+            errors.append(FieldError("metadata.generateName", f"Invalid value: {generate!r}: a lowercase RFC 1123 "
+                                     "name must consist of lower case alphanumeric characters, '-' or '.'"))
+    if not name and not generate:
         errors.append(FieldError("metadata.name", "Required value: name or generateName is required",
                                  "FieldValueRequired"))
     elif name:
@@ -163,7 +271,7 @@ def validate_metadata(obj: Mapping[str, Any]) -> list[FieldError]:
                 errors.append(FieldError("metadata.labels", f"Invalid value: {key!r}: name part must consist of "
                                          "alphanumeric characters, '-', '_' or '.'"))
             if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-                errors.append(FieldError(f"metadata.labels.{key}", f"Invalid value: {value!r}: a valid label "
+                errors.append(FieldError("metadata.labels", f"Invalid value: {value!r}: a valid label "
                                          "must be 63 characters or less, alphanumeric, '-', '_' or '.'"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping) or any(not isinstance(v, str) for v in annotations.values()):

@@ -223,12 +223,25 @@ def test_an_unsatisfiable_claim_says_which_request_fails_and_why() -> None:
     assert "quantity('40Gi')" in message and "is false" in message
 
 
-def test_a_missing_claim_keeps_the_pod_pending_with_the_claim_named() -> None:
+def test_a_missing_claim_keeps_the_pod_pending_without_a_condition() -> None:
+    """kube-scheduler's PreEnqueue holds such a pod back silently: no PodScheduled condition, no Event
+    (tests/realcluster/test_emulator_agrees.py holds this against kube-scheduler 1.37)."""
     store, scheduler = cluster_store(pool("l4", "L4"))
     gpu_pod(store, "p", gpu="nowhere")
     scheduler.cycle()
-    assert unschedulable_message(store, "p") == '0/1 nodes are available: resourceclaim "nowhere" not found. ' \
-                                                "preemption: no lower-priority pods whose eviction would make room."
+    p = store.get(store.type("", "v1", "pods"), "default", "p")
+    assert not p["spec"].get("nodeName")
+    assert not [c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+
+
+def test_a_missing_device_class_is_named_as_kube_scheduler_names_it() -> None:
+    store, scheduler = cluster_store(pool("l4", "L4"))
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "missing"}}]}}}
+    create(store, claim)
+    gpu_pod(store, "p", gpu="c")
+    scheduler.cycle()
+    assert "request gpu: device class missing does not exist" in unschedulable_message(store, "p")
 
 
 def test_claims_from_templates_are_created_owned_and_freed_with_the_pod() -> None:
