@@ -4,6 +4,10 @@
 # etcd from go.etcd.io/etcd/server/v3 (kubebin/etcd, its own module so that etcd's requirements cannot raise the
 # versions Kubernetes was tested with). The cache key is a hash of both modules' go.mod/go.sum, the Go version and
 # the flags below: the binaries are rebuilt only when a pinned version changes.
+# Third, Kueue's manager from sigs.k8s.io/kueue/cmd/kueue (kubebin/kueue, its own module: Kueue builds against
+# k8s.io v0.35.x) as bin/kueue, with Kueue's CRDs and webhook manifests from the same module version copied next
+# to bin/ (kueue/crd/*.yaml, kueue/webhook/manifests.yaml) so that tests never need the repository to hold them.
+# Its go.mod/go.sum are part of the cache key too.
 #
 #   scripts/kube-binaries.sh          build if needed, then print the bin directory on stdout (progress on stderr)
 #   scripts/kube-binaries.sh --check  print the bin directory if it is built, else exit 1 without building
@@ -16,6 +20,7 @@ ROOT=$PWD
 
 K8S_MOD=kubebin/kubernetes
 ETCD_MOD=kubebin/etcd
+KUEUE_MOD=kubebin/kueue
 K8S_CMDS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 if ! command -v go >/dev/null 2>&1; then
@@ -28,8 +33,9 @@ pinned() {  # pinned DIR MODULE: the version go.mod requires
 }
 k8s_version=$(pinned "$K8S_MOD" k8s.io/kubernetes)
 etcd_version=$(pinned "$ETCD_MOD" go.etcd.io/etcd/server/v3)
-if [ -z "$k8s_version" ] || [ -z "$etcd_version" ]; then
-  echo "[kube] cannot read the pinned versions from $K8S_MOD/go.mod and $ETCD_MOD/go.mod" >&2
+kueue_version=$(pinned "$KUEUE_MOD" sigs.k8s.io/kueue)
+if [ -z "$k8s_version" ] || [ -z "$etcd_version" ] || [ -z "$kueue_version" ]; then
+  echo "[kube] cannot read the pinned versions from $K8S_MOD/go.mod, $ETCD_MOD/go.mod and $KUEUE_MOD/go.mod" >&2
   exit 2
 fi
 minor=${k8s_version#v1.}; minor=${minor%%.*}
@@ -40,17 +46,21 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
 LDFLAGS="-s -w$stamp"
+# Kueue stamps its own version package (Kueue's Makefile, LD_FLAGS); the Kubernetes stamp above is not for it.
+KUEUE_LDFLAGS="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
 BUILD_FLAGS="-trimpath"
 
-key=$( { cat "$K8S_MOD/go.mod" "$K8S_MOD/go.sum" "$ETCD_MOD/go.mod" "$ETCD_MOD/go.sum"; go version;
-         echo "$LDFLAGS $BUILD_FLAGS"; } | sha256sum | cut -c1-12)
+key=$( { cat "$K8S_MOD/go.mod" "$K8S_MOD/go.sum" "$ETCD_MOD/go.mod" "$ETCD_MOD/go.sum";
+         cat "$KUEUE_MOD/go.mod" "$KUEUE_MOD/go.sum"; go version;
+         echo "$LDFLAGS $KUEUE_LDFLAGS $BUILD_FLAGS"; } | sha256sum | cut -c1-12)
 CACHE=${INFER_CTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-ctl}/kube
 DEST=$CACHE/$k8s_version-$key
 BIN=$DEST/bin
 
 built() {
   [ -f "$DEST/complete" ] || return 1
-  for b in "${K8S_CMDS[@]}" etcd; do [ -x "$BIN/$b" ] || return 1; done
+  for b in "${K8S_CMDS[@]}" etcd kueue; do [ -x "$BIN/$b" ] || return 1; done
+  [ -f "$DEST/kueue/webhook/manifests.yaml" ] && [ -f "$DEST/kueue/crd/kueue.x-k8s.io_workloads.yaml" ]
 }
 
 if built; then echo "$BIN"; exit 0; fi
@@ -113,6 +123,14 @@ pkgs=()
 for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 build_with_progress "kubernetes $k8s_version" "$ROOT/$K8S_MOD" "$TMP/bin/" "${pkgs[@]}"
 build_with_progress "etcd $etcd_version" "$ROOT/$ETCD_MOD" "$TMP/bin/etcd" go.etcd.io/etcd/server/v3
+LDFLAGS=$KUEUE_LDFLAGS build_with_progress "kueue $kueue_version" "$ROOT/$KUEUE_MOD" "$TMP/bin/kueue" \
+  sigs.k8s.io/kueue/cmd/kueue
+# Kueue's CRDs and webhook configurations, from the module version just built (read-only in the module cache).
+kueue_src=$(cd "$KUEUE_MOD" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+mkdir -p "$TMP/kueue/crd" "$TMP/kueue/webhook"
+cp "$kueue_src"/config/components/crd/bases/*.yaml "$TMP/kueue/crd/"
+cp "$kueue_src/config/components/webhook/manifests.yaml" "$TMP/kueue/webhook/"
+chmod -R u+w "$TMP/kueue"
 version=$("$TMP/bin/kube-apiserver" --version)
 case "$version" in
   *"$k8s_version"*) ;;
@@ -121,7 +139,8 @@ esac
 rm -rf "$DEST"
 mkdir -p "$DEST"
 mv "$TMP/bin" "$BIN"
-{ echo "kubernetes $k8s_version"; echo "etcd $etcd_version"; go version; date -u +%FT%TZ;
+mv "$TMP/kueue" "$DEST/kueue"
+{ echo "kubernetes $k8s_version"; echo "etcd $etcd_version"; echo "kueue $kueue_version"; go version; date -u +%FT%TZ;
   echo "seconds $(( $(date +%s) - overall ))"; } > "$DEST/complete"
-echo "[kube] Kubernetes $k8s_version and etcd $etcd_version built in $(( $(date +%s) - overall ))s into $BIN" >&2
+echo "[kube] Kubernetes $k8s_version, etcd $etcd_version and Kueue $kueue_version built in $(( $(date +%s) - overall ))s into $BIN" >&2
 echo "$BIN"

@@ -102,7 +102,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -313,7 +313,7 @@ class LocalCluster:
         log_path = self.workdir / "logs" / f"{name}.log"
         with log_path.open("ab") as out:
             popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                                     start_new_session=True, preexec_fn=die_with_parent)  # noqa: PLW1509
         self._processes.append(_Process(name, popen, log_path))
 
     def _wait(self, name: str, ready: Any) -> None:
