@@ -5,12 +5,13 @@ that are Ready and not being deleted receive traffic; the choice is least-outsta
 round-robin), which is what a mesh or the gateway API inference extension does for model servers. With no
 ready endpoint the door answers 503 at once, as a Service without endpoints refuses the connection.
 Each door's URL is written to the InferenceService's annotation `sandbox.infer-ctl.io/url`.
+Pods and InferenceServices are read through a `ClusterView` (`view.py`): the emulator's Store, or the watch-fed
+caches of any API server, so a request picks its endpoint from memory in both.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ import aiohttp
 import aiohttp.web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from infer_ctl.kube.client import KubeError, Resource
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
-from infer_ctl.sandbox.store import ApiError, Event, Obj, Store
+from infer_ctl.sandbox.view import ClusterView
 
 log = logging.getLogger(__name__)
 GATEWAY_METRIC = "infer_ctl_gateway_requests"
@@ -51,10 +53,10 @@ _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer"
                 "content-length", "proxy-connection"}
 
 
-def ready_endpoints(store: Store, namespace: str, service: str) -> list[str]:
+def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str]:
     """host:port of every ready, serving, not-deleting pod of `service`."""
     out = []
-    for pod in store.list_objects(store.type("", "v1", "pods"), namespace):
+    for pod in view.pods(namespace=namespace):
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
         if labels.get(LABEL_SERVICE) != service or labels.get(LABEL_ROLE) != SERVING or meta.get("deletionTimestamp"):
@@ -69,7 +71,7 @@ def ready_endpoints(store: Store, namespace: str, service: str) -> list[str]:
 
 @dataclass
 class FrontDoor:
-    store: Store
+    view: ClusterView
     namespace: str
     service: str
     session: aiohttp.ClientSession
@@ -99,7 +101,7 @@ class FrontDoor:
             await self._runner.cleanup()
 
     def pick(self) -> str | None:
-        endpoints = ready_endpoints(self.store, self.namespace, self.service)
+        endpoints = ready_endpoints(self.view, self.namespace, self.service)
         if not endpoints:
             return None
         least = min(self.outstanding.get(e, 0) for e in endpoints)
@@ -135,11 +137,9 @@ class FrontDoor:
 
 @dataclass
 class Router:
-    """Keeps one FrontDoor per InferenceService in the store."""
+    """Keeps one FrontDoor per InferenceService of the view."""
 
-    store: Store
-    group: str = "infer-ctl.io"
-    plural: str = "inferenceservices"
+    view: ClusterView
     doors: dict[tuple[str, str], FrontDoor] = field(default_factory=dict)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     metrics_port: int = 0
@@ -167,17 +167,7 @@ class Router:
         self.metrics_port = int(sockets[0].getsockname()[1])
 
     def __post_init__(self) -> None:
-        self.store.subscribe(self._on_event)
-
-    def _on_event(self, event: Event) -> None:
-        if event.key == (self.group, self.plural):
-            self._wake.set()
-
-    def _services(self) -> list[Obj]:
-        for rt in self.store.types():
-            if rt.group == self.group and rt.plural == self.plural:
-                return self.store.list_objects(rt)
-        return []
+        self.view.on_change(self.view.services, self._wake.set)
 
     async def run(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
@@ -196,21 +186,24 @@ class Router:
                     await self._metrics_runner.cleanup()
 
     async def sync(self, session: aiohttp.ClientSession) -> None:
-        wanted = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in self._services()
+        wanted = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in self.view.inference_services()
                   if not s["metadata"].get("deletionTimestamp")}
         for key in list(self.doors):
             if key not in wanted:
                 await self.doors.pop(key).stop()
         for key, svc in wanted.items():
             if key not in self.doors:
-                door = FrontDoor(self.store, key[0], key[1], session, self.metrics)
+                door = FrontDoor(self.view, key[0], key[1], session, self.metrics)
                 self.metrics.open(key[0], key[1])
                 await door.start()
                 self.doors[key] = door
                 log.info("front door for %s/%s at %s", key[0], key[1], door.url)
             url = self.doors[key].url
             if (svc["metadata"].get("annotations") or {}).get(ANNOTATION_URL) != url:
-                rt = next(t for t in self.store.types() if t.group == self.group and t.plural == self.plural)
-                with contextlib.suppress(ApiError):
-                    self.store.patch(rt, key[0], key[1], "application/merge-patch+json",
-                                     {"metadata": {"annotations": {ANNOTATION_URL: url}}})
+                resource = Resource(svc["apiVersion"], self.view.services.plural, svc["kind"])
+                try:
+                    await self.view.merge_patch(resource, key[1], {"metadata": {"annotations": {ANNOTATION_URL: url}}},
+                                                key[0])
+                except KubeError as e:
+                    if not e.not_found:  # deleted meanwhile: the next sync closes its door
+                        log.warning("router: the URL of %s/%s not written: %s", key[0], key[1], e)

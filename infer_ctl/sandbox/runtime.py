@@ -21,6 +21,7 @@ from infer_ctl.sandbox.router import Router
 from infer_ctl.sandbox.scheduler import Scheduler
 from infer_ctl.sandbox.store import Store
 from infer_ctl.sandbox.threaded import LoopThread
+from infer_ctl.sandbox.view import StoreView
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,13 @@ class Sandbox:
         self._server = kmock.Server(self.handler, port=self.port)
         await self._server.__aenter__()
         self.scheduler = Scheduler(self.store)
-        self._router = Router(self.store)
+        view = StoreView(self.store)
+        self._router = Router(view)
         await self._router.serve_metrics()
         self._tasks = [asyncio.create_task(self.scheduler.run(), name="scheduler"),
                        asyncio.create_task(self._router.run(), name="router")]
         if self.run_processes:
-            self.agent = NodeAgent(self.store, {n.name: n for n in self.cluster.nodes}, self.catalog)
+            self.agent = NodeAgent(view, {n.name: n for n in self.cluster.nodes}, self.catalog)
             self._tasks.append(asyncio.create_task(self.agent.run(), name="node-agent"))
         if self.kubeconfig is not None:
             write_kubeconfig(self.kubeconfig, self.url)
