@@ -1,8 +1,10 @@
-"""Controller benchmark: `python -m infer_ctl.cli.bench_controller [--services 10,100] [--cluster FILE]`.
+"""Controller benchmark: `python -m infer_ctl.cli.bench_controller [--services 10,100] [--cluster FILE]
+[--control-plane emulator,kube]`.
 
-For each count N it starts a fresh sandbox (deploy/sandbox/large.yaml by default, model servers with no cold
-start) and the controller as a separate process (`infer-ctl controller`, direct scrape, metrics on a local
-port), applies N InferenceServices at once and prints:
+For each control plane and count N it starts a fresh sandbox (deploy/sandbox/large.yaml by default, model servers
+with no cold start; `emulator`: the project's API server and scheduler; `kube`: the real kube-apiserver,
+kube-scheduler and kube-controller-manager 1.37 with the node agent) and the controller as a separate process
+(`infer-ctl controller`, direct scrape, metrics on a local port), applies N InferenceServices at once and prints:
 
 - apply -> all claims and Pods created (reconcile latency of the first cycles), and -> all replicas Ready;
 - the controller's own cycle times from its `infer_ctl_reconcile_seconds` histogram (mean, and the estimated
@@ -15,6 +17,7 @@ port), applies N InferenceServices at once and prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -64,7 +67,7 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return lower
 
 
-def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
+def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "emulator") -> dict[str, Any]:
     import httpx
     import yaml
 
@@ -75,13 +78,22 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
     from infer_ctl.sandbox.runtime import sandbox_in_thread
 
     policies = load_policies()
-    tmp = Path(f"/tmp/infer-ctl-bench-{n}")
+    tmp = Path(f"/tmp/infer-ctl-bench-{control_plane}-{n}")
     tmp.mkdir(exist_ok=True)
     kubeconfig = tmp / "kubeconfig"
-    with sandbox_in_thread(load_cluster(cluster_file, policies.catalog), policies.catalog, kubeconfig=kubeconfig):
+    cluster = load_cluster(cluster_file, policies.catalog)
+    sandbox: contextlib.AbstractContextManager[Any]
+    if control_plane == "kube":
+        from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
+
+        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
+    else:
+        sandbox = sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
+    with sandbox:
         kube = KubeClient.from_config(str(kubeconfig))
-        kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                     body=yaml.safe_load(CRD_PATH.read_text()))
+        if control_plane != "kube":  # kube_sandbox_in_thread installs it and waits until it is served
+            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                         body=yaml.safe_load(CRD_PATH.read_text()))
         port = 19464 + n
         controller = subprocess.Popen(
             [str(Path(sys.executable).parent / "infer-ctl"), "controller", "--kubeconfig", str(kubeconfig),
@@ -133,7 +145,7 @@ def run_one(n: int, cluster_file: Path, settle_s: float) -> dict[str, Any]:
             kube.close()
     mean = total / count if count else float("nan")
     return {
-        "services": n, "apply_s": round(applied, 2),
+        "control_plane": control_plane, "services": n, "apply_s": round(applied, 2),
         "all_claims_and_pods_created_s": None if created_at is None else round(created_at, 2),
         "all_ready_s": None if ready_at is None else round(ready_at, 2), "ready_replicas": ready,
         "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
@@ -181,14 +193,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", default="10,100", help="comma-separated service counts (default 10,100)")
     parser.add_argument("--cluster", type=Path, default=ROOT / "deploy" / "sandbox" / "large.yaml")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds of steady cycles to measure")
+    parser.add_argument("--control-plane", default="emulator,kube",
+                        help="comma-separated: emulator, kube (default both, one table)")
     parser.add_argument("--round", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the round, in its own process
     args = parser.parse_args(argv)
     if args.round:
         print(json.dumps(one_round(args.round)))
         return 0
-    for n in (int(x) for x in args.services.split(",")):
-        print(json.dumps(run_one(n, args.cluster, args.settle)), flush=True)
+    rows = []
+    for plane in args.control_plane.split(","):
+        for n in (int(x) for x in args.services.split(",")):
+            rows.append(run_one(n, args.cluster, args.settle, plane))
+            print(json.dumps(rows[-1]), flush=True)
+    print(_table(rows))
     return 0
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    columns = [("control_plane", "control plane"), ("services", "services"),
+               ("all_claims_and_pods_created_s", "created s"), ("all_ready_s", "all Ready s"),
+               ("cycle_p50_ms", "cycle p50 ms"), ("cycle_p99_ms", "cycle p99 ms"),
+               ("round_steady_s", "round s"), ("controller_peak_rss_mib", "peak RSS MiB")]
+    lines = ["| " + " | ".join(title for _, title in columns) + " |",
+             "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(key)) for key, _ in columns) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

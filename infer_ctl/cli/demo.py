@@ -48,6 +48,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", type=Path, default=Path(".demo"),
                         help="folder for the kubeconfig, loadgen's timeline, the summary and the plot")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder")
+    parser.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
+                        help="emulator (default): the project's fast embedded API server and scheduler; kube: the "
+                             "real kube-apiserver, kube-scheduler and kube-controller-manager 1.37 (built from "
+                             "their Go modules on first use), with the node agent as kubelet and DRA driver")
     parser.set_defaults(func=run)
 
 
@@ -96,12 +100,22 @@ def run(args: argparse.Namespace) -> int:
     kubeconfig = out / "kubeconfig"
     stop = threading.Event()
     with contextlib.ExitStack() as stack:
-        print(f"starting the sandbox ({CLUSTER.relative_to(ROOT)}) ...", flush=True)
-        sandbox = stack.enter_context(sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
-        kube = KubeClient.from_config(str(kubeconfig))
-        stack.callback(kube.close)
-        kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                     body=yaml.safe_load(CRD_PATH.read_text()))
+        sandbox: Any
+        if args.control_plane == "kube":
+            from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
+
+            print(f"starting the real control plane and the node agent ({CLUSTER.relative_to(ROOT)}) ...",
+                  flush=True)
+            sandbox = stack.enter_context(kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
+            kube = KubeClient.from_config(str(kubeconfig))
+            stack.callback(kube.close)
+        else:
+            print(f"starting the sandbox ({CLUSTER.relative_to(ROOT)}) ...", flush=True)
+            sandbox = stack.enter_context(sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
+            kube = KubeClient.from_config(str(kubeconfig))
+            stack.callback(kube.close)
+            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                         body=yaml.safe_load(CRD_PATH.read_text()))
         prometheus = None
         if not args.no_prometheus:
             if find_prometheus() is None:

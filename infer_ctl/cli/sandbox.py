@@ -20,6 +20,11 @@ def register(subparsers: Any) -> None:
     up.add_argument("--kubeconfig", type=Path, default=Path(".sandbox/kubeconfig"),
                     help="where to write the kubeconfig (default: .sandbox/kubeconfig)")
     up.add_argument("--policies", type=Path, default=None, help="policies directory (default: policies/)")
+    up.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
+                    help="emulator (default): the project's fast embedded API server and scheduler; kube: the real "
+                         "kube-apiserver, kube-scheduler and kube-controller-manager 1.37 with etcd (built from "
+                         "their Go modules on first use), with the node agent as kubelet and DRA driver; the "
+                         "InferenceService CRD is installed")
     up.set_defaults(func=run)
 
 
@@ -39,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as e:
         print(f"infer-ctl sandbox: {e}", file=sys.stderr)
         return 2
+    if args.control_plane == "kube":
+        return _run_kube(args, cluster, catalog)
     sandbox = Sandbox(cluster, catalog, port=args.port or None, kubeconfig=args.kubeconfig.resolve())
 
     async def main() -> None:
@@ -69,4 +76,41 @@ def run(args: argparse.Namespace) -> int:
         print(f"infer-ctl sandbox: cannot start the API server on 127.0.0.1:{args.port}: {e.strerror or e}",
               file=sys.stderr)
         return 1
+    return 0
+
+
+def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
+    """The real control plane with the node agent, until SIGINT or SIGTERM."""
+    import logging
+    import signal
+    import threading
+
+    from infer_ctl.kube.client import KubeError
+    from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
+    from infer_ctl.sandbox.localcluster import LocalClusterError
+
+    logging.getLogger("infer_ctl.sandbox.localcluster").setLevel(logging.INFO)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    kubeconfig = args.kubeconfig.resolve()
+    print("starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager (building them first if "
+          "needed) ...", flush=True)
+    try:
+        with kube_sandbox_in_thread(cluster, catalog, kubeconfig=kubeconfig) as sandbox:
+            nodes = ", ".join(f"{p.count} x {p.name}" + (f" ({p.gpus} x {p.accelerator}, {p.gpu_mode})"
+                                                         if p.accelerator else "") for p in cluster.pools)
+            print(f"control plane {cluster.name!r} is up (Kubernetes 1.37, real): {nodes}", flush=True)
+            print(f"  API server:  {sandbox.url}", flush=True)
+            print(f"  kubeconfig:  {kubeconfig}   (export KUBECONFIG={kubeconfig})", flush=True)
+            print(f"  logs:        {sandbox.local.workdir}/logs/", flush=True)
+            print("  front doors: one per InferenceService, URL in its annotation sandbox.infer-ctl.io/url",
+                  flush=True)
+            print("Ctrl-C stops the control plane and every model server it started.", flush=True)
+            stop.wait()
+            print("stopping ...", flush=True)
+    except (LocalClusterError, KubeError) as e:
+        print(f"infer-ctl sandbox: {e}", file=sys.stderr)
+        return 1
+    print("stopped.", flush=True)
     return 0

@@ -1,0 +1,89 @@
+"""The sandbox on the real control plane: `LocalCluster` (etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager 1.37) with the project's node agent and router (`KubeSide`) on a loop of their own.
+
+What is real in this mode: the API server (validation, CEL, admission, RBAC, watch semantics), DRA allocation
+and gang scheduling by kube-scheduler, garbage collection, ResourceClaim and node-lifecycle controllers. What
+is simulated: the nodes (registered and kept alive by the node agent, which plays kubelet and NVIDIA's DRA
+driver), the GPUs (ResourceSlices from the cluster file) and the model servers (local processes with a cold
+start, as on the emulator).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.kube.inferenceservice import CRD_PATH
+from infer_ctl.sandbox.cluster import Cluster
+from infer_ctl.sandbox.kubeside import KubeSide
+from infer_ctl.sandbox.localcluster import LocalCluster
+from infer_ctl.sandbox.router import Router
+from infer_ctl.sandbox.runtime import PRIORITY_CLASSES
+from infer_ctl.sandbox.threaded import LoopThread
+
+
+@dataclass
+class KubeSandbox:
+    local: LocalCluster
+    side: KubeSide
+    thread: LoopThread
+    kubeconfig: Path
+
+    @property
+    def url(self) -> str:
+        return self.local.url
+
+    @property
+    def router(self) -> Router:
+        return self.side.router
+
+    def endpoints(self) -> dict[str, str]:
+        return self.thread.call_sync(self.side.endpoints)
+
+
+def install_crd(local: LocalCluster) -> None:
+    """Apply the InferenceService CRD (server-side) and wait until it is served."""
+    local.kubectl("apply", "--server-side", "-f", "-", input_text=CRD_PATH.read_text())
+    name = yaml.safe_load(CRD_PATH.read_text())["metadata"]["name"]
+    local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
+@contextmanager
+def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kubeconfig: Path | None = None,
+                           workdir: Path | None = None, crd: bool = True) -> Iterator[KubeSandbox]:
+    """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
+    CRD (with `crd`) and the PriorityClasses the controller's replicas use; stop everything on exit."""
+    local = LocalCluster(workdir)
+    local.start()
+    thread: LoopThread | None = None
+    side: KubeSide | None = None
+    try:
+        for name, value, description in PRIORITY_CLASSES:
+            local.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value, "description": description})
+        if crd:
+            install_crd(local)
+        target = kubeconfig or local.kubeconfig
+        if kubeconfig is not None:
+            kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local.kubeconfig, kubeconfig)
+            kubeconfig.chmod(0o600)
+        thread = LoopThread("kube-side")
+        side = KubeSide(local.kubeconfig, cluster, catalog)
+        thread.call(side.start, timeout_s=120)
+        yield KubeSandbox(local, side, thread, target)
+    finally:
+        try:
+            if thread is not None and side is not None:
+                thread.call(side.stop, timeout_s=60)
+        finally:
+            if thread is not None:
+                thread.stop()
+            local.stop()
