@@ -22,7 +22,8 @@ A cluster file lists node pools:
 The four GPU modes are the four ways NVIDIA's driver (gpu.nvidia.com) publishes a GPU:
 - `whole`: one device per GPU (`type: gpu`), capacity `memory`.
 - `mig`: a static MIG layout; only the MIG devices (`type: mig`, `profile`, `parentUUID`) are allocatable.
-- `partitionable`: dynamic MIG (KEP-4815): a counter set per GPU (`memory`, `memorySlice0..7`,
+- `partitionable`: dynamic MIG (KEP-4815): a counter set per GPU (`memory`, `memory-slice-0..7` (counter names
+  must be DNS labels: kube-apiserver refuses `memorySlice0`),
   `multiprocessors`) in a counters-only slice, and a device for the whole GPU plus every MIG placement, each
   consuming the counters it occupies, so allocating one blocks the overlapping others.
 - `shared`: consumable capacity (KEP-5075): each GPU `allowMultipleAllocations`, with a `memory` request policy,
@@ -181,7 +182,7 @@ def _mig_device(accel: AcceleratorType, node: str, gpu: int, profile: MigProfile
         "capacity": {"memory": {"value": _bytes(profile.memory_bytes)}, "multiprocessors": {"value": str(sms)}},
     }
     if counter_set is not None:
-        counters = {f"memorySlice{s}": {"value": "1"} for s in range(start, start + profile.memory_slices)}
+        counters = {f"memory-slice-{s}": {"value": "1"} for s in range(start, start + profile.memory_slices)}
         counters["memory"] = {"value": _bytes(profile.memory_bytes)}
         counters["multiprocessors"] = {"value": str(sms)}
         device["consumesCounters"] = [{"counterSet": counter_set, "counters": counters}]
@@ -231,7 +232,7 @@ def resource_slices(node: str, pool: NodePool, accel: AcceleratorType) -> list[d
         else:
             counter_set = f"gpu-{gpu}-counter-set"
             sms = _MULTIPROCESSORS.get(accel.architecture, 100)
-            counters = {f"memorySlice{s}": {"value": "1"} for s in range(8)}
+            counters = {f"memory-slice-{s}": {"value": "1"} for s in range(8)}
             counters["memory"] = {"value": _bytes(accel.memory_bytes)}
             counters["multiprocessors"] = {"value": str(sms)}
             counter_sets.append({"name": counter_set, "counters": counters})

@@ -93,3 +93,25 @@ def test_an_unknown_field_is_dropped_with_a_warning_by_default_and_refused_under
         kube.request("POST", COLLECTION.format(ns=namespace), query={"dryRun": "All", "fieldValidation": "Strict"},
                      body={**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}})
     assert 'unknown field "spec.scaling.oops"' in refused.value.message
+
+
+@pytest.mark.parametrize("cluster_file", sorted((ROOT / "deploy" / "sandbox").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_object_a_cluster_file_publishes_is_accepted_by_the_api_server(
+        kube: KubeClient, cluster_file: Path) -> None:
+    # What the node agent publishes (Nodes, NVIDIA's DeviceClasses and ResourceSlices, partitionable devices
+    # with shared counters, consumable capacity) is validated by the server itself: a dry-run create of each.
+    # It once refused counter names such as "memorySlice0" (they must be DNS labels), which no offline schema had.
+    from infer_ctl.config.policies import load_policies
+    from infer_ctl.sandbox.cluster import load_cluster
+
+    paths = {"Node": "/api/v1/nodes", "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+             "ResourceSlice": "/apis/resource.k8s.io/v1/resourceslices"}
+    cluster = load_cluster(cluster_file, load_policies(ROOT / "policies").catalog)
+    refused = {}
+    for obj in cluster.objects():
+        try:
+            kube.request("POST", paths[obj["kind"]], query={"dryRun": "All", "fieldValidation": "Strict"}, body=obj)
+        except KubeError as e:
+            if e.status != 409:  # the DeviceClasses may exist already (another test's node agent)
+                refused[f"{obj['kind']}/{obj['metadata']['name']}"] = e.message[:300]
+    assert refused == {}

@@ -190,7 +190,7 @@ def test_partitionable_counters_block_the_whole_gpu_once_a_partition_is_taken() 
     gpu_pod(store, "b", gpu="whole")
     scheduler.cycle()
     assert node_of(store, "a") == "h100-0" and node_of(store, "b") is None
-    assert "counter gpu-0-counter-set/memorySlice0 exhausted" in unschedulable_message(store, "b")
+    assert "counter gpu-0-counter-set/memory-slice-0 exhausted" in unschedulable_message(store, "b")
     create(store, claim("other-half", exactly("mig", "mig.nvidia.com", cel=f"{profile} == '3g.40gb'")))
     gpu_pod(store, "c", mig="other-half")
     scheduler.cycle()
