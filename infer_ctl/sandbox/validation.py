@@ -130,6 +130,8 @@ def semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
                 for key in (obj.get("data") or {}) if not _CONFIG_KEY.match(str(key)) or len(str(key)) > 253]
     if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaim"):
         return _claim_errors(obj)
+    if (api_version, kind) == ("resource.k8s.io/v1", "ResourceSlice"):
+        return _slice_errors(obj)
     if (api_version, kind) == ("events.k8s.io/v1", "Event") and not obj.get("reportingController"):
         return [FieldError("reportingController", "Required value", "FieldValueRequired")]
     return []
@@ -188,6 +190,22 @@ def _claim_errors(claim: Mapping[str, Any]) -> list[FieldError]:
                         errors.append(FieldError(f"{path}.selectors[{j}].cel.expression",
                                                  f"Invalid value: {expression!r}: {problem}"))
     return errors
+
+
+def _slice_errors(slc: Mapping[str, Any]) -> list[FieldError]:
+    """Counter names (shared counter sets, and what devices consume) must be DNS labels, as kube-apiserver
+    checks (it refused `memorySlice0`)."""
+    spec = slc.get("spec") or {}
+    named: list[tuple[str, object]] = []
+    for i, counter_set in enumerate(spec.get("sharedCounters") or []):
+        named += [(f"spec.sharedCounters[{i}].counters", key) for key in (counter_set or {}).get("counters") or {}]
+    for i, device in enumerate(spec.get("devices") or []):
+        for j, consumed in enumerate((device or {}).get("consumesCounters") or []):
+            named += [(f"spec.devices[{i}].consumesCounters[{j}].counters", key)
+                      for key in (consumed or {}).get("counters") or {}]
+    return [FieldError(path, f"Invalid value: {key!r}: a lowercase RFC 1123 label must consist of lower case "
+                             "alphanumeric characters or '-', and must start and end with an alphanumeric character")
+            for path, key in named if len(str(key)) > 63 or not _DNS_LABEL.match(str(key))]
 
 
 def _cel_problem(expression: str) -> str:

@@ -453,6 +453,20 @@ def test_an_invalid_pod_is_422_with_field_causes(http: httpx.Client) -> None:
     assert {"metadata.name", "spec.containers[0].name"} <= fields
 
 
+def test_a_resource_slice_counter_whose_name_is_not_a_dns_label_is_422_as_kube_apiserver_answers(
+        http: httpx.Client) -> None:
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n", "generation": 1,
+                                                                          "resourceSliceCount": 1},
+                     "sharedCounters": [{"name": "gpu-0", "counters": {"memorySlice0": {"value": "1"},
+                                                                       "memory-slice-1": {"value": "1"}}}]}}
+    response = http.post("/apis/resource.k8s.io/v1/resourceslices", json=body)
+    assert response.status_code == 422, response.text
+    causes = response.json()["details"]["causes"]
+    assert [(c["field"], "memorySlice0" in c["message"]) for c in causes] == [("spec.sharedCounters[0].counters",
+                                                                              True)]
+
+
 def test_a_value_of_the_wrong_type_is_400_as_kube_cannot_decode_it(http: httpx.Client) -> None:
     body = pod("p")
     body["spec"]["containers"][0]["ports"] = [{"containerPort": "eighty"}]
