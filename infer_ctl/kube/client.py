@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -184,9 +186,10 @@ class KubeClient:
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            # Named as client-go's event recorder names them (`<name>.<nanoseconds in hex>`): kube-apiserver
-            # refuses the generateName "<name>." (it must itself be a DNS subdomain, and may not end in '.').
-            "metadata": {"name": f"{meta['name']}.{round(now.timestamp() * 1e9):x}", "namespace": namespace},
+            # Named as client-go's event recorder names them (`<name>.<wall-clock nanoseconds in hex>`), plus a
+            # random suffix: one cycle posts several Events about one object at once. (kube-apiserver refuses the
+            # generateName "<name>.": it must itself be a DNS subdomain, and may not end in '.'.)
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}{secrets.token_hex(2)}", "namespace": namespace},
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": f"infer-ctl.io/{controller}",
             "reportingInstance": controller,

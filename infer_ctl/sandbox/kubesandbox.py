@@ -11,6 +11,7 @@ start, as on the emulator).
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,10 +23,12 @@ from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.sandbox.cluster import Cluster
 from infer_ctl.sandbox.kubeside import KubeSide
-from infer_ctl.sandbox.localcluster import LocalCluster
+from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router
 from infer_ctl.sandbox.runtime import PRIORITY_CLASSES
 from infer_ctl.sandbox.threaded import LoopThread
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 @dataclass
@@ -54,6 +57,23 @@ def install_crd(local: LocalCluster) -> None:
     local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
 
 
+def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: float = 60.0) -> None:
+    """Until the node-lifecycle controller has lifted the `node.kubernetes.io/not-ready` taint that every new Node
+    gets (it does once the node's Lease is fresh: a few seconds); before that nothing can be scheduled there."""
+    deadline = time.monotonic() + timeout_s
+    waiting: list[str] = names
+    while True:
+        nodes = {n["metadata"]["name"]: n for n in local.request("GET", "/api/v1/nodes")["items"]}
+        waiting = [name for name in names if name not in nodes or any(
+            t.get("key") == NOT_READY_TAINT for t in (nodes[name].get("spec") or {}).get("taints") or [])]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"nodes still not schedulable after {timeout_s:.0f} s (taint {NOT_READY_TAINT}):"
+                                    f" {', '.join(waiting)}; see {local.workdir}/logs/kube-controller-manager.log")
+        time.sleep(0.2)
+
+
 @contextmanager
 def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kubeconfig: Path | None = None,
                            workdir: Path | None = None, crd: bool = True) -> Iterator[KubeSandbox]:
@@ -78,6 +98,7 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
         thread = LoopThread("kube-side")
         side = KubeSide(local.kubeconfig, cluster, catalog)
         thread.call(side.start, timeout_s=120)
+        wait_nodes_schedulable(local, [n.name for n in cluster.nodes])
         yield KubeSandbox(local, side, thread, target)
     finally:
         try:
