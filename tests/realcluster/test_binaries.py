@@ -1,0 +1,43 @@
+"""The built binaries are the pinned versions, and every flag value LocalCluster passes them exists in their own
+`--help` (a release that renames a gate or a controller fails here, by name, not as a start-up crash)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from infer_ctl.sandbox.localcluster import CONTROLLERS, FEATURE_GATES, LocalCluster, kube_binaries
+
+
+def help_text(binary: str) -> str:
+    result = subprocess.run([str(kube_binaries() / binary), "--help"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    return result.stdout + result.stderr
+
+
+def test_the_api_server_says_it_is_the_pinned_release(local_cluster: LocalCluster) -> None:
+    version = local_cluster.request("GET", "/version")
+    assert (version["gitVersion"], version["major"], version["minor"]) == ("v1.37.2", "1", "37")
+
+
+@pytest.mark.parametrize("binary", ["kube-apiserver", "kube-scheduler", "kube-controller-manager"])
+def test_each_feature_gate_passed_is_one_the_binary_knows(binary: str) -> None:
+    text = help_text(binary)
+    for gate in FEATURE_GATES.split(","):
+        name = gate.split("=")[0]
+        assert re.search(rf"\b{name}=true\|false \((ALPHA|BETA|GA)", text), f"{binary} has no gate {name}"
+
+
+def test_each_controller_passed_is_one_kube_controller_manager_has() -> None:
+    text = help_text("kube-controller-manager")
+    listed = set(re.findall(r"[a-z-]+-controller", text.split("All controllers:")[1].split("Disabled-by-default")[0]))
+    assert set(CONTROLLERS) - listed == set()
+
+
+def test_the_beta_apis_the_project_uses_are_served(local_cluster: LocalCluster) -> None:
+    served = {r["name"] for r in local_cluster.request("GET", "/apis/scheduling.k8s.io/v1beta1")["resources"]}
+    assert {"podgroups", "workloads"} <= served
+    dra = {r["name"] for r in local_cluster.request("GET", "/apis/resource.k8s.io/v1")["resources"]}
+    assert {"resourceclaims", "resourceslices", "deviceclasses", "resourceclaimtemplates"} <= dra
