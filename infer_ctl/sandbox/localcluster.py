@@ -19,7 +19,8 @@ repository; `kube_binaries()` finds them (or builds them on first use from a che
 There is no kubelet: the project's node agent (`infer_ctl.sandbox.kubeside`) registers the nodes, publishes the
 DRA ResourceSlices and runs bound Pods. Every process is started in its own process group, and stopped (SIGTERM,
 then SIGKILL) on `stop()`, on leaving the context manager, at interpreter exit, and, through the kernel's
-parent-death signal, when the process that started them dies.
+parent-death signal, when the process that started them dies, even by SIGKILL (the signal follows the thread that
+forked: start the cluster from a thread that lives as long as it, such as the main thread).
 """
 
 from __future__ import annotations
