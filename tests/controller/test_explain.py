@@ -9,10 +9,11 @@ from pathlib import Path
 
 from infer_ctl.controller.explain import Finding, explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PRIORITY_CLASSES, RESOURCE_CLAIMS
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_gangs import gang
+from tests.controller.test_reconciler import wait_for
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -134,3 +135,34 @@ async def test_gpus_held_for_a_pending_gang_are_told_apart(cluster: Cluster) -> 
     await cycle(cluster, "tp8")
     placement = placement_finding(cluster, "tp8")
     assert placement.message.startswith("capacity held for a pending gang"), placement.message
+
+
+async def test_a_replica_the_scheduler_leaves_pending_is_explained_with_the_schedulers_message(
+        cluster: Cluster) -> None:
+    # The controller places on a snapshot of the cluster (here one kept for an hour); claims another workload
+    # makes after it was taken are what the snapshot misses. The replica is created pinned to a GPU such a claim
+    # now holds, and the scheduler (on `kube`, kube-scheduler's DRA allocator) leaves its Pod Pending.
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies, snapshot_max_age_s=3600))
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("first").with_("spec.accelerator.products", ["L4"])
+                        .with_("spec.model.memory", "8Gi").build(), "default")
+    first = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "first", "default"), T0)  # the snapshot
+    assert reconciler.view.refreshes == 1 and all(p.placed for p in first.placements)
+    hold_gpus(cluster, "h100-0", range(8))
+    hold_gpus(cluster, "h100-1", range(8))
+    create_h100_service(cluster, "late", gpus=1, memory="24Gi")
+    result = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "late", "default"), T0)
+    cluster.kube.merge_patch(INFERENCE_SERVICES, "late", {"status": result.status}, "default", subresource="status")
+    await reconciler.close()
+    assert [p.placed for p in result.placements] == [True], [p.why_not for p in result.placements]
+
+    def unschedulable() -> str | None:
+        for pod in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=late"):
+            for c in (pod.get("status") or {}).get("conditions") or ():
+                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
+                    return str(c["message"])
+        return None
+
+    message = wait_for("the scheduler to leave the replica Pending", unschedulable)
+    [finding] = [f for f in explain(cluster.kube, cluster.policies, "default", "late") if f.layer == "scheduler"]
+    # The scheduler's own words, whichever scheduler it is (kube-scheduler's and the emulator's texts differ).
+    assert finding.subject == "late-r0" and finding.message == message

@@ -57,6 +57,15 @@ async def test_standby_replicas_yield_to_a_pending_gang_and_its_pods_are_left_al
         any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or ())
         for p in kube.list(PODS, "default", label_selector="infer-ctl.io/service=chat")) == 3)
     before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in gang(cluster, pods=2, gpus=8)}
+    # The scheduler holds the gang (on `kube`, kube-scheduler's gang scheduling): 2 x 8 GPUs do not fit while
+    # the replicas use 3 of the 16 H100s, so neither Pod is bound and the group is not scheduled.
+    wait_for("the scheduler to have tried the gang", lambda: all(
+        any(c["type"] == "PodScheduled" and c["status"] == "False" for c in (p.get("status") or {}).get("conditions")
+            or ()) for p in kube.list(PODS, "default", label_selector="job=train")))
+    assert not any(p["spec"].get("nodeName") for p in kube.list(PODS, "default", label_selector="job=train"))
+    group = kube.get(POD_GROUPS, "train", "default") or {}
+    assert not any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "True"
+                   for c in (group.get("status") or {}).get("conditions") or ())
     second = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "chat", "default"), T0 + timedelta(seconds=10))
     deferred = condition(second.status, "Deferred")
     assert deferred["status"] == "True" and "PodGroup default/train" in deferred["message"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS
+from infer_ctl.controller.reconciler import Settings
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster, running_controller
 
@@ -41,5 +43,29 @@ def test_applying_a_service_makes_replicas_and_writes_status(operator: Cluster) 
     assert any(c["type"] == "Valid" and c["status"] == "True" for c in status["conditions"])
 
     kube.delete(INFERENCE_SERVICES, "llm", "default")
+    # The cascade is the garbage collector's (owner references). kube-controller-manager's collector watches a
+    # custom resource only from its next discovery resync (every 30 s) after the CRD appears, so on a fresh real
+    # control plane the first cascade of an InferenceService takes up to about 40 s; the emulator's is at once.
     wait_for("pods and claims collected", lambda: not kube.list(PODS, "default")
-             and not kube.list(RESOURCE_CLAIMS, "default"), timeout_s=60)
+             and not kube.list(RESOURCE_CLAIMS, "default"), timeout_s=90)
+
+
+def test_an_invalid_service_gets_a_condition_and_one_event_and_nothing_else_is_touched(cluster: Cluster) -> None:
+    from tests.controller.test_peering import cycles, free_port
+
+    kube, port = cluster.kube, free_port()
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("typo").with_("spec.accelerator.products", ["H100"])
+                .build(), "default")
+    # A control period of 1 s: the repeated cycles that must not post the Event again come in seconds.
+    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, control_period_s=1.0))
+    with running_controller(cluster, Settings(policies), namespaces=("default",), metrics_port=port):
+        valid = wait_for("the Valid condition", lambda: next((c for c in ((kube.get(
+            INFERENCE_SERVICES, "typo", "default") or {}).get("status") or {}).get("conditions") or ()
+            if c["type"] == "Valid"), None))
+        assert valid["status"] == "False" and "unknown product 'H100'" in valid["message"]
+        wait_for("three more cycles", lambda: cycles(port) >= 4, timeout_s=30)
+    # On `kube` the node-lifecycle controller posts its RegisteredNode Events about the (cluster-scoped) Nodes in
+    # `default` too: everything else in the namespace is what this service caused.
+    events = [e for e in kube.list(EVENTS, "default") if (e.get("regarding") or {}).get("kind") != "Node"]
+    assert [(e["reason"], e["type"], e["regarding"]["name"]) for e in events] == [("InvalidSpec", "Warning", "typo")]
+    assert kube.list(PODS, "default") == [] and kube.list(RESOURCE_CLAIMS, "default") == []

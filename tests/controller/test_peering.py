@@ -39,15 +39,24 @@ def replicas(cluster: Cluster) -> int:
                 if not p["metadata"].get("deletionTimestamp")])
 
 
+def install_peering(cluster: Cluster) -> None:
+    """deploy/controller/kopf-peering.yaml: on `kube` applied with the rest of deploy/controller/ (kubectl, in
+    order); the emulator has no RBAC objects to apply, so its CRD and peering object are posted as they are."""
+    if cluster.local is not None:
+        cluster.controller_kubeconfig()
+        return
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "controller" / "kopf-peering.yaml").read_text()):
+        if doc["kind"] == "CustomResourceDefinition":
+            cluster.kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=doc)
+        else:
+            cluster.kube.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=doc)
+
+
 def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when_it_stops(
         cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kopf")
     kube = cluster.kube
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "controller" / "kopf-peering.yaml").read_text()):
-        if doc["kind"] == "CustomResourceDefinition":
-            kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=doc)
-        else:
-            kube.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=doc)
+    install_peering(cluster)
     low_port, high_port = free_port(), free_port()
     with running_controller(cluster, peering="infer-ctl", priority=10, metrics_port=low_port), \
             running_controller(cluster, peering="infer-ctl", priority=20, metrics_port=high_port) as stop_high:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
 from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.core.quantity import parse_quantity
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeClient
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import ROOT, Cluster
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -175,28 +180,37 @@ async def test_a_claim_left_by_a_crash_before_its_pod_is_collected_and_not_reuse
     await reconciler.close()
 
 
+@pytest.mark.cluster_file(Path(__file__).with_name("examples-cluster.yaml"))
 async def test_the_example_services_get_devices_that_fit_them(cluster: Cluster) -> None:
-    """deploy/examples/ through the controller and the sandbox's scheduler: an 8B model on one H100, a 70B model
-    on four GPUs of one node, an embedder on the smallest MIG partition that holds it."""
-    import yaml
-
-    from tests.controller.conftest import ROOT
-
+    """deploy/examples/ through the controller and the cluster's scheduler (on `kube`, kube-scheduler's DRA
+    allocator): an 8B model on one H100, a 70B model on four GPUs of one node, an embedder on the smallest MIG
+    partition that holds it, and a replica that takes a memory share of a GPU with consumable capacity. Each claim
+    is allocated exactly the device the controller pinned."""
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies, snapshot_max_age_s=0))
-    for example in ("llm-8b", "llm-70b", "embedder-mig"):
-        body = yaml.safe_load((ROOT / "deploy" / "examples" / f"{example}.yaml").read_text())
+    bodies = [yaml.safe_load((ROOT / "deploy" / "examples" / f"{example}.yaml").read_text())
+              for example in ("llm-8b", "llm-70b", "embedder-mig")]
+    bodies.append(InferenceServiceBuilder("share").with_("spec.model.memory", "10Gi")
+                  .with_("spec.accelerator", {"products": ["A100-40GB"], "sharing": "Shared"}).build())
+    pinned: dict[str, set[tuple[str, str]]] = {}
+    for body in bodies:
         body["metadata"]["namespace"] = "default"
         result = await reconciler.cycle(cluster.kube.create(INFERENCE_SERVICES, body, "default"), T0)
-        assert all(p.placed for p in result.placements), [p.why_not for p in result.placements]
+        assert result.placements and all(p.placed for p in result.placements), [p.why_not for p in result.placements]
+        for p in result.placements:
+            pinned[p.replica] = {(d.pool, d.name) for d in p.decision.placement.devices}
 
-    def allocated() -> dict[str, list[dict[str, Any]]] | None:
+    def allocated() -> list[dict[str, Any]] | None:
         claims = cluster.kube.list(RESOURCE_CLAIMS, "default")
-        if len(claims) < 3 or not all((c.get("status") or {}).get("allocation") for c in claims):
-            return None
-        return {c["metadata"]["labels"]["infer-ctl.io/service"]: c["status"]["allocation"]["devices"]["results"]
-                for c in claims}
+        done = len(claims) == len(pinned) and all((c.get("status") or {}).get("allocation") for c in claims)
+        return claims if done else None
 
-    results = wait_for("claims allocated", allocated)
+    claims = wait_for("claims allocated", allocated)
+    results = {c["metadata"]["labels"]["infer-ctl.io/replica"]: c["status"]["allocation"]["devices"]["results"]
+               for c in claims}
+    # The scheduler (first match, as kube-scheduler) allocated exactly the devices the controller pinned.
+    assert {replica: {(r["pool"], r["device"]) for r in rs} for replica, rs in results.items()} == pinned
+    by_service = {(c["metadata"]["labels"]["infer-ctl.io/service"]): results[c["metadata"]["labels"][
+        "infer-ctl.io/replica"]] for c in claims}
     devices = {(s["spec"]["pool"]["name"], d["name"]): d for s in cluster.kube.list(RESOURCE_SLICES)
                for d in s["spec"].get("devices") or ()}
 
@@ -204,9 +218,13 @@ async def test_the_example_services_get_devices_that_fit_them(cluster: Cluster) 
         value = devices[(result["pool"], result["device"])]["attributes"][name]
         return next(iter(value.values()))  # {"string": ...} or {"int": ...}
 
-    [gpu] = results["llama-8b"]
+    [gpu] = by_service["llama-8b"]
     assert attribute(gpu, "productName").startswith("NVIDIA H100")
-    big = results["llama-70b"]
+    big = by_service["llama-70b"]
     assert len(big) == 4 and len({r["pool"] for r in big}) == 1  # four GPUs of one node
-    [mig] = results["bge-embedder"]
+    [mig] = by_service["bge-embedder"]
     assert attribute(mig, "type") == "mig" and attribute(mig, "profile") == "1g.5gb"  # the smallest that holds 4Gi
+    [share] = by_service["share"]
+    assert devices[(share["pool"], share["device"])].get("allowMultipleAllocations") is True
+    assert parse_quantity(share["consumedCapacity"]["memory"]) == parse_quantity("10Gi")  # a share, not the GPU
+    await reconciler.close()
