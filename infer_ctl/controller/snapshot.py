@@ -39,6 +39,7 @@ from infer_ctl.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     KubeClient,
+    Resource,
 )
 from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
 from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
@@ -131,6 +132,13 @@ class ClusterView:
             gangs = tuple(await self._gang_demands(None, None, now))
             self._gangs = (now, gangs)
         return gangs
+
+    async def owned(self, resource: Resource, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The objects of `resource` (Pods or ResourceClaims) in `namespace` that match `label_selector` (one
+        service's replicas and their claims), as this view knows them now."""
+        result: list[dict[str, Any]] = await self._k(self.kube.list, resource, namespace,
+                                                     label_selector=label_selector)
+        return result
 
     def pin(self, namespace: str, claim: str, results: list[dict[str, Any]]) -> None:
         """A claim this controller is about to create pins `results` (allocation results: request, driver, pool,
