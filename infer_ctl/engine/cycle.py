@@ -1,0 +1,334 @@
+"""One control cycle of one InferenceService, pure: `plan_cycle(observation, state, policies, now_s)`.
+
+Everything infer-ctl decides for a service in a control period is here, over one observation: the service, its
+replicas and claims, the request-rate samples since the last cycle and one snapshot of the cluster. The
+controller (`infer_ctl.controller.reconciler`) observes, calls this, and writes the plan; the simulator
+(`infer_ctl.sim.run`) builds the same observation from its simulated replicas and applies the same plan, so a
+benchmark figure is made by the controller's decisions. Nothing here reads the clock, the network or the
+Kubernetes client (an import-linter contract keeps it so).
+
+The stages, in order (Kueue's rule: decisions first, writes last, and the writes are the caller's):
+1. cold starts: replicas that became ready since the last cycle add their creation-to-ready time to the
+   measurements the forecast horizon is planned with;
+2. the spec's policy (`service_policy`: the one spec -> policy function of the controller and the simulator),
+   then the engine step (forecast, decide) gives serving and standby counts; `spec.replicas` pins them;
+3. pending gangs: their GPUs are held out of placement, and standby replicas yield when they are short;
+4. the replica plan (`infer_ctl.engine.replicas.plan_replicas`): promote, demote, create, remove, with removal
+   ordered by what it does to the cluster's fragmentation, and unschedulable replicas placed again;
+5. names for new replicas (the lowest free ordinals), and their placement on the snapshot, one after the other
+   (each applied to the snapshot's `ClusterState`, kube-scheduler's "assume": the one input this mutates);
+6. claims without a replica to collect, and the Scaled event when the desired counts changed.
+
+E.g. a service with 2 ready serving replicas whose forecast asks for 3 and one standby: the plan creates 1
+serving and 1 standby replica, names them `<svc>-r2` and `<svc>-r3`, places both on the snapshot, and its
+`scaled` note reads "serving 2 -> 3, standby 0 -> 1: ...".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from infer_ctl.core import api
+from infer_ctl.core.checks import candidate_products
+from infer_ctl.core.coldstart import ColdStarts
+from infer_ctl.core.conditions import rfc3339
+from infer_ctl.core.policy import Policies, effective_scaling
+from infer_ctl.core.promql import range_window_s
+from infer_ctl.decide.decision import DecidePolicy, ReplicaView
+from infer_ctl.engine.gangs import GangReservation
+from infer_ctl.engine.placement import ReplicaPlacement, claim_name, place_replicas, removal_costs
+from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
+from infer_ctl.place.frag import WorkloadMix
+from infer_ctl.place.framework import CycleInputs, Engine
+from infer_ctl.place.inventory import Inventory
+from infer_ctl.place.state import ClusterState
+
+# A replica left unschedulable this many control periods lost its pinned device to another workload between
+# placement and scheduling: it is placed again.
+STUCK_PERIODS = 2.0
+
+
+# ----------------------------------------------------------------------------------------------- observation
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedReplica:
+    """One replica as a cycle sees it (from its Pod in the controller, from its record in the simulator)."""
+
+    name: str
+    state: api.ReplicaState
+    standby: bool  # labelled standby (for a loading or pending replica: what it will be once ready)
+    created_s: float | None = None
+    node: str = ""  # the node it runs on, or the node its placement pinned it to ("" while unknown)
+    spec_hash: str = ""  # the spec its Pod was made from
+    low_priority: bool = False  # runs at the standby's PriorityClass (fixed for the Pod's life)
+    accelerator: str = ""  # catalog name of its GPU
+    cached: bool = False  # its node held the model when it started
+    cold_start_s: float | None = None  # creation to first Ready, once it has been ready
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedClaim:
+    """A ResourceClaim the service owns."""
+
+    name: str
+    replica: str  # the replica it was made for
+    created_s: float | None = None
+    deleting: bool = False
+
+
+class PendingGang(Protocol):
+    @property
+    def key(self) -> str: ...
+
+
+class ClusterSnapshot(Protocol):
+    """The cluster as placement sees it (the controller's shared, watch-fed snapshot)."""
+
+    @property
+    def inventory(self) -> Inventory: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def mix(self) -> WorkloadMix: ...
+
+    @property
+    def gangs(self) -> tuple[PendingGang, ...]: ...
+
+    def inputs(self, cache_key: str, service_nodes: Mapping[str, int]) -> CycleInputs: ...
+
+    def gang_reservation(self) -> GangReservation: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    service: api.InferenceService
+    replicas: tuple[ObservedReplica, ...]
+    spec_hash: str  # the hash of the current spec (a replica with another one is out of date)
+    samples: tuple[tuple[float, float], ...] = ()  # (time_s, requests/s) since the last cycle; NaN = missing
+    claims: tuple[ObservedClaim, ...] = ()
+    # None: the caller places new replicas itself (the simulator); the plan then names them without devices
+    cluster: ClusterSnapshot | None = None
+
+
+# ----------------------------------------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True, slots=True)
+class CyclePolicies:
+    """What the operator configured: the policy files, the placement profile, the engine's settings."""
+
+    policies: Policies
+    placement: Engine | None = None  # None: no placement (the simulator)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    # where the rate samples come from: "prometheus" (the spec's metric query; its range window is what each
+    # sample averages over) or "scrape" (the replicas' counters read every control period)
+    metric_source: str = "prometheus"
+    seed: int = 0
+
+    @property
+    def period_s(self) -> float:
+        return self.policies.scaling.control_period_s
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePolicy:
+    """A service's spec resolved against the policies: what the engine step runs with."""
+
+    decide: DecidePolicy
+    engine: EngineConfig
+
+
+def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
+    """The spec -> policy function, the one the controller and the simulator both use: the preset fills what the
+    spec leaves unset, the forecasters are those the spec allows, and each rate sample stands for the metric
+    query's range window (or, scraping directly, one control period)."""
+    scaling = spec.scaling
+    decide = DecidePolicy.from_spec(scaling, effective_scaling(scaling, policies.policies.scaling))
+    window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None
+    engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality),
+                     rate_window_s=window if window is not None else policies.period_s)
+    return ServicePolicy(decide, engine)
+
+
+# ----------------------------------------------------------------------------------------------- state, plan
+
+
+@dataclass(frozen=True, slots=True)
+class CycleState:
+    """What one service's cycles carry from one to the next (rebuilt after a controller restart: the rate
+    history from Prometheus, cold starts from the Pods' own timestamps)."""
+
+    engine: EngineState = field(default_factory=EngineState)
+    cold_starts: ColdStarts = field(default_factory=ColdStarts)
+    measured: frozenset[str] = frozenset()  # replicas whose cold start is counted
+    desired: tuple[int, int] | None = None  # (serving, standby) last decided
+    last_decision: api.DecisionStatus | None = None
+    resolved: tuple[api.InferenceServiceSpec, ServicePolicy] | None = None  # the last spec's policy
+    orphan_claims: frozenset[str] = frozenset()  # claims without a replica in the last observation
+
+
+@dataclass(frozen=True, slots=True)
+class NewReplica:
+    name: str
+    standby: bool
+    placement: ReplicaPlacement | None = None  # None when the cycle had no cluster to place on
+
+    @property
+    def placed(self) -> bool:
+        return self.placement is not None and self.placement.placed
+
+
+@dataclass(frozen=True, slots=True)
+class CyclePlan:
+    output: EngineOutput
+    serving: int  # desired serving replicas
+    standby: int  # desired standby replicas
+    reason: str
+    message: str
+    actions: ReplicaActions
+    create: tuple[NewReplica, ...] = ()
+    delete_claims: tuple[str, ...] = ()  # claims of the service without a replica
+    deferred: str = ""  # what this service holds back or gives up for pending gangs
+    stuck: frozenset[str] = frozenset()  # unschedulable replicas placed again (the snapshot missed something)
+    cold_starts: tuple[tuple[str, bool, float], ...] = ()  # (accelerator, cached, seconds) measured this cycle
+    scaled: str = ""  # the Scaled event's note ("" when the desired counts did not change)
+
+    @property
+    def placements(self) -> tuple[ReplicaPlacement, ...]:
+        return tuple(r.placement for r in self.create if r.placement is not None)
+
+
+# ----------------------------------------------------------------------------------------------- the cycle
+
+
+def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolicies,
+               now_s: float) -> tuple[CyclePlan, CycleState]:
+    svc, spec = observation.service, observation.service.spec
+    replicas = observation.replicas
+
+    # 1. cold starts
+    measured = tuple((r.accelerator, r.cached, seconds) for r in replicas
+                     if (seconds := r.cold_start_s) is not None and r.name not in state.measured)
+    cold_starts = state.cold_starts.add_all(measured)
+    measured_names = frozenset(r.name for r in replicas if r.cold_start_s is not None)
+
+    # 2. forecast and decide
+    resolved = state.resolved if state.resolved is not None and state.resolved[0] == spec else \
+        (spec, service_policy(spec, policies))
+    policy = resolved[1]
+    products = [a.name for a in candidate_products(spec, policies.policies.catalog)]
+    cold_p90 = cold_starts.worst_p90_s(products, spec.runtime.cold_start_s)
+    views = tuple(ReplicaView(r.name, r.state, r.created_s if r.created_s is not None else now_s)
+                  for r in replicas)
+    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide),
+                                state.engine, policy.engine)
+    serving, standby = output.desired_serving, output.desired_standby
+    reason, message = str(output.decision.reason), output.decision.message
+    if spec.replicas is not None:
+        serving, standby = spec.replicas, 0
+        reason, message = "Paused", f"spec.replicas pins {spec.replicas} serving replicas (autoscaling paused)"
+
+    # 3. pending gangs
+    cluster = observation.cluster
+    deferred = ""
+    if cluster is not None and cluster.gangs:
+        standby, deferred = _yield_to_gangs(cluster, standby)
+
+    # 4. the replica plan
+    period = policies.period_s
+    stuck = stuck_replicas(replicas, now_s, period)
+    removal_cost = None
+    if cluster is not None and sum(r.state is not api.ReplicaState.DRAINING for r in replicas) > serving + standby:
+        # Something may go: the replica whose removal leaves the cluster least fragmented goes first.
+        ns = svc.meta.namespace
+        removal_cost = removal_costs(cluster.state, cluster.mix,
+                                     {r.name: f"{ns}/{claim_name(r.name)}" for r in replicas}).__getitem__
+    actions = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == observation.spec_hash,
+                                     low_priority=r.low_priority) for r in replicas],
+                            serving, standby, removal_cost=removal_cost, stuck=stuck,
+                            reseat=spec.replicas is not None or not output.decision.reason.heading_down)
+
+    # 5. new replicas: names, placement
+    create = _new_replicas(observation, actions, policies)
+
+    # 6. claims to collect, the Scaled event
+    # A claim without a replica is collected when two cycles in a row saw it so: a replica's claim is written
+    # just before its Pod, and a watch-fed cache may show the one before the other (no clocks compared).
+    live = {r.name for r in replicas} | {r.name for r in create}
+    orphans = frozenset(c.name for c in observation.claims if c.replica not in live and not c.deleting)
+    delete_claims = tuple(sorted(orphans & state.orphan_claims))
+    desired = (serving, standby)
+    last_decision, scaled = state.last_decision, ""
+    if state.desired != desired:
+        before = state.desired or (sum(not r.standby for r in replicas), sum(r.standby for r in replicas))
+        last_decision = api.DecisionStatus(time=rfc3339(datetime.fromtimestamp(now_s, UTC)),
+                                           from_replicas=before[0], to_replicas=serving, reason=reason,
+                                           message=message)
+        if before != desired:
+            scaled = (f"serving {before[0]} -> {serving}, standby {before[1]} -> {standby}: "
+                      f"{reason}: {message}")
+    plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
+                     measured, scaled)
+    return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
+                            orphans - set(delete_claims))
+
+
+def stuck_replicas(replicas: tuple[ObservedReplica, ...], now_s: float, period_s: float) -> frozenset[str]:
+    """Replicas unschedulable for `STUCK_PERIODS` control periods: the snapshot they were placed on missed
+    whoever took their device; they are placed again."""
+    return frozenset(r.name for r in replicas if r.state is api.ReplicaState.PENDING and r.created_s is not None
+                     and now_s - r.created_s > STUCK_PERIODS * period_s)
+
+
+def _yield_to_gangs(cluster: ClusterSnapshot, standby: int) -> tuple[int, str]:
+    """Gangs first: their demand is held out of placement, and standby replicas yield when it is short."""
+    held = cluster.gang_reservation()
+    if held.unplaced_pods and standby:
+        names = ", ".join(sorted({g for g, _ in held.unplaced_pods}))
+        return 0, (f"standby replicas yield to pending gang(s) {names}, {held.shortfall_gpus} GPU(s) short; "
+                   f"{sum(held.reserved.values())} GPU(s) held for gangs")
+    if held.reserved:
+        return standby, (f"{sum(held.reserved.values())} GPU(s) held for pending gang(s): "
+                         + ", ".join(g.key for g in cluster.gangs))
+    return standby, ""
+
+
+def _new_replicas(observation: Observation, actions: ReplicaActions,
+                  policies: CyclePolicies) -> tuple[NewReplica, ...]:
+    """Names for the replicas to create (a name is taken while its Pod or its claim exists: a claim left by a
+    crash gets collected, its replica a new name), placed one after the other on the snapshot."""
+    wanted = [False] * actions.create_serving + [True] * actions.create_standby
+    if not wanted:
+        return ()
+    svc = observation.service
+    taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims}
+    names = new_names(svc.meta.name, taken, len(wanted))
+    cluster = observation.cluster
+    if cluster is None or policies.placement is None:
+        return tuple(NewReplica(n, s) for n, s in zip(names, wanted, strict=True))
+    service_nodes = Counter(r.node for r in observation.replicas if r.node)
+    placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
+                                engine=policies.placement,
+                                inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
+                                seed=policies.seed, state=cluster.state)
+    return tuple(NewReplica(n, s, p) for n, s, p in zip(names, wanted, placements, strict=True))
+
+
+def new_names(service: str, taken: set[str], n: int) -> list[str]:
+    """The lowest free ordinals, so names stay short and a restarted controller picks the same ones."""
+    out: list[str] = []
+    ordinal = 0
+    while len(out) < n:
+        name = f"{service}-r{ordinal}"
+        if name not in taken:
+            out.append(name)
+        ordinal += 1
+    return out
