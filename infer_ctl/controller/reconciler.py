@@ -99,6 +99,15 @@ class Settings:
         return self.policies.scaling.control_period_s
 
 
+def cycle_policies(settings: Settings) -> CyclePolicies:
+    """What every service's cycle runs with: the policy files, the placement profile they configure, the engine's
+    settings, and where the rate comes from (the spec's Prometheus query, or the replicas' own counters)."""
+    placement = settings.policies.placement
+    engine = Engine(build_profile({"filters": list(placement.filters), "scores": dict(placement.score_weights)}))
+    return CyclePolicies(settings.policies, engine, settings.engine_config,
+                         metric_source="prometheus" if settings.prometheus_url else "scrape", seed=settings.seed)
+
+
 @dataclass
 class ServiceMemory:
     """What one service's cycles carry from one to the next: the pure cycle's state, and the shell's own."""
@@ -136,12 +145,7 @@ class Reconciler:
         self.settings = settings
         self.metrics = metrics or ControllerMetrics()
         self.prometheus = PrometheusRates(settings.prometheus_url) if settings.prometheus_url else None
-        placement = settings.policies.placement
-        self.engine = Engine(build_profile({"filters": list(placement.filters),
-                                            "scores": dict(placement.score_weights)}))
-        self.policies = CyclePolicies(settings.policies, self.engine, settings.engine_config,
-                                      metric_source="prometheus" if self.prometheus is not None else "scrape",
-                                      seed=settings.seed)
+        self.policies = cycle_policies(settings)
         self.memory: dict[str, ServiceMemory] = {}
         self._http = httpx.AsyncClient()
         # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).

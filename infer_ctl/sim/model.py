@@ -48,6 +48,7 @@ class ServiceModel:
     request_timeout_s: float = 600.0
     min_replicas: int = 1
     max_replicas: int = 200
+    accelerator: str = "H100-80GB"  # the catalog product a replica runs on (its cold starts are measured per product)
 
     def __post_init__(self) -> None:
         if not self.slo_latency_s > self.base_latency_s:

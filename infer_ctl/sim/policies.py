@@ -18,9 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from infer_ctl.core.api import ReplicaState
-from infer_ctl.decide.decision import DecidePolicy, ReplicaView
-from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, step
+from infer_ctl.core.api import InferenceService
+from infer_ctl.core.promql import range_window_s
+from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle
+from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 
 
@@ -478,35 +479,41 @@ def oracle_schedule(
 
 @dataclass(frozen=True, slots=True)
 class InferCtl:
-    """infer-ctl's own engine step (`infer_ctl.engine.step`), exactly as the controller runs it: it reads the
-    default metric query (`rate(infer_ctl_requests_total[1m])` through Prometheus scraping every 15 s), gets
-    its replicas by state and its measured cold-start p90, and returns serving + standby replicas."""
+    """infer-ctl itself: the controller's `plan_cycle` (`infer_ctl.engine.cycle`) over the service's spec, with the
+    controller's spec -> policy function, fed the way the controller is fed: the spec's metric query (by default
+    `rate(infer_ctl_requests_total[1m])`) through Prometheus scraping every 15 s, its replicas by name and state
+    (their cold starts measured from creation to ready), and nothing placed (the simulator has no cluster). Its
+    plan names the replicas to create, promote, demote and remove; the simulator applies it as the controller
+    would (`simulate`), standby replicas held out of traffic."""
 
-    policy: DecidePolicy
-    config: EngineConfig = field(default_factory=EngineConfig)
-    cold_start_hint_s: float = 120.0
+    service: InferenceService
+    policies: CyclePolicies
     metric_scrape_s: float = 15.0
-    metric_window_s: float = 60.0
     name: str = "infer-ctl"
 
     @property
     def period_s(self) -> float:
-        return self.policy.control_period_s
+        return self.policies.period_s
+
+    @property
+    def metric_window_s(self) -> float:
+        return range_window_s(self.service.spec.scaling.metric.query) or self.period_s
 
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
         return (Pipeline("prometheus", self.metric_window_s, self.metric_scrape_s),)
 
-    def initial_state(self) -> tuple[EngineState, EngineOutput | None]:
-        return EngineState(), None
+    def initial_state(self) -> tuple[CycleState, CyclePlan | None]:
+        return CycleState(), None
 
-    def decide(
-        self, obs: Observation, state: tuple[EngineState, EngineOutput | None]
-    ) -> tuple[int, tuple[EngineState, EngineOutput | None]]:
-        replicas = (ReplicaView("", ReplicaState.LOADING, obs.now_s),) * obs.loading + (
-            ReplicaView("", ReplicaState.SERVING, 0.0),
-        ) * obs.ready
-        p90 = obs.cold_start_p90_s if math.isfinite(obs.cold_start_p90_s) else self.cold_start_hint_s
-        inputs = EngineInputs(obs.now_s, ((obs.now_s, obs.metric_rps),), replicas, p90, self.policy)
-        out, engine_state = step(inputs, state[0], self.config)
-        return out.decision.total, (engine_state, out)
+    def observation(self, now_s: float, metric_rps: float, replicas: tuple[ObservedReplica, ...]) -> CycleObservation:
+        return CycleObservation(self.service, replicas, spec_hash="", samples=((now_s, metric_rps),))
+
+    def plan(
+        self, observation: CycleObservation, now_s: float, state: tuple[CycleState, CyclePlan | None]
+    ) -> tuple[CyclePlan, tuple[CycleState, CyclePlan | None]]:
+        plan, cycle_state = plan_cycle(observation, state[0], self.policies, now_s)
+        return plan, (cycle_state, plan)
+
+    def decide(self, obs: Observation, state: Any) -> tuple[int, Any]:
+        raise TypeError("infer-ctl plans replicas by name: the simulator calls InferCtl.plan")

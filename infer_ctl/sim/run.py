@@ -29,14 +29,17 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
+from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel, prometheus_rate, window_rate
-from infer_ctl.sim.policies import Observation, Pipeline, SimPolicy
+from infer_ctl.sim.policies import InferCtl, Observation, Pipeline, SimPolicy
 from infer_ctl.sim.trace import Trace
 
 
@@ -110,18 +113,94 @@ def _pipeline_values(p: Pipeline, arrivals: FloatArray, tick_s: float) -> FloatA
     raise ValueError(f"unknown metric pipeline {p.kind!r}")
 
 
+class _Fleet:
+    """The simulated replicas. Loading ones by ready time; ready ones serving or standby (standby replicas are
+    warm but out of traffic, as the controller's router keeps them). A count policy's replicas all serve; infer-ctl's
+    are tracked by name, as its plan names them."""
+
+    def __init__(self, initial: int, product: str) -> None:
+        self.product = product
+        self.loading: list[tuple[float, str]] = []  # (ready-at time, name), sorted
+        self.replicas: dict[str, ObservedReplica] = {}
+        self.serving = 0  # ready serving replicas: the capacity
+        self.cold_starts = 0
+        self._ordinal = 0
+        for _ in range(initial):
+            name = self._name()
+            self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
+                                                  accelerator=product)
+            self.serving += 1
+
+    def _name(self) -> str:
+        self._ordinal += 1
+        return f"sim-{self._ordinal}"
+
+    @property
+    def alive(self) -> int:
+        return len(self.replicas)
+
+    def advance(self, now: float) -> None:
+        """Replicas whose cold start is over become ready (their cold start measured at the tick that sees it)."""
+        while self.loading and self.loading[0][0] <= now:
+            _, name = self.loading.pop(0)
+            r = self.replicas[name]
+            self.replicas[name] = replace(r, state=ReplicaState.STANDBY if r.standby else ReplicaState.SERVING,
+                                          cold_start_s=now - (r.created_s or 0.0))
+            self.serving += not r.standby
+
+    def create(self, now: float, name: str | None, standby: bool, cold_start_s: float, cached: bool) -> None:
+        name = name or self._name()
+        # a replica started as standby runs at the standby's PriorityClass for its whole life (the controller's
+        # Pods cannot change priority), promoted or not
+        self.replicas[name] = ObservedReplica(name, ReplicaState.LOADING, standby, created_s=now,
+                                              low_priority=standby, accelerator=self.product, cached=cached)
+        bisect.insort(self.loading, (now + cold_start_s, name))
+        self.cold_starts += 1
+
+    def remove(self, name: str) -> bool:
+        """Remove one replica; True when it was ready (its node then caches the model)."""
+        r = self.replicas.pop(name)
+        if r.state is ReplicaState.LOADING:
+            self.loading = [x for x in self.loading if x[1] != name]
+            return False
+        self.serving -= r.state is ReplicaState.SERVING
+        return True
+
+    def set_role(self, name: str, standby: bool) -> None:
+        r = self.replicas[name]
+        if r.standby == standby:
+            return
+        ready = r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
+        state = (ReplicaState.STANDBY if standby else ReplicaState.SERVING) if ready else r.state
+        self.replicas[name] = replace(r, standby=standby, state=state)
+        if ready:
+            self.serving += -1 if standby else 1
+
+    def shrink(self, n: int) -> int:
+        """A count policy's scale-down, in the ReplicaSet controller's order: loading Pods first, newest first,
+        then ready ones (newest first). Returns how many ready replicas went."""
+        ready_removed = 0
+        while n and self.loading:
+            self.remove(self.loading[-1][1])
+            n -= 1
+        for name in sorted(self.replicas, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)[:n]:
+            ready_removed += self.remove(name)
+        return ready_removed
+
+
 def simulate(
     trace_arrivals: FloatArray,
-    policy: SimPolicy,
+    policy: SimPolicy | InferCtl,
     model: ServiceModel,
     config: SimConfig,
     *,
     initial_replicas: int = 1,
     progress: Callable[[float], None] | None = None,
     forecast_probe: Callable[[Any], float] | None = None,
+    on_cycle: Callable[[CycleObservation, CyclePlan], None] | None = None,
 ) -> SimResult:
     """Run `policy` over the arrivals (per tick). `forecast_probe(state)` extracts a forecast upper rate from
-    the policy state for plotting (infer-ctl)."""
+    the policy state for plotting (infer-ctl); `on_cycle(observation, plan)` sees each of infer-ctl's cycles."""
     wall0 = time.perf_counter()
     dt = config.tick_s
     arrivals = trace_arrivals
@@ -140,12 +219,10 @@ def simulate(
     backlog = np.zeros(n_ticks)
     fc_upper = np.full(n_ticks, np.nan)
 
-    loading: list[float] = []  # ready-at times, sorted
-    ready = initial_replicas
+    fleet = _Fleet(initial_replicas, model.accelerator)
     q = 0.0
     cache: deque[float] = deque()  # deletion times of replicas whose node still caches the model
     cold_samples: deque[float] = deque(maxlen=50)
-    cold_starts = 0
     scale_events = 0
     state = policy.initial_state()
     ongoing_ring = [0.0] * ongoing_k
@@ -155,11 +232,20 @@ def simulate(
     p90, p90_dirty = math.nan, False
     timeout_backlog = model.request_timeout_s * mu
 
+    def start(now: float, name: str | None, standby: bool) -> None:
+        nonlocal p90_dirty
+        cached = bool(cache)
+        if cached:
+            cache.pop()
+        cs = model.sample_cold_start_s(rng, cached)
+        cold_samples.append(cs)
+        p90_dirty = True
+        fleet.create(now, name, standby, cs, cached)
+
     for t in range(n_ticks):
         now = t * dt
-        while loading and loading[0] <= now:
-            loading.pop(0)
-            ready += 1
+        fleet.advance(now)
+        ready = fleet.serving
         a = float(arrivals[t])
         backlog[t] = q
         ready_n[t] = ready
@@ -176,47 +262,36 @@ def simulate(
         ongoing_sum += ongoing_now - ongoing_ring[t % ongoing_k]
         ongoing_ring[t % ongoing_k] = ongoing_now
         if t % period_ticks == 0:
-            if p90_dirty:
-                p90 = float(np.quantile(np.asarray(cold_samples), 0.9)) if len(cold_samples) >= 3 else math.nan
-                p90_dirty = False
-            obs = Observation(
-                now_s=now,
-                ready=ready,
-                loading=len(loading),
-                metric_rps=float(metric_a[t - 1]) if t > 0 else math.nan,
-                panic_rps=float(metric_b[t - 1]) if t > 0 else math.nan,
-                ongoing=ongoing_sum / ongoing_k,
-                waiting=q if ready == 0 else 0.0,
-                cold_start_p90_s=p90,
-            )
-            new_desired, state = policy.decide(obs, state)
-            if forecast_probe is not None:
-                fc_upper[t] = forecast_probe(state)
-            total = ready + len(loading)
-            if new_desired != total:
-                scale_events += 1
             while cache and cache[0] < now - model.cache_ttl_s:
                 cache.popleft()
-            if new_desired > total:
-                for _ in range(new_desired - total):
-                    cached = bool(cache)
-                    if cached:
-                        cache.pop()
-                    cs = model.sample_cold_start_s(rng, cached)
-                    cold_samples.append(cs)
-                    p90_dirty = True
-                    bisect.insort(loading, now + cs)
-                    cold_starts += 1
-            elif new_desired < total:
-                remove = total - new_desired
-                while remove and loading:
-                    loading.pop()  # the newest loading pod first (ReplicaSet deletion order)
-                    remove -= 1
-                ready -= remove
-                cache.extend([now] * remove)
-            desired = new_desired
+            before = fleet.alive
+            metric = float(metric_a[t - 1]) if t > 0 else math.nan
+            if isinstance(policy, InferCtl):
+                observation = policy.observation(now, metric, tuple(fleet.replicas.values()))
+                plan, state = policy.plan(observation, now, state)
+                if on_cycle is not None:
+                    on_cycle(observation, plan)
+                _apply(plan, fleet, cache, now, start)
+                desired = plan.serving + plan.standby
+            else:
+                if p90_dirty:
+                    p90 = float(np.quantile(np.asarray(cold_samples), 0.9)) if len(cold_samples) >= 3 else math.nan
+                    p90_dirty = False
+                obs = Observation(now_s=now, ready=ready, loading=len(fleet.loading), metric_rps=metric,
+                                  panic_rps=float(metric_b[t - 1]) if t > 0 else math.nan,
+                                  ongoing=ongoing_sum / ongoing_k, waiting=q if ready == 0 else 0.0,
+                                  cold_start_p90_s=p90)
+                desired, state = policy.decide(obs, state)
+                if desired > fleet.alive:
+                    for _ in range(desired - fleet.alive):
+                        start(now, None, False)
+                elif desired < fleet.alive:
+                    cache.extend([now] * fleet.shrink(fleet.alive - desired))
+            if forecast_probe is not None:
+                fc_upper[t] = forecast_probe(state)
+            scale_events += desired != before
         desired_n[t] = desired
-        alive_n[t] = ready + len(loading)
+        alive_n[t] = fleet.alive
         if progress is not None and t % report_every == 0:
             progress(t / n_ticks)
     if progress is not None:
@@ -231,7 +306,7 @@ def simulate(
         policy=policy.name,
         slo_attainment=attainment,
         gpu_hours=gpu_hours,
-        cold_starts=cold_starts,
+        cold_starts=fleet.cold_starts,
         p95_latency_ms=p95 * 1000.0,
         p99_latency_ms=p99 * 1000.0,
         scale_events=scale_events,
@@ -244,6 +319,21 @@ def simulate(
         alive=alive_n.astype(np.float64),
         forecast_upper_rps=fc_upper,
     )
+
+
+def _apply(plan: CyclePlan, fleet: _Fleet, cache: deque[float], now: float,
+           start: Callable[[float, str | None, bool], None]) -> None:
+    """infer-ctl's plan, as the controller writes it: roles, removals (a removed ready replica leaves the model
+    in its node's cache), then the new replicas under the names the plan gave them."""
+    for name in plan.actions.promote:
+        fleet.set_role(name, False)
+    for name in plan.actions.demote:
+        fleet.set_role(name, True)
+    for name in plan.actions.remove:
+        if fleet.remove(name):
+            cache.append(now)
+    for replica in plan.create:
+        start(now, replica.name, replica.standby)
 
 
 def _latency_stats(

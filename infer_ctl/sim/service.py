@@ -28,7 +28,8 @@ def settings_from_manifest(
     path: Path, cold_start_s: float | None = None, scaling_policy: ScalingPolicy | None = None
 ) -> ScenarioSettings:
     """Capacity, bounds, SLO, cold-start hint and GPUs per replica from the manifest; quantile, standby and
-    stabilization from its preset (`policies/scaling.yaml`) where the spec leaves them unset."""
+    stabilization from its preset (`policies/scaling.yaml`) where the spec leaves them unset. The manifest is kept:
+    infer-ctl runs its spec (prewarm lead, keep-alive, forecast switch included)."""
     try:
         obj = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -49,6 +50,7 @@ def settings_from_manifest(
         gpus_per_replica=spec.accelerator.count,
         min_replicas=spec.scaling.min_replicas,
         max_replicas=spec.scaling.max_replicas,
+        accelerator=spec.accelerator.products[0] if spec.accelerator.products else base.accelerator,
     )
     return ScenarioSettings(
         model,
@@ -59,4 +61,5 @@ def settings_from_manifest(
         scale_to_zero=spec.scaling.scale_to_zero.enabled,
         forecast_method=spec.scaling.forecast.method,
         seasonality=spec.scaling.forecast.seasonality,
+        manifest=obj,
     )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from infer_ctl.config.policies import load_policies
+from infer_ctl.core import api
 from infer_ctl.core.api import ForecastMethod, Seasonality
-from infer_ctl.decide.decision import DecidePolicy
-from infer_ctl.engine.step import EngineConfig, candidates_for
+from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.core.policy import Policies
+from infer_ctl.engine.cycle import CyclePolicies
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import (
@@ -66,6 +70,45 @@ class ScenarioSettings:
     scale_to_zero: bool = True  # for the policies that can (infer-ctl, KPA, KEDA, Ray Serve) when min is 0
     forecast_method: ForecastMethod = ForecastMethod.AUTO
     seasonality: Seasonality = Seasonality.AUTO
+    # the InferenceService manifest the scenario came from (`infer-ctl simulate --service`): infer-ctl runs its
+    # spec, with the fields above written over it
+    manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+
+
+def scenario_manifest(settings: ScenarioSettings) -> dict[str, Any]:
+    """The InferenceService infer-ctl runs in the simulator: the scenario's manifest (or a minimal one), with the
+    scenario's capacity, bounds, cold-start hint, SLO and scaling settings written into its spec."""
+    m = settings.model
+    zero_ok = settings.scale_to_zero and m.min_replicas == 0
+    base: dict[str, Any] = copy.deepcopy(dict(settings.manifest)) if settings.manifest is not None else {
+        "apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "sim", "namespace": "sim"},
+        "spec": {"model": {"name": "sim", "parameters": "8B"}, "runtime": {"image": "sim"}}}
+    spec = base.setdefault("spec", {})
+    spec.setdefault("runtime", {})["coldStartSeconds"] = round(m.cold_start_s)  # whole seconds in the API
+    spec.setdefault("accelerator", {}).update({"products": [m.accelerator], "count": m.gpus_per_replica})
+    scaling = spec.setdefault("scaling", {})
+    scaling.update({"minReplicas": m.min_replicas if zero_ok else max(1, m.min_replicas),
+                    "maxReplicas": m.max_replicas, "targetRequestsPerReplica": m.target_rps_per_replica,
+                    "scaleDownStabilizationSeconds": round(settings.scale_down_stabilization_s)})
+    scaling.setdefault("forecast", {}).update({"quantile": settings.quantile, "method": str(settings.forecast_method),
+                                               "seasonality": str(settings.seasonality)})
+    scaling.setdefault("prewarm", {})["standbyReplicas"] = settings.standby_replicas
+    scaling.setdefault("scaleToZero", {})["enabled"] = zero_ok
+    spec.setdefault("slo", {})["latencyP95Ms"] = round(m.slo_latency_s * 1000)
+    return base
+
+
+def scenario_service(settings: ScenarioSettings) -> api.InferenceService:
+    """The scenario's InferenceService through the controller's own parser."""
+    return parse_inference_service(scenario_manifest(settings))
+
+
+def scenario_policies(settings: ScenarioSettings, policies: Policies | None = None) -> CyclePolicies:
+    """The policy files (`policies/`) with the scenario's control period, as the controller would run them with
+    the default metric pipeline (Prometheus) and no placement."""
+    base = policies or load_policies()
+    scaling = replace(base.scaling, control_period_s=settings.control_period_s)
+    return CyclePolicies(replace(base, scaling=scaling), metric_source="prometheus")
 
 
 def parse_policy_names(text: str) -> tuple[str, ...]:
@@ -84,18 +127,7 @@ def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, ti
     zero_ok = settings.scale_to_zero and m.min_replicas == 0
     lo = m.min_replicas if zero_ok else max(1, m.min_replicas)
     if name == "infer-ctl":
-        dp = DecidePolicy(
-            target_rps_per_replica=c,
-            min_replicas=lo,
-            max_replicas=m.max_replicas,
-            quantile=settings.quantile,
-            standby_replicas=settings.standby_replicas,
-            scale_down_stabilization_s=settings.scale_down_stabilization_s,
-            control_period_s=settings.control_period_s,
-            scale_to_zero=zero_ok,
-        )
-        config = EngineConfig(candidates=candidates_for(settings.forecast_method, settings.seasonality))
-        return InferCtl(dp, config, cold_start_hint_s=m.cold_start_s)
+        return InferCtl(scenario_service(settings), scenario_policies(settings))
     if name == "hpa":
         return Hpa(c, max(1, m.min_replicas), m.max_replicas)
     if name == "kpa":
@@ -115,8 +147,8 @@ def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, ti
 
 
 def _forecast_probe(state: Any) -> float:
-    out = state[1] if isinstance(state, tuple) and len(state) == 2 else None
-    fc = getattr(out, "forecast", None)
+    plan = state[1] if isinstance(state, tuple) and len(state) == 2 else None
+    fc = getattr(getattr(plan, "output", None), "forecast", None)
     if fc is None:
         return math.nan
     return float(fc.upper_rps[0])
