@@ -415,8 +415,11 @@ def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
         reason = Reason.AT_MAX if bounded < total else Reason.AT_MIN
         message = f"{total} wanted, clipped to {bounded} ({message})"
     total = bounded
+    # Only the preset's warm spares leave traffic: replicas held above the need (stabilization, missing metrics,
+    # loading, consolidation, a clip to the minimum) keep serving, they are not demoted to standby.
     serving = min(max(serving, policy.min_replicas, 1 if total > 0 else 0), total)
-    standby = total - serving
+    standby = min(policy.standby_replicas, total - serving)
+    serving = total - standby
     window_start = now - policy.scale_down_stabilization_s
     rec = raw_total if raw_total is not None else total
     recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
