@@ -44,9 +44,6 @@ class BodyTemplate:
             parts.append(literal)
         return "".join(parts).encode()
 
-    def uses(self, name: str) -> bool:
-        return PLACEHOLDERS.index(name) in self.fields
-
 
 def parse_template(text: str) -> BodyTemplate:
     literals: list[str] = []

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from loadgen.traces import (
 )
 
 if TYPE_CHECKING:  # the runner imports httpx; `--help` and input errors do not need it
-    from loadgen.runner import ClientConfig, Runner
+    from loadgen.runner import ClientConfig, Runner, RunOutcome
 
 EXIT_OK = 0
 EXIT_ERROR_RATIO = 1
@@ -394,26 +394,41 @@ class Progress:
 
 
 async def _run(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, *, seed: int, out: TextIO, err: TextIO) -> int:
-    from loadgen.report import plot_timeline, render_text, render_unreachable, summarize, write_timeline
     from loadgen.runner import Runner
 
     show_progress = args.progress if args.progress is not None else err.isatty()
     progress = Progress(err, plan.rate_now) if show_progress else None
     runner = Runner(cfg, target_of=plan.target_of, on_tick=progress.tick if progress else None)
+    metrics_server = _serve_metrics(args.metrics_port, plan, runner, err) if args.metrics_port is not None else None
+    try:
+        outcome = await _run_until_signalled(runner, plan)
+    finally:
+        if progress is not None:
+            progress.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+    return _report(args, plan, cfg, outcome, seed=seed, out=out, err=err)
 
-    metrics_server = None
-    if args.metrics_port is not None:
-        from loadgen.metrics import serve_metrics
 
-        def rate_now() -> float | None:
-            return plan.rate_now(float(runner.current_second)) if plan.rate_now is not None else None
+def _serve_metrics(port: int, plan: Plan, runner: Runner, err: TextIO) -> Any:
+    """Start the Prometheus exporter of the run's stats on `port`; returns the server (stop it with shutdown)."""
+    from loadgen.metrics import serve_metrics
 
-        try:
-            metrics_server, _thread = serve_metrics(runner.stats, rate_now, args.metrics_port)
-        except OSError as exc:
-            raise UsageError(f"--metrics-port {args.metrics_port}: {exc.strerror or exc}") from None
-        print(f"loadgen: metrics on http://127.0.0.1:{metrics_server.server_port}/metrics", file=err, flush=True)
+    def rate_now() -> float | None:
+        return plan.rate_now(float(runner.current_second)) if plan.rate_now is not None else None
 
+    try:
+        metrics_server, _thread = serve_metrics(runner.stats, rate_now, port)
+    except OSError as exc:
+        raise UsageError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+    print(f"loadgen: metrics on http://127.0.0.1:{metrics_server.server_port}/metrics", file=err, flush=True)
+    return metrics_server
+
+
+async def _run_until_signalled(runner: Runner, plan: Plan) -> RunOutcome:
+    """Run the plan; the first SIGINT or SIGTERM stops sending (the responses are still awaited), a second one
+    aborts."""
     loop = asyncio.get_running_loop()
     signals = 0
 
@@ -430,16 +445,17 @@ async def _run(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, *, seed:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
     try:
-        outcome = await runner.run(plan.chunks, duration_s=plan.duration_s)
+        return await runner.run(plan.chunks, duration_s=plan.duration_s)
     finally:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        if progress is not None:
-            progress.close()
-        if metrics_server is not None:
-            metrics_server.shutdown()
-            metrics_server.server_close()
+
+
+def _report(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, outcome: RunOutcome, *, seed: int,
+            out: TextIO, err: TextIO) -> int:
+    """Print the summary (and write the timeline and plot when asked); returns the exit code."""
+    from loadgen.report import plot_timeline, render_text, render_unreachable, summarize, write_timeline
 
     summary = summarize(
         outcome,

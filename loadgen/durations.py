@@ -31,13 +31,3 @@ def parse_duration_s(text: str) -> float:
     if pos != len(s) or pos == 0:
         raise ValueError(f"duration {text!r} is not like 90, 90s, 1.5m, 1h30m or 250ms")
     return total
-
-
-def format_duration_s(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 60 == 0:
-        h, rest = divmod(int(seconds), 3600)
-        return f"{h}h{rest // 60}m" if rest else f"{h}h"
-    if seconds >= 60 and seconds % 1 == 0:
-        m, s = divmod(int(seconds), 60)
-        return f"{m}m{s}s" if s else f"{m}m"
-    return f"{seconds:g}s"

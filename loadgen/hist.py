@@ -143,19 +143,11 @@ class LogLinearHistogram:
                 break
         return tuple(out)
 
-    def count_at_or_below(self, bound: int) -> int:
-        """Values whose bucket lies entirely at or below `bound` (a bucket that straddles it counts if its
-        midpoint does): for cumulative Prometheus buckets, off by at most one bucket's width."""
-        n = 0
-        for key, c in self.counts.items():
-            low, high = self.bucket_bounds(key)
-            if (low + high - 1) // 2 <= bound:
-                n += c
-        return n
-
     def cumulative_counts(self, bounds: tuple[int, ...]) -> tuple[int, ...]:
-        """count_at_or_below for each of the ascending `bounds`, in one pass over the sorted buckets (the
-        Prometheus exporter calls this from its own thread, which holds the GIL meanwhile: keep it short)."""
+        """For each of the ascending `bounds`, the values whose bucket lies at or below it (a bucket that
+        straddles a bound counts if its midpoint does: for cumulative Prometheus buckets, off by at most one
+        bucket's width), in one pass over the sorted buckets (the Prometheus exporter calls this from its own
+        thread, which holds the GIL meanwhile: keep it short)."""
         out = []
         seen = 0
         keys = sorted(self.counts)

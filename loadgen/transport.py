@@ -283,10 +283,6 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._pools: dict[tuple[bytes, str, int], _Pool] = {}
         self._closed = False
 
-    @property
-    def open_connections(self) -> int:
-        return sum(p.open for p in self._pools.values())
-
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             ctx = ssl.create_default_context()

@@ -64,12 +64,6 @@ def spec_hash(spec: api.InferenceServiceSpec) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
 
-def replica_name(service: str, ordinal: int) -> str:
-    """`<service>-r<ordinal>`: stable, short, and unique per service (ordinals are never reused while the
-    previous holder exists)."""
-    return f"{service}-r{ordinal}"
-
-
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
                 node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
                 annotations: Mapping[str, str] | None = None) -> dict[str, Any]:

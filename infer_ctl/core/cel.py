@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -757,16 +757,3 @@ def compile_expression(expression: str, variables: Iterable[str] | None = None) 
     """
     declared = None if variables is None else frozenset(variables)
     return _compile_cached(expression, declared)
-
-
-def evaluate_all(
-    programs: Sequence[CelProgram], activation: Mapping[str, object] | PreparedActivation
-) -> bool:
-    """True when every predicate holds (DRA ANDs a request's selectors); errors propagate as CelEvalError."""
-    prepared = activation if isinstance(activation, PreparedActivation) else prepare_activation(activation)
-    return all(p.evaluate_bool(prepared) for p in programs)
-
-
-def quantity_value(text: str) -> Fraction:
-    """The exact value of a quantity string (re-exported for callers that build activations)."""
-    return parse_quantity(text)

@@ -6,7 +6,7 @@
 - `request.Request` / `request_from_claim`: what one replica needs (Exclusive, MIG, Shared, or no device).
 - `framework.Engine(profile).schedule(request, state, inputs, rng) -> Decision`: filters with structured unfit
   reasons, weighted scores, device choice; `apply(...)` records a decision in the snapshot.
-- `plugins`: the filters and scores and the one registry (`build_profile`, `profile_from_policy`).
+- `plugins`: the filters and scores and the one registry (`build_profile`).
 - `frag`: FGD's fragmentation measure, the workload mix (`WorkloadMix.typical`, `observed_mix`).
 - `claims.pinned_claim(...)`: the ResourceClaim that pins the chosen devices, and the Pod's node selection.
 """

@@ -237,24 +237,6 @@ class Engine:
                                scores={k: float(v[pick]) for k, v in per_plugin.items()})
         return Decision(request.name, placement, Status(Code.SUCCESS), node, slots, partition)
 
-    def run_filters(self, request: Request, state: ClusterState, inputs: CycleInputs,
-                    rng: np.random.Generator) -> tuple[BoolArray, list[UnfitReason]]:
-        """Only the filter phase: which nodes fit, and why the others do not (for `explain`)."""
-        eligible = state.eligible(request) if request.wants_devices else _NO_DEVICES_CACHE.get(state)
-        share = state.share_needed(request) if request.sharing is Sharing.SHARED else _EMPTY
-        ctx = CycleContext(request, state, inputs, eligible, share, rng)
-        feasible = np.ones(len(state.nodes), dtype=np.bool_)
-        reasons = []
-        for plugin in self.profile.filters:
-            result = plugin.filter(ctx)
-            newly = feasible & ~result.passed
-            if newly.any():
-                ex = int(np.argmax(newly))
-                reasons.append(UnfitReason(plugin.name, result.code, int(newly.sum()),
-                                           f"{state.nodes[ex].name}: {result.explain(ex)}"))
-            feasible &= result.passed
-        return feasible, reasons
-
 
 def apply(state: ClusterState, request: Request, decision: Decision) -> None:
     """Apply a successful decision to the snapshot (what-if evaluation of the next replica)."""

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from infer_ctl.core.policy import PlacementPolicy
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix
 from infer_ctl.place.framework import (
     BoolArray,
@@ -580,11 +579,6 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {"Fragmentation": 100, "BestFit": 1, "Cac
 
 class ProfileError(ValueError):
     """A placement policy names an unknown plugin or a bad weight; the message names it."""
-
-
-def profile_from_policy(policy: PlacementPolicy, name: str = "infer-ctl") -> Profile:
-    """A Profile from the validated placement policy (infer_ctl.core.policy)."""
-    return build_profile({"filters": list(policy.filters), "scores": dict(policy.score_weights)}, name=name)
 
 
 def build_profile(config: Mapping[str, Any] | None = None, name: str = "infer-ctl") -> Profile:

@@ -54,10 +54,6 @@ class Request:
     def wants_devices(self) -> bool:
         return self.sharing is not Sharing.NONE
 
-    @property
-    def selector_key(self) -> tuple[str, tuple[str, ...], int]:
-        return (self.device_class, self.selectors, self.device_memory_bytes)
-
 
 class RequestError(ValueError):
     """A claim-shaped object that cannot be placed; the message names the field."""

@@ -36,6 +36,27 @@ def _natural_key(name: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
+def _counters_free(inventory: Inventory) -> dict[tuple[str, str, str], dict[str, Fraction]]:
+    """What is left of each counter set (driver, pool, set) after the allocated devices' consumption."""
+    free: dict[tuple[str, str, str], dict[str, Fraction]] = {k: dict(v) for k, v in inventory.counter_sets.items()}
+    for key, used in inventory.counters_used().items():
+        for cname, amount in used.items():
+            free.setdefault(key, {})[cname] = free.get(key, {}).get(cname, Fraction(0)) - amount
+    return free
+
+
+def _parent_of(dev: Device, uuid_slot: Mapping[str, tuple[int, int]],
+               set_slot: Mapping[tuple[str, str, str], tuple[int, int]]) -> tuple[int, int] | None:
+    """The slot of a partition's parent GPU: by its parentUUID, else by the first counter set it shares with one."""
+    parent = uuid_slot.get(str(dev.attribute("parentUUID", dev.id.driver) or ""))
+    if parent is None:
+        for cc in dev.consumes_counters:
+            parent = set_slot.get((dev.id.driver, dev.id.pool, cc.counter_set))
+            if parent is not None:
+                break
+    return parent
+
+
 @dataclass(frozen=True, slots=True)
 class Partition:
     """A MIG partition a replica can take: a static MIG device or a partitionable device (with counters)."""
@@ -68,6 +89,33 @@ class ClusterState:
         self.version = np.zeros(n_nodes, dtype=np.int64)
 
         # Whole GPUs (anything that is not a MIG partition and not a partitionable slice of a GPU).
+        per_node, partitions_raw = self._split_devices(inventory)
+        width = max((len(v) for v in per_node.values()), default=0)
+        self.width = width
+        self.slot_device: list[list[Device | None]] = [[None] * width for _ in range(n_nodes)]
+        self.exists = np.zeros((n_nodes, width), dtype=np.bool_)
+        self.free_milli = np.zeros((n_nodes, width), dtype=np.int64)
+        self.device_memory = np.zeros((n_nodes, width), dtype=np.int64)
+        self.product = np.full((n_nodes, width), -1, dtype=np.int64)
+        self.slot_of: dict[DeviceId, tuple[int, int]] = {}
+        self.products, uuid_slot = self._fill_slots(inventory, per_node)
+        first = self.product[:, :1] if width else np.zeros((n_nodes, 1), dtype=np.int64)
+        self.single_product = ((self.product == first) | ~self.exists).all(axis=1)
+
+        # MIG partitions and their parent GPU (by parentUUID, else by the counter set they share).
+        self.partitions: list[Partition] = []
+        self.partition_taken: list[bool] = []
+        self.counters_free = _counters_free(inventory)
+        self.partitioned = np.zeros((n_nodes, width), dtype=np.bool_)
+        self._add_partitions(inventory, partitions_raw, uuid_slot)
+        # Slots grouped by identical capacity (and request policy, sharing flag): a share is computed per group.
+        self._capacity_group, self._capacity_examples = self._capacity_groups()
+        self._eligible_cache: dict[tuple[object, ...], EligibleDevices] = {}
+        self._share_cache: dict[tuple[tuple[str, Fraction], ...], IntArray] = {}
+
+    def _split_devices(self, inventory: Inventory) -> tuple[dict[int, list[Device]], list[Device]]:
+        """The devices of known nodes: whole GPUs by node, and the partitions (MIG devices, and partitionable
+        devices that take less than their counter set)."""
         per_node: dict[int, list[Device]] = defaultdict(list)
         partitions_raw: list[Device] = []
         for dev in inventory.devices:
@@ -78,16 +126,13 @@ class ClusterState:
                 partitions_raw.append(dev)
             else:
                 per_node[node].append(dev)
-        width = max((len(v) for v in per_node.values()), default=0)
-        self.width = width
-        self.slot_device: list[list[Device | None]] = [[None] * width for _ in range(n_nodes)]
-        self.exists = np.zeros((n_nodes, width), dtype=np.bool_)
-        self.free_milli = np.zeros((n_nodes, width), dtype=np.int64)
-        self.device_memory = np.zeros((n_nodes, width), dtype=np.int64)
-        self.product = np.full((n_nodes, width), -1, dtype=np.int64)
-        self.products: list[str] = []
+        return per_node, partitions_raw
+
+    def _fill_slots(self, inventory: Inventory,
+                    per_node: Mapping[int, Sequence[Device]]) -> tuple[list[str], dict[str, tuple[int, int]]]:
+        """Lay the whole GPUs out as slots (in natural name order per node) with their product, memory and free
+        share; returns the product names (by id) and the slot of each GPU UUID."""
         product_ids: dict[str, int] = {}
-        self.slot_of: dict[DeviceId, tuple[int, int]] = {}
         uuid_slot: dict[str, tuple[int, int]] = {}
         for node, devs in per_node.items():
             for slot, dev in enumerate(sorted(devs, key=lambda d: _natural_key(d.id.name))):
@@ -104,35 +149,22 @@ class ClusterState:
                 self.free_milli[node, slot] = _free_milli(dev, free.capacity_free) if free.allocatable else 0
                 if free.exclusive_free:
                     self.free_milli[node, slot] = MILLI
-        self.products = [p for p, _ in sorted(product_ids.items(), key=lambda kv: kv[1])]
-        first = self.product[:, :1] if width else np.zeros((n_nodes, 1), dtype=np.int64)
-        self.single_product = ((self.product == first) | ~self.exists).all(axis=1)
+        products = [p for p, _ in sorted(product_ids.items(), key=lambda kv: kv[1])]
+        return products, uuid_slot
 
-        # MIG partitions and their parent GPU (by parentUUID, else by the counter set they share).
+    def _add_partitions(self, inventory: Inventory, partitions_raw: Sequence[Device],
+                        uuid_slot: Mapping[str, tuple[int, int]]) -> None:
+        """Record each partition with its parent GPU's slot; a taken partition makes its parent unusable whole."""
         set_slot: dict[tuple[str, str, str], tuple[int, int]] = {}
         for dev_id, (node, slot) in self.slot_of.items():
             whole = self.slot_device[node][slot]
             assert whole is not None
             for cc in whole.consumes_counters:
                 set_slot[(dev_id.driver, dev_id.pool, cc.counter_set)] = (node, slot)
-        self.partitions: list[Partition] = []
-        self.partition_taken: list[bool] = []
         allocated = {a.device for a in inventory.allocations}
-        self.counters_free: dict[tuple[str, str, str], dict[str, Fraction]] = {
-            k: dict(v) for k, v in inventory.counter_sets.items()}
-        for key, used in inventory.counters_used().items():
-            for cname, amount in used.items():
-                self.counters_free.setdefault(key, {})[cname] = self.counters_free.get(key, {}).get(
-                    cname, Fraction(0)) - amount
-        self.partitioned = np.zeros((n_nodes, width), dtype=np.bool_)
         for dev in sorted(partitions_raw, key=lambda d: (d.node_name, _natural_key(d.id.name))):
             node = self.node_index[dev.node_name]
-            parent = uuid_slot.get(str(dev.attribute("parentUUID", dev.id.driver) or ""))
-            if parent is None:
-                for cc in dev.consumes_counters:
-                    parent = set_slot.get((dev.id.driver, dev.id.pool, cc.counter_set))
-                    if parent is not None:
-                        break
+            parent = _parent_of(dev, uuid_slot, set_slot)
             parent_slot = parent[1] if parent is not None and parent[0] == node else -1
             self.partitions.append(Partition(dev, node, parent_slot, dev.memory_bytes,
                                              str(dev.attribute("profile", dev.id.driver) or "")))
@@ -141,12 +173,15 @@ class ClusterState:
             if taken and parent_slot >= 0:
                 self.partitioned[node, parent_slot] = True
                 self.free_milli[node, parent_slot] = 0
-        # Slots grouped by identical capacity (and request policy, sharing flag): a share is computed per group.
-        self._capacity_group = np.full((n_nodes, width), -1, dtype=np.int64)
-        self._capacity_examples: list[Device] = []
+
+    def _capacity_groups(self) -> tuple[IntArray, list[Device]]:
+        """Each slot's group of identical capacity (-1: no device), and one example device per group."""
+        n_nodes = len(self.nodes)
+        capacity_group = np.full((n_nodes, self.width), -1, dtype=np.int64)
+        examples: list[Device] = []
         groups: dict[tuple[object, ...], int] = {}
         for node in range(n_nodes):
-            for slot in range(width):
+            for slot in range(self.width):
                 slot_dev = self.slot_device[node][slot]
                 if slot_dev is None:
                     continue
@@ -154,11 +189,10 @@ class ClusterState:
                        tuple(sorted((k, v.value, v.request_policy) for k, v in slot_dev.capacity.items())))
                 group = groups.get(sig)
                 if group is None:
-                    group = groups[sig] = len(self._capacity_examples)
-                    self._capacity_examples.append(slot_dev)
-                self._capacity_group[node, slot] = group
-        self._eligible_cache: dict[tuple[object, ...], EligibleDevices] = {}
-        self._share_cache: dict[tuple[tuple[str, Fraction], ...], IntArray] = {}
+                    group = groups[sig] = len(examples)
+                    examples.append(slot_dev)
+                capacity_group[node, slot] = group
+        return capacity_group, examples
 
     @staticmethod
     def from_inventory(inventory: Inventory) -> ClusterState:

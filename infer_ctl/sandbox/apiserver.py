@@ -314,23 +314,8 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             if method == "PATCH":
                 return await self._serve_patch(request, rt, ns, name, "status")
         elif subresource == "scale" and rt.scale is not None:
-            if method == "GET":
-                return _json(self.store.scale_of(rt, self.store.get(rt, ns, name)))
-            if method == "PUT":
-                return _json(self.store.update_scale(rt, ns, name, self._body(request), check_rv=True))
-            if method == "PATCH":
-                from infer_ctl.sandbox import patch as patching
-
-                current = self.store.scale_of(rt, self.store.get(rt, ns, name))
-                body = self._body(request)
-                try:
-                    if raw.content_type == "application/json-patch+json":
-                        patched = patching.json_patch(current, body)
-                    else:
-                        patched = patching.merge_patch(current, body)
-                except patching.PatchError as e:
-                    raise ApiError(e.status, "Invalid" if e.status == 422 else "BadRequest", str(e)) from None
-                return _json(self.store.update_scale(rt, ns, name, patched, check_rv=False))
+            if method in ("GET", "PUT", "PATCH"):
+                return self._serve_scale(request, rt, ns, name, method)
         elif subresource == "binding" and method == "POST":
             body = self._body(request)
             target = (body.get("target") or {}).get("name") if isinstance(body, Mapping) else None
@@ -347,6 +332,28 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             obj, warnings = self.store.update(rt, ns, name, self._body(request))
             return _json(obj)
         raise _method_not_allowed(method)
+
+    def _serve_scale(self, request: rendering.Request, rt: ResourceType, ns: str | None, name: str,
+                     method: str) -> aiohttp.web.StreamResponse:
+        """GET, PUT or PATCH of the scale subresource."""
+        if method == "GET":
+            return _json(self.store.scale_of(rt, self.store.get(rt, ns, name)))
+        if method == "PUT":
+            return _json(self.store.update_scale(rt, ns, name, self._body(request), check_rv=True))
+        from infer_ctl.sandbox import patch as patching
+
+        raw = request._raw_request
+        assert raw is not None
+        current = self.store.scale_of(rt, self.store.get(rt, ns, name))
+        body = self._body(request)
+        try:
+            if raw.content_type == "application/json-patch+json":
+                patched = patching.json_patch(current, body)
+            else:
+                patched = patching.merge_patch(current, body)
+        except patching.PatchError as e:
+            raise ApiError(e.status, "Invalid" if e.status == 422 else "BadRequest", str(e)) from None
+        return _json(self.store.update_scale(rt, ns, name, patched, check_rv=False))
 
     def _body(self, request: rendering.Request, *, yaml_ok: bool = False) -> Any:
         if request.data is not None:

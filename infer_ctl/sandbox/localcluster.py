@@ -41,7 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,13 +369,6 @@ class LocalCluster:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
-
-
-@contextlib.contextmanager
-def local_cluster(workdir: Path | None = None, **kwargs: Any) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(workdir, **kwargs)
-    with cluster:
-        yield cluster
 
 
 def copy_logs(cluster: LocalCluster, dest: Path) -> None:

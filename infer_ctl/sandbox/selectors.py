@@ -128,20 +128,6 @@ def parse_label_selector(text: str | None) -> LabelSelector:
     return LabelSelector(tuple(requirements))
 
 
-def selector_from_label_selector_object(obj: Mapping[str, Any] | None) -> LabelSelector:
-    """A `metav1.LabelSelector` (`matchLabels`, `matchExpressions`) as a predicate; None matches nothing."""
-    if obj is None:
-        return LabelSelector((Requirement("", "in", ()),))
-    requirements = [Requirement(k, "=", (str(v),)) for k, v in (obj.get("matchLabels") or {}).items()]
-    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
-    for expr in obj.get("matchExpressions") or []:
-        op = ops.get(str(expr.get("operator")))
-        if op is None:
-            raise SelectorError(f"unknown matchExpressions operator {expr.get('operator')!r}")
-        requirements.append(Requirement(str(expr.get("key")), op, tuple(str(v) for v in expr.get("values") or ())))
-    return LabelSelector(tuple(requirements))
-
-
 # Fields each kind supports in field selectors, as registered by kube-apiserver's strategies.
 # metadata.name and metadata.namespace are supported by every kind.
 _FIELDS_BY_KIND: dict[str, frozenset[str]] = {

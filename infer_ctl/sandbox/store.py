@@ -370,36 +370,9 @@ class Store:
                validate: bool = False, field_validation: str = "Warn", dry_run: bool = False,
                keep_status: bool = False) -> tuple[Obj, list[str]]:
         """Create from a client body. `validate=False` is for trusted in-process writers (cluster loader)."""
-        if not isinstance(body, Mapping):
-            raise bad_request("the body of the request was not a JSON object")
-        obj: Obj = copy.deepcopy(dict(body))
-        meta = obj.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise invalid(rt, "", [FieldError("metadata", "must be an object", "FieldValueTypeInvalid")])
-        obj["apiVersion"], obj["kind"] = obj.get("apiVersion") or rt.api_version, obj.get("kind") or rt.kind
-        if obj["apiVersion"] != rt.api_version or obj["kind"] != rt.kind:
-            raise bad_request(f"the API version in the data ({obj['apiVersion']}) and kind ({obj['kind']}) do not "
-                              f"match the resource {rt.group_resource}/{rt.version} ({rt.kind})")
-        if rt.namespaced:
-            body_ns = meta.get("namespace")
-            if namespace is None:
-                namespace = body_ns
-            if not namespace:
-                raise bad_request("an empty namespace may not be set during creation")
-            if body_ns and body_ns != namespace:
-                raise bad_request("the namespace of the provided object does not match the namespace sent on the "
-                                  "request")
-            meta["namespace"] = namespace
-            ns_obj = self._peek(self.type("", "v1", "namespaces"), None, namespace)
-            if ns_obj is None:
-                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                               details={"name": namespace, "kind": "namespaces"})
-            if ns_obj["metadata"].get("deletionTimestamp"):
-                raise ApiError(403, "Forbidden", f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to '
-                                                 f'create new content in namespace {namespace} because it is '
-                                                 'being terminated')
-        else:
-            meta.pop("namespace", None)
+        obj = _new_object(rt, body)
+        meta = obj["metadata"]
+        namespace = self._creation_namespace(rt, namespace, meta)
         if not meta.get("name") and meta.get("generateName"):
             suffix = "".join(self.rng.choice(string.ascii_lowercase + "0123456789") for _ in range(5))
             meta["name"] = f"{meta['generateName']}{suffix}"
@@ -418,6 +391,41 @@ class Store:
             self._admit_pod_priority(obj)
         if dry_run:
             return obj, warnings
+        self._insert(rt, namespace, name, obj)
+        refs = meta.get("ownerReferences") or []
+        if validate and refs and not any(self.exists_uid(str(r.get("uid"))) for r in refs):
+            # The garbage collector deletes a dependent none of whose owners exist (kube does it moments later).
+            self._gc_delete(rt, obj, "Background")
+        return obj, warnings
+
+    def _creation_namespace(self, rt: ResourceType, namespace: str | None, meta: dict[str, Any]) -> str | None:
+        """The namespace a new object goes in: the request's, else the body's; it must agree with the body's,
+        exist and not be terminating. A cluster-scoped object loses any namespace its body names."""
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return namespace
+        body_ns = meta.get("namespace")
+        if namespace is None:
+            namespace = body_ns
+        if not namespace:
+            raise bad_request("an empty namespace may not be set during creation")
+        if body_ns and body_ns != namespace:
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the "
+                              "request")
+        meta["namespace"] = namespace
+        ns_obj = self._peek(self.type("", "v1", "namespaces"), None, namespace)
+        if ns_obj is None:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
+                           details={"name": namespace, "kind": "namespaces"})
+        if ns_obj["metadata"].get("deletionTimestamp"):
+            raise ApiError(403, "Forbidden", f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to '
+                                             f'create new content in namespace {namespace} because it is '
+                                             'being terminated')
+        return namespace
+
+    def _insert(self, rt: ResourceType, namespace: str | None, name: str, obj: Obj) -> None:
+        """Store a new, admitted object: the server's metadata, then the ADDED event."""
+        meta = obj["metadata"]
         meta["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = rfc3339(self.clock())
         if has_generation(rt):
@@ -429,11 +437,6 @@ class Store:
         self._uids[meta["uid"]] = (rt.key, key)
         self._commit(rt, "ADDED", obj, None)
         self._after_write(rt, obj, None)
-        refs = meta.get("ownerReferences") or []
-        if validate and refs and not any(self.exists_uid(str(r.get("uid"))) for r in refs):
-            # The garbage collector deletes a dependent none of whose owners exist (kube does it moments later).
-            self._gc_delete(rt, obj, "Background")
-        return obj, warnings
 
     def _default_builtin(self, rt: ResourceType, obj: Obj) -> None:
         """The defaults kube-apiserver's registry strategies fill in that clients rely on."""
@@ -870,6 +873,22 @@ def has_generation(rt: ResourceType) -> bool:
 def delete_returns_object(rt: ResourceType) -> bool:
     """Whether kube-apiserver answers an immediate DELETE of this kind with the object (else a Status)."""
     return rt.crd is None and rt.key in _DELETE_RETURNS_OBJECT
+
+
+def _new_object(rt: ResourceType, body: Mapping[str, Any]) -> Obj:
+    """A copy of a create request's body with a metadata object, and apiVersion and kind filled in and checked
+    against the resource the request was sent to."""
+    if not isinstance(body, Mapping):
+        raise bad_request("the body of the request was not a JSON object")
+    obj: Obj = copy.deepcopy(dict(body))
+    meta = obj.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise invalid(rt, "", [FieldError("metadata", "must be an object", "FieldValueTypeInvalid")])
+    obj["apiVersion"], obj["kind"] = obj.get("apiVersion") or rt.api_version, obj.get("kind") or rt.kind
+    if obj["apiVersion"] != rt.api_version or obj["kind"] != rt.kind:
+        raise bad_request(f"the API version in the data ({obj['apiVersion']}) and kind ({obj['kind']}) do not "
+                          f"match the resource {rt.group_resource}/{rt.version} ({rt.kind})")
+    return obj
 
 
 def _drop_empty_meta(meta: Obj) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core.api import Preset
+from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.plot import plot_results
 from infer_ctl.sim.reference import HindsightBest, best_peak_hold_in_hindsight, cheapest_constant_fleet
 from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
@@ -165,7 +166,7 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--azure", default="../shared/data/traces/AzureLLMInferenceTrace_code.csv")
     ap.add_argument("--bank", default="../shared/data/traces/bank_calls_5min.csv")
@@ -208,13 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         "one the targets are judged on, the others are extra rows named infer-ctl/<preset>",
     )
     ap.add_argument("--bank-presets", default="balanced", help="the same for bank_calls")
-    args = ap.parse_args(argv)
-    hindsight = {s for s in args.hindsight.split(",") if s}
+    return ap.parse_args(argv)
+
+
+# A scenario: name, trace, rate scale, tick (s), scored from (s).
+Scenario = tuple[str, Trace, float, float, float]
+
+
+def _scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """The scenarios `--scenarios` names, in the order azure (and azure-after-warmup), bank, step."""
     wanted = set(args.scenarios.split(","))
-    plot_dir = Path(args.plot_dir) if args.plot_dir else None
-    if plot_dir:
-        plot_dir.mkdir(parents=True, exist_ok=True)
-    scenarios: list[tuple[str, Trace, float, float, float]] = []
+    scenarios: list[Scenario] = []
     if "azure" in wanted:
         azure = load_trace(args.azure, "azure-llm")
         scenarios.append(("azure", azure, args.azure_scale, 5.0, 0.0))
@@ -227,86 +232,124 @@ def main(argv: list[str] | None = None) -> int:
         scenarios.append(("bank", bank, args.bank_scale, args.bank_tick_s, 0.0))
     if "step" in wanted:
         scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0, 0.0))
+    return scenarios
+
+
+def _run_seeds(scenario: Scenario, settings: ScenarioSettings, presets: list[Preset], seeds: list[int],
+               start: str) -> list[list[SimResult]]:
+    """Every policy on each seed, and infer-ctl on each further preset as a row `infer-ctl/<preset>` before the
+    oracle's."""
+    _, trace, scale, tick, warmup_s = scenario
+    per_seed = [
+        run_policies(
+            trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start,
+            seed=seed,
+        )
+        for seed in seeds
+    ]
+    for preset in presets[1:]:
+        tuned = with_preset(settings, preset)
+        for seed, seed_results in zip(seeds, per_seed, strict=True):
+            extra = run_policies(
+                trace, ("infer-ctl",), tuned, tick_s=tick, rate_scale=scale, score_from_s=warmup_s,
+                start=start, seed=seed,
+            )[0]
+            seed_results.insert(-1, replace(extra, policy=f"infer-ctl/{preset.value}"))
+    return per_seed
+
+
+def _print_hindsight(scenario: Scenario, settings: ScenarioSettings, *, seeds: list[int], start: str,
+                     initial: int, arrivals: FloatArray, oracle: SimResult) -> HindsightBest:
+    """The cheapest peak-hold rule tuned in hindsight on the first seed, and that rule over every seed."""
+    _, trace, scale, tick, warmup_s = scenario
+    best = best_peak_hold_in_hindsight(
+        arrivals, settings.model, SimConfig(tick_s=tick, score_from_s=warmup_s), initial
+    )
+    print(hindsight_line(best, oracle))
+    if best.cheapest_rule is not None and len(seeds) > 1:
+        # the rule tuned on the first seed, over every seed, as infer-ctl's figures are
+        runs = []
+        for seed in seeds:
+            arr = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seed))
+            runs.append(simulate(
+                arr, best.cheapest_rule, settings.model,
+                SimConfig(tick_s=tick, seed=seed, score_from_s=warmup_s),
+                initial_replicas=initial_replicas(arr, tick, settings.model, start),
+            ))
+        gpu = float(np.mean([r.gpu_hours for r in runs]))
+        print(
+            f"    the same rule over seeds {','.join(map(str, seeds))}: "
+            f"{np.mean([r.slo_attainment for r in runs]):.2%} (lowest "
+            f"{min(r.slo_attainment for r in runs):.2%}) at {gpu:.1f} GPU-h "
+            f"({gpu / oracle.gpu_hours:.2f} x the oracle's)"
+        )
+    return best
+
+
+def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, cold: float,
+                  constant: SimResult | None, hindsight: set[str], plot_dir: Path | None) -> None:
+    """One scenario with one start protocol and cold start: the table, the references and the verdict."""
+    name, trace, scale, tick, warmup_s = scenario
+    seeds = parse_seeds(args.bank_seeds if name == "bank" else args.seeds)
+    presets = parse_presets(args.bank_presets if name == "bank" else args.presets)
+    settings = with_preset(default_settings(cold), presets[0])
+    t0 = time.perf_counter()
+    per_seed = _run_seeds(scenario, settings, presets, seeds, start)
+    results, lowest = aggregate(per_seed)
+    met = sum(1 for rs in per_seed for r in rs if r.policy == "infer-ctl" and r.slo_attainment >= 0.99)
+    arrivals = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0]))
+    initial = initial_replicas(arrivals, tick, settings.model, start)
+    scored = f", scored after {warmup_s:.0f} s" if warmup_s else ""
+    print(
+        f"{name}: {trace.name} x{scale:g}, {trace.duration_s / 86400:.2f} days{scored}, tick {tick:g} s, "
+        f"cold start {cold:.0f} s, start {start} ({initial} ready replicas at t=0, no history; "
+        f"wall {time.perf_counter() - t0:.0f} s)"
+    )
+    if len(seeds) > 1:
+        print(
+            f"  means over seeds {','.join(map(str, seeds))}; infer-ctl reached 99% in {met} of "
+            f"{len(seeds)}; the references are seed {seeds[0]}'s"
+        )
+    print("\n".join(table(results, lowest if len(seeds) > 1 else None)))
+    oracle = next((r for r in results if r.policy == "oracle"), None)
+    if constant is not None and oracle is not None and oracle.gpu_hours > 0:
+        print(
+            f"  reference: the cheapest constant fleet at >= 99% is {constant.policy.split('-')[1]} replicas, "
+            f"{constant.slo_attainment:.2%} at {constant.gpu_hours:.1f} GPU-h "
+            f"({constant.gpu_hours / oracle.gpu_hours:.2f} x the oracle's)"
+        )
+    best = None
+    if name in hindsight and oracle is not None and oracle.gpu_hours > 0:
+        best = _print_hindsight(scenario, settings, seeds=seeds, start=start, initial=initial, arrivals=arrivals,
+                                oracle=oracle)
+    print("\n".join(verdict(results, best)), flush=True)
+    if plot_dir:
+        plot_results(
+            results,
+            plot_dir / f"{name}-{cold:.0f}s-{start}.png",
+            f"{name} x{scale:g}, cold start {cold:.0f} s",
+            settings.model.target_rps_per_replica,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    hindsight = {s for s in args.hindsight.split(",") if s}
+    plot_dir = Path(args.plot_dir) if args.plot_dir else None
+    if plot_dir:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    scenarios = _scenarios(args)
     starts = [s for s in args.starts.split(",") if s]
-    for name, trace, scale, tick, warmup_s in scenarios:
+    for scenario in scenarios:
+        name, trace, scale, tick, warmup_s = scenario
         seeds = parse_seeds(args.bank_seeds if name == "bank" else args.seeds)
         constant = cheapest_constant_fleet(
             arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0])), default_settings().model, tick,
             warmup_s,
         )
         for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",")):
-            settings = with_preset(default_settings(cold), parse_presets(
-                args.bank_presets if name == "bank" else args.presets)[0])
-            t0 = time.perf_counter()
-            per_seed = [
-                run_policies(
-                    trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start,
-                    seed=seed,
-                )
-                for seed in seeds
-            ]
-            for preset in parse_presets(args.bank_presets if name == "bank" else args.presets)[1:]:
-                tuned = with_preset(settings, preset)
-                for seed, seed_results in zip(seeds, per_seed, strict=True):
-                    extra = run_policies(
-                        trace, ("infer-ctl",), tuned, tick_s=tick, rate_scale=scale, score_from_s=warmup_s,
-                        start=start, seed=seed,
-                    )[0]
-                    seed_results.insert(-1, replace(extra, policy=f"infer-ctl/{preset.value}"))
-            results, lowest = aggregate(per_seed)
-            met = sum(1 for rs in per_seed for r in rs if r.policy == "infer-ctl" and r.slo_attainment >= 0.99)
-            arrivals = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0]))
-            initial = initial_replicas(arrivals, tick, settings.model, start)
-            scored = f", scored after {warmup_s:.0f} s" if warmup_s else ""
-            print(
-                f"{name}: {trace.name} x{scale:g}, {trace.duration_s / 86400:.2f} days{scored}, tick {tick:g} s, "
-                f"cold start {cold:.0f} s, start {start} ({initial} ready replicas at t=0, no history; "
-                f"wall {time.perf_counter() - t0:.0f} s)"
-            )
-            if len(seeds) > 1:
-                print(
-                    f"  means over seeds {','.join(map(str, seeds))}; infer-ctl reached 99% in {met} of "
-                    f"{len(seeds)}; the references are seed {seeds[0]}'s"
-                )
-            print("\n".join(table(results, lowest if len(seeds) > 1 else None)))
-            oracle = next((r for r in results if r.policy == "oracle"), None)
-            if constant is not None and oracle is not None and oracle.gpu_hours > 0:
-                print(
-                    f"  reference: the cheapest constant fleet at >= 99% is {constant.policy.split('-')[1]} replicas, "
-                    f"{constant.slo_attainment:.2%} at {constant.gpu_hours:.1f} GPU-h "
-                    f"({constant.gpu_hours / oracle.gpu_hours:.2f} x the oracle's)"
-                )
-            best = None
-            if name in hindsight and oracle is not None and oracle.gpu_hours > 0:
-                best = best_peak_hold_in_hindsight(
-                    arrivals, settings.model, SimConfig(tick_s=tick, score_from_s=warmup_s), initial
-                )
-                print(hindsight_line(best, oracle))
-                if best.cheapest_rule is not None and len(seeds) > 1:
-                    # the rule tuned on the first seed, over every seed, as infer-ctl's figures are
-                    runs = []
-                    for seed in seeds:
-                        arr = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seed))
-                        runs.append(simulate(
-                            arr, best.cheapest_rule, settings.model,
-                            SimConfig(tick_s=tick, seed=seed, score_from_s=warmup_s),
-                            initial_replicas=initial_replicas(arr, tick, settings.model, start),
-                        ))
-                    gpu = float(np.mean([r.gpu_hours for r in runs]))
-                    print(
-                        f"    the same rule over seeds {','.join(map(str, seeds))}: "
-                        f"{np.mean([r.slo_attainment for r in runs]):.2%} (lowest "
-                        f"{min(r.slo_attainment for r in runs):.2%}) at {gpu:.1f} GPU-h "
-                        f"({gpu / oracle.gpu_hours:.2f} x the oracle's)"
-                    )
-            print("\n".join(verdict(results, best)), flush=True)
-            if plot_dir:
-                plot_results(
-                    results,
-                    plot_dir / f"{name}-{cold:.0f}s-{start}.png",
-                    f"{name} x{scale:g}, cold start {cold:.0f} s",
-                    settings.model.target_rps_per_replica,
-                )
+            _run_scenario(args, scenario, start=start, cold=cold, constant=constant, hindsight=hindsight,
+                          plot_dir=plot_dir)
     return 0
 
 

@@ -22,6 +22,17 @@ def histogram_of(values: list[int], bits: int = 10) -> LogLinearHistogram:
     return h
 
 
+def count_at_or_below(h: LogLinearHistogram, bound: int) -> int:
+    """The slow, obvious reference for `cumulative_counts`: the values whose bucket's midpoint is at or below
+    `bound`, one bound at a time."""
+    n = 0
+    for key, c in h.counts.items():
+        low, high = h.bucket_bounds(key)
+        if (low + high - 1) // 2 <= bound:
+            n += c
+    return n
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     values=st.lists(st.integers(min_value=0, max_value=2**40), min_size=1, max_size=400),
@@ -85,8 +96,7 @@ def test_the_worked_example_of_the_module_docstring_holds() -> None:
 def test_cumulative_counts_for_prometheus_buckets_are_monotonic_and_end_at_the_total() -> None:
     h = histogram_of([100, 1_000, 10_000, 100_000, 1_000_000])
     bounds = [500, 5_000, 50_000, 500_000, 5_000_000]
-    counts = [h.count_at_or_below(b) for b in bounds]
-    assert counts == [1, 2, 3, 4, 5]
+    assert h.cumulative_counts(tuple(bounds)) == (1, 2, 3, 4, 5)
 
 
 @pytest.mark.parametrize("bits", [1, 21], ids=["one significant bit is refused", "21 bits are refused"])
@@ -111,4 +121,4 @@ def test_a_reset_histogram_is_empty_and_records_afresh() -> None:
 def test_cumulative_counts_in_one_pass_equal_counting_each_bound_alone(values: list[int], bounds: list[int]) -> None:
     h = histogram_of(values)
     ordered = tuple(sorted(bounds))
-    assert h.cumulative_counts(ordered) == tuple(h.count_at_or_below(b) for b in ordered)
+    assert h.cumulative_counts(ordered) == tuple(count_at_or_below(h, b) for b in ordered)

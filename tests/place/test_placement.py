@@ -159,12 +159,14 @@ def test_a_cordoned_node_and_an_untolerated_taint_are_filtered(b: Any) -> None:
     decision, _ = place(inv, exclusive())
     assert decision.placement is not None and decision.placement.node == "n3"
     tolerant = exclusive(pod_tolerations=(Toleration("dedicated", "Equal", "training", "NoSchedule"),))
-    state = ClusterState.from_inventory(inv)
-    feasible, reasons = Engine(build_profile()).run_filters(exclusive(), state, CycleInputs(),
-                                                            np.random.default_rng(0))
-    assert {r.code for r in reasons} == {"NodeUnschedulable", "TaintNotTolerated"}
-    feasible, _ = Engine(build_profile()).run_filters(tolerant, state, CycleInputs(), np.random.default_rng(0))
-    assert feasible.tolist() == [False, True, True]
+    without_n3 = Inventory.build(nodes=[b.node("n1", unschedulable=True), b.node("n2", taints=[taint])],
+                                 slices=[b.slice(n, [b.gpu(f"{n}-g")]) for n in ("n1", "n2")],
+                                 device_classes=[b.device_class()])
+    decision, _ = place(without_n3, exclusive())
+    assert decision.placement is None
+    assert {r.code for r in decision.status.reasons} == {"NodeUnschedulable", "TaintNotTolerated"}
+    decision, _ = place(without_n3, tolerant)
+    assert decision.placement is not None and decision.placement.node == "n2"
 
 
 def test_a_device_taint_excludes_the_device_unless_the_request_tolerates_it(b: Any) -> None:
@@ -353,10 +355,10 @@ def test_the_policy_file_builds_a_profile() -> None:
     import yaml
 
     from infer_ctl.core.policy import parse_placement_policy
-    from infer_ctl.place.plugins import profile_from_policy
 
     doc = yaml.safe_load((Path(__file__).parents[2] / "policies" / "placement.yaml").read_text())
-    profile = profile_from_policy(parse_placement_policy(doc))
+    policy = parse_placement_policy(doc)
+    profile = build_profile({"filters": list(policy.filters), "scores": dict(policy.score_weights)})
     assert {p.name for p, _ in profile.scores} >= {"Fragmentation", "BestFit"}
 
 
