@@ -165,6 +165,7 @@ class Reconciler:
         return check
 
     async def close(self) -> None:
+        await self.view.close()
         await self._http.aclose()
 
     def forget(self, uid: str, namespace: str, name: str) -> None:

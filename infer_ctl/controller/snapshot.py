@@ -1,26 +1,35 @@
-"""The cluster as placement sees it: one snapshot shared by every service's cycle, refreshed when it is old.
+"""The cluster as placement sees it: watch-fed caches, and one snapshot shared by every service's cycle.
 
-Listing every Node, ResourceSlice, DeviceClass, ResourceClaim and Pod and parsing them into an `Inventory`
-is the expensive part of placing a replica (on the 60-node, 352-GPU sandbox: tens of milliseconds of JSON and
-hundreds of parsing). Doing it once per service made 100 services, applied at once, queue for a minute. So the
-snapshot is shared, like kube-scheduler's cache:
+The controller reads the cluster as kube-scheduler and Kueue do, from watches, not by polling: an informer
+(`infer_ctl.kube.informer`) per resource lists it once and then follows its watch. Nodes, ResourceSlices,
+DeviceClasses, ResourceClaims and Pods are watched cluster-wide (any namespace's claim may hold a device);
+PodGroups, ResourceClaimTemplates and Kueue Workloads once the cluster serves their APIs (asked once a minute).
+Each service's own Pods and claims (`owned`) are read from the same caches by label, so a control cycle makes
+no read request at all in the steady state.
 
-- it is refreshed (listed and parsed again) when it is older than `max_age_s`, and only under the placement
-  lock, so that no service places on a snapshot another is refreshing;
-- between refreshes, every placement is applied to the snapshot's `ClusterState` as it is made (the engine's
+Parsing the caches into an `Inventory` is the expensive part of placing a replica (on the 60-node, 352-GPU
+sandbox: tens of milliseconds of parsing), so the snapshot is shared, like kube-scheduler's cache:
+
+- it is rebuilt from the caches when they changed since it was built and it is older than `max_age_s` (a
+  cluster with no change keeps its snapshot), and only under the placement lock, so that no service places on a
+  snapshot another is rebuilding;
+- between rebuilds, every placement is applied to the snapshot's `ClusterState` as it is made (the engine's
   "assume"), so the next service sees the devices the previous one took;
 - claims this controller placed and the scheduler has not allocated yet are counted with the devices they pin
-  (the assume cache of kube-scheduler), or two replicas placed across a refresh could pin one device; this holds
+  (the assume cache of kube-scheduler), or two replicas placed across a rebuild could pin one device; this holds
   from the placement on, so the claims and Pods are written outside the lock, and services write in parallel.
+  A pin ends when the cache shows its claim allocated, or gone after the cache had shown it (deleted), or when
+  the cache has not shown it `PIN_UNSEEN_S` after it was created (deleted before its event arrived).
 
-What the snapshot can miss is what others did since it was taken (another controller's or a user's claims,
-at most `max_age_s` old): the scheduler then refuses the Pod, the replica stays unschedulable, and the cycle
-places it again (`stuck` in `infer_ctl.engine.replicas`).
+What the snapshot can miss is what others did since it was built (at most `max_age_s` plus the watch's delay):
+the scheduler then refuses the Pod, the replica stays unschedulable, and the cycle places it again (`stuck` in
+`infer_ctl.engine.replicas`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +48,11 @@ from infer_ctl.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     KubeClient,
+    KubeError,
     Resource,
 )
 from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
+from infer_ctl.kube.informer import Informer
 from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix, observed_mix
 from infer_ctl.place.framework import CycleInputs
@@ -51,6 +62,7 @@ from infer_ctl.place.state import MILLI, ClusterState
 log = logging.getLogger(__name__)
 
 API_RECHECK_S = 60.0  # how often to ask whether the cluster serves PodGroups and Kueue Workloads
+PIN_UNSEEN_S = 30.0  # a created claim the cache has not shown for this long was deleted before its event came
 
 
 @dataclass
@@ -81,18 +93,26 @@ class Snapshot:
 
 @dataclass
 class ClusterView:
-    """The shared, periodically refreshed snapshot. Use it under `lock`."""
+    """The watch-fed caches and the shared snapshot built from them. Call `current()` holding `lock`; `close()`
+    stops the watches."""
 
     kube: KubeClient
     max_age_s: float = 1.0
     call: Callable[..., Awaitable[Any]] | None = None  # runs a blocking client call (default: a worker thread)
+    sync_timeout_s: float = 30.0
+    watch_timeout_s: float = 300.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    refreshes: int = 0
+    refreshes: int = 0  # snapshots built
     _snapshot: Snapshot | None = None
-    # Devices pinned by claims this controller placed that the scheduler has not allocated yet, and when each
-    # claim was created (None: its creation is still under way).
+    _informers: dict[Resource, Informer] = field(default_factory=dict)
+    _tasks: dict[Resource, asyncio.Task[None]] = field(default_factory=dict)
+    _changes: int = 0  # changes the caches saw
+    _built_from: int = -1  # the change count the snapshot was built from
+    # Devices pinned by claims this controller placed that the scheduler has not allocated yet; when each claim
+    # was created (None: its creation is still under way), and whether the cache has shown it.
     _pinned: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     _created_at: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
     _apis: dict[str, bool] = field(default_factory=dict)
     _apis_checked_at: float = -float("inf")
     _gangs: tuple[float, tuple[GangDemand, ...]] = (-float("inf"), ())
@@ -104,7 +124,7 @@ class ClusterView:
 
     @property
     def latest(self) -> Snapshot | None:
-        """The last snapshot taken, however old (for metrics)."""
+        """The last snapshot built, however old (for metrics)."""
         return self._snapshot
 
     @property
@@ -112,33 +132,71 @@ class ClusterView:
         """The pending gangs last seen."""
         return self._gangs[1]
 
+    @property
+    def watch_failures(self) -> int:
+        """Failed lists and watches of the caches so far (each logged and retried)."""
+        return sum(informer.failures for informer in self._informers.values())
+
     def invalidate(self) -> None:
-        """The next `current()` lists the cluster again (e.g. after a placement the scheduler refused)."""
+        """The next `current()` builds the snapshot again (e.g. after a placement the scheduler refused)."""
         self._snapshot = None
 
+    async def _watched(self, *resources: Resource) -> list[list[dict[str, Any]]]:
+        """The cached objects of each resource; its watch is started (and its first list awaited) on first use."""
+        for resource in resources:
+            if resource not in self._informers:
+                informer = Informer(self.kube, resource, self.watch_timeout_s)
+                informer.listeners.append(self._changed)
+                self._informers[resource] = informer
+                self._tasks[resource] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+        for resource in resources:
+            informer = self._informers[resource]
+            if not informer.synced.is_set():
+                try:
+                    await asyncio.wait_for(informer.synced.wait(), self.sync_timeout_s)
+                except TimeoutError:
+                    error = informer.last_error
+                    if isinstance(error, KubeError):
+                        raise error from None
+                    raise KubeError(0, "Unreachable", f"could not list {informer.name} at {self.kube.host} "
+                                                      f"within {self.sync_timeout_s:.0f} s: {error}") from None
+        return [list(self._informers[r].objects.values()) for r in resources]
+
+    def _changed(self) -> None:
+        self._changes += 1
+
+    async def _unwatch(self, resource: Resource) -> None:
+        task = self._tasks.pop(resource, None)
+        informer = self._informers.pop(resource, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if informer is not None:
+            informer.close()
+
+    async def close(self) -> None:
+        """Stop every watch."""
+        for resource in list(self._informers):
+            await self._unwatch(resource)
+
     async def current(self) -> Snapshot:
-        """The snapshot, refreshed first when it is older than `max_age_s`. Call it holding `lock`."""
+        """The snapshot, built again first when the caches changed since and it is older than `max_age_s`.
+        Call it holding `lock`."""
         now = asyncio.get_running_loop().time()
-        if self._snapshot is None or now - self._snapshot.taken_at > self.max_age_s:
+        if self._snapshot is None or (self._changes != self._built_from
+                                      and now - self._snapshot.taken_at > self.max_age_s):
             self._snapshot = await self._refresh(now)
         return self._snapshot
 
-    async def gangs(self) -> tuple[GangDemand, ...]:
-        """Pending gangs, at most `max_age_s` old. Cheap when there are none: one list of PodGroups (and of
-        Workloads), no snapshot."""
-        now = asyncio.get_running_loop().time()
-        taken_at, gangs = self._gangs
-        if now - taken_at > self.max_age_s:
-            gangs = tuple(await self._gang_demands(None, None, now))
-            self._gangs = (now, gangs)
-        return gangs
-
     async def owned(self, resource: Resource, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """The objects of `resource` (Pods or ResourceClaims) in `namespace` that match `label_selector` (one
-        service's replicas and their claims), as this view knows them now."""
-        result: list[dict[str, Any]] = await self._k(self.kube.list, resource, namespace,
-                                                     label_selector=label_selector)
-        return result
+        service's replicas and their claims: equality requirements `k=v,k2=v2`), from the cache."""
+        wanted = equality_selector(label_selector)
+        (objects,) = await self._watched(resource)
+        return [obj for obj in objects
+                if (obj.get("metadata") or {}).get("namespace") == namespace
+                and all(((obj.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
 
     def pin(self, namespace: str, claim: str, results: list[dict[str, Any]]) -> None:
         """A claim this controller is about to create pins `results` (allocation results: request, driver, pool,
@@ -146,30 +204,33 @@ class ClusterView:
         placement; the claim is written afterwards, outside the lock (`created`, or `unpin` if it was refused)."""
         self._pinned[(namespace, claim)] = results
         self._created_at[(namespace, claim)] = None
+        self._seen.discard((namespace, claim))
         if self._snapshot is not None:
             self._snapshot.placements += 1
 
     def created(self, namespace: str, claim: str) -> None:
-        """The pinned claim exists now: a listing that started later and does not show it means it is gone."""
+        """The pinned claim exists now: its watch event follows."""
         if (namespace, claim) in self._pinned:
             self._created_at[(namespace, claim)] = asyncio.get_running_loop().time()
 
     def unpin(self, namespace: str, claim: str) -> None:
         """The pinned claim was not created (the API server refused it): its devices are free again."""
-        self._pinned.pop((namespace, claim), None)
-        self._created_at.pop((namespace, claim), None)
+        self._release((namespace, claim))
         self.invalidate()  # the snapshot's state still counts them as taken
 
+    def _release(self, key: tuple[str, str]) -> None:
+        self._pinned.pop(key, None)
+        self._created_at.pop(key, None)
+        self._seen.discard(key)
+
     async def _refresh(self, now: float) -> Snapshot:
-        listed_at = asyncio.get_running_loop().time()
-        nodes, slices, classes, claims, pods = await asyncio.gather(
-            self._k(self.kube.list, NODES), self._k(self.kube.list, RESOURCE_SLICES),
-            self._k(self.kube.list, DEVICE_CLASSES), self._k(self.kube.list, RESOURCE_CLAIMS),
-            self._k(self.kube.list, PODS))
-        gangs = tuple(await self._gang_demands(pods, claims, now))
+        nodes, slices, classes, claims, pods = await self._watched(
+            NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, PODS)
+        gangs = tuple(await self._gang_demands(now))
         self._gangs = (now, gangs)
+        self._built_from = self._changes  # what the caches hold now, once each is listed (no await below)
         inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes,
-                                    claims=self._with_pinned(claims, listed_at), pods=pods)
+                                    claims=self._with_pinned(claims, now), pods=pods)
         caches = {str(n["metadata"]["name"]): frozenset(_split(((n.get("metadata") or {}).get("annotations") or {})
                                                                .get(ANNOTATION_MODEL_CACHE, "")))
                   for n in nodes}
@@ -181,44 +242,66 @@ class ClusterView:
         state, mix = ClusterState.from_inventory(inventory), observed_mix(inventory)
         return Snapshot(now, inventory, state, mix, order, caches, gangs, fragmentation_ratio(state, mix))
 
-    def _with_pinned(self, claims: Sequence[Mapping[str, Any]], listed_at: float) -> list[Mapping[str, Any]]:
-        """Claims as listed, with this controller's pinned-but-unallocated ones given their chosen devices, and
-        those not listed yet (being created, or created after the listing began) added. A pin ends when its claim
-        is allocated, or missing from a listing that began after the claim was created (it was deleted)."""
+    def _with_pinned(self, claims: Sequence[Mapping[str, Any]], now: float) -> list[Mapping[str, Any]]:
+        """Claims as cached, with this controller's pinned-but-unallocated ones given their chosen devices, and
+        those the cache does not show yet (being created, or their event not arrived) added. A pin ends when its
+        claim is allocated, gone after the cache showed it, or still not shown `PIN_UNSEEN_S` after its creation."""
         out: list[Mapping[str, Any]] = []
-        seen = set()
-        for listed in claims:
-            key = (listed["metadata"].get("namespace", ""), listed["metadata"]["name"])
-            seen.add(key)
-            allocated = (listed.get("status") or {}).get("allocation")
+        shown = set()
+        for cached in claims:
+            key = (cached["metadata"].get("namespace", ""), cached["metadata"]["name"])
+            shown.add(key)
+            allocated = (cached.get("status") or {}).get("allocation")
             if key in self._pinned and not allocated:
-                out.append({**listed, "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
+                self._seen.add(key)
+                out.append({**cached, "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
                 continue
-            self._pinned.pop(key, None)
-            self._created_at.pop(key, None)
-            out.append(listed)
-        for key in set(self._pinned) - seen:
+            if key in self._pinned:
+                self._release(key)
+            out.append(cached)
+        for key in set(self._pinned) - shown:
             created_at = self._created_at.get(key)
-            if created_at is not None and created_at < listed_at:
-                del self._pinned[key]  # created before the listing began, and not in it: deleted since
-                self._created_at.pop(key, None)
+            if key in self._seen or (created_at is not None and now - created_at > PIN_UNSEEN_S):
+                self._release(key)  # deleted since
                 continue
             out.append({"metadata": {"namespace": key[0], "name": key[1]},
                         "status": {"allocation": {"devices": {"results": self._pinned[key]}}}})
         return out
 
-    async def _gang_demands(self, pods: Sequence[Mapping[str, Any]] | None,
-                            claims: Sequence[Mapping[str, Any]] | None, now: float) -> list[GangDemand]:
-        """Pending PodGroups and Kueue Workloads, when the cluster serves those APIs (asked once a minute).
-        `pods` and `claims`: the cluster's, when the caller has just listed them (else listed when needed)."""
+    async def _gang_demands(self, now: float) -> list[GangDemand]:
+        """Pending PodGroups and Kueue Workloads, when the cluster serves those APIs (asked once a minute; their
+        caches start when an API appears and stop when it goes)."""
         if now >= self._apis_checked_at + API_RECHECK_S:
             self._apis = {api_version: await self._k(self.kube.has_api, api_version)
                           for api_version in (POD_GROUPS.api_version, KUEUE_WORKLOADS.api_version)}
             self._apis_checked_at = now
-        result: list[GangDemand] = await self._k(
-            list_gang_demands, self.kube, pod_groups=self._apis.get(POD_GROUPS.api_version, False),
-            workloads=self._apis.get(KUEUE_WORKLOADS.api_version, False), pods=pods, claims=claims)
-        return result
+            for resources, served in (((POD_GROUPS, RESOURCE_CLAIM_TEMPLATES), self._apis[POD_GROUPS.api_version]),
+                                      ((KUEUE_WORKLOADS,), self._apis[KUEUE_WORKLOADS.api_version])):
+                if not served:
+                    for resource in resources:
+                        await self._unwatch(resource)
+        demands: list[GangDemand] = []
+        if self._apis.get(POD_GROUPS.api_version):
+            groups, pods, claims, templates = await self._watched(POD_GROUPS, PODS, RESOURCE_CLAIMS,
+                                                                   RESOURCE_CLAIM_TEMPLATES)
+            if groups:
+                demands.extend(pod_group_demands(groups, pods, claims, templates))
+        if self._apis.get(KUEUE_WORKLOADS.api_version):
+            (workloads,) = await self._watched(KUEUE_WORKLOADS)
+            demands.extend(workload_demands(workloads))
+        return demands
+
+
+def equality_selector(text: str) -> dict[str, str]:
+    """`k=v,k2==v2` as a mapping; any other label selector (set-based, `!=`) is refused with the reason."""
+    wanted: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("==") if "==" in part else part.partition("=")
+        if not sep or "!" in key or not key.strip():
+            raise ValueError(f"label selector {text!r}: only equality requirements (key=value) are supported, "
+                             f"not {part!r}")
+        wanted[key.strip()] = value.strip()
+    return wanted
 
 
 def list_gang_demands(kube: KubeClient, *, pod_groups: bool, workloads: bool,

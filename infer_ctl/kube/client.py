@@ -3,26 +3,23 @@
 Objects are plain dicts, exactly as the API server serves them (the placement inventory and the status code
 read dicts), so the generated model classes and their client-side validation stay out of the way. Connection,
 kubeconfig and in-cluster auth come from the `kubernetes` package. Calls block; async code runs them with
-`asyncio.to_thread` (`AsyncKube`).
+`asyncio.to_thread`. Watches are in `infer_ctl.kube.informer`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,16 +198,6 @@ class KubeClient:
                           "name": meta["name"], "namespace": namespace, "uid": meta.get("uid", "")},
         }
         self.create(EVENTS, event, namespace)
-
-
-class AsyncKube:
-    """`KubeClient` for async code: each call runs in a worker thread so the event loop never blocks."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.sync = client
-
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def _kube_error(exc: ApiException) -> KubeError:

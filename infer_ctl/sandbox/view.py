@@ -7,12 +7,8 @@ kubelet and a service proxy make. Two implementations:
 - `StoreView`: the emulator's `Store`, on the Store's own event loop (reads are the Store's objects; a write is
   one synchronous step, as the emulator's scheduler makes them).
 - `KubeView`: any API server (the real control plane of `localcluster`, or the emulator over HTTP). Pods and
-  InferenceServices come from watch-fed caches, as client-go's informers keep them: list, then watch from the
-  list's resourceVersion with bookmarks (which keep that version fresh on a quiet watch), resume from the last
-  version seen when a watch ends or breaks, relist on 410 Gone. A failing watch is logged and retried with a
-  doubling back-off (0.5 s to 10 s); it never stops. Each watch streams through `kubernetes.watch.Watch` in a
-  thread of its own (a watch blocks for minutes, which would starve the small default executor); writes go
-  through `KubeClient` in `asyncio.to_thread`, with its request timeout.
+  InferenceServices come from watch-fed caches (`infer_ctl.kube.informer.Informer`, the controller's too);
+  writes go through `KubeClient` in `asyncio.to_thread`, with its request timeout.
 
 Errors of both come as `KubeError` (HTTP status and kube's reason), so callers handle one type.
 """
@@ -23,34 +19,17 @@ import asyncio
 import contextlib
 import datetime
 import logging
-import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import kubernetes
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, KubeClient, KubeError, Resource
+from infer_ctl.kube.informer import Informer, Listener, group_plural, group_version
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.store import ApiError, Event, Obj, Store
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[], None]
-# The kubernetes package is only partly annotated: its watch and client classes are used as untyped values.
-_Watch: Any = kubernetes.watch.Watch
-_ApiClient: Any = kubernetes.client.ApiClient
-
-
-def _group_version(resource: Resource) -> tuple[str, str]:
-    group, _, version = resource.api_version.rpartition("/")
-    return group, version
-
-
-def _group_plural(resource: Resource) -> tuple[str, str]:
-    return _group_version(resource)[0], resource.plural
 
 
 def _on_nodes(pod: Mapping[str, Any], nodes: Collection[str] | None) -> bool:
@@ -123,7 +102,7 @@ class StoreView:
             listener()
 
     def _type(self, resource: Resource) -> ResourceType:
-        group, version = _group_version(resource)
+        group, version = group_version(resource)
         try:
             return self.store.type(group, version, resource.plural)
         except ApiError as e:
@@ -133,13 +112,13 @@ class StoreView:
         return self.store.clock()
 
     def on_change(self, resource: Resource, listener: Listener) -> None:
-        self._listeners.setdefault(_group_plural(resource), []).append(listener)
+        self._listeners.setdefault(group_plural(resource), []).append(listener)
 
     def pods(self, *, nodes: Collection[str] | None = None, namespace: str | None = None) -> list[Obj]:
         return [p for p in self.store.list_objects(self._type(PODS), namespace) if _on_nodes(p, nodes)]
 
     def inference_services(self) -> list[Obj]:
-        group, plural = _group_plural(self.services)
+        group, plural = group_plural(self.services)
         for rt in self.store.types():  # any served version: they share one store
             if rt.group == group and rt.plural == plural:
                 return self.store.list_objects(rt)
@@ -197,188 +176,6 @@ def _kube_error(e: ApiError) -> KubeError:
 # ------------------------------------------------------------------------------------------------ KubeView
 
 
-_STOP_WAIT_S = 5.0
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion is older than the server keeps (410 Gone): list again."""
-
-
-@dataclass(eq=False)
-class Informer:
-    """A watch-fed cache of one resource in every namespace (client-go's reflector and store, in small)."""
-
-    client: KubeClient
-    resource: Resource
-    watch_timeout_s: float = 300.0
-    min_backoff_s: float = 0.5
-    max_backoff_s: float = 10.0
-    objects: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    resource_version: str | None = None
-    failures: int = 0  # watch or list attempts that failed (each logged), for observability and tests
-    relists: int = 0
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
-    listeners: list[Listener] = field(default_factory=list)
-    error_listeners: list[Callable[[BaseException], None]] = field(default_factory=list)
-    last_error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        # Watches get a connection pool of their own: each holds a connection for minutes.
-        self._api: Any = _ApiClient(self.client.configuration)
-
-    def close(self) -> None:
-        self._api.close()
-
-    @property
-    def name(self) -> str:
-        return f"{self.resource.plural}.{_group_version(self.resource)[0] or 'core'}"
-
-    def _notify(self) -> None:
-        for listener in self.listeners:
-            try:
-                listener()
-            except Exception:
-                log.exception("%s informer: a change listener failed", self.name)
-
-    async def run(self) -> None:
-        backoff_s = self.min_backoff_s
-        while True:
-            try:
-                if self.resource_version is None:
-                    await self._relist()
-                await self._watch()
-                backoff_s = self.min_backoff_s  # the server ended the watch (its timeout): resume at once
-            except _Expired:
-                log.info("%s watch: resourceVersion %s expired (410 Gone); listing again", self.name,
-                         self.resource_version)
-                self.resource_version = None
-            except Exception as e:
-                self.failures += 1
-                self.last_error = e
-                level = logging.INFO if isinstance(e, KubeError) and e.not_found else logging.WARNING
-                log.log(level, "%s watch failed (%s: %s); resuming from resourceVersion %s in %.1f s", self.name,
-                        type(e).__name__, e, self.resource_version or "(a new list)", backoff_s)
-                for error_listener in self.error_listeners:
-                    error_listener(e)
-                await asyncio.sleep(backoff_s)  # back-off before retrying a failing server
-                backoff_s = min(backoff_s * 2, self.max_backoff_s)
-
-    async def _relist(self) -> None:
-        listing = await asyncio.to_thread(self.client.request, "GET", self.resource.path())
-        objects: dict[tuple[str, str], Obj] = {}
-        for item in listing.get("items") or []:
-            item.setdefault("apiVersion", self.resource.api_version)  # list items carry neither on the wire
-            item.setdefault("kind", self.resource.kind)
-            meta = item["metadata"]
-            objects[(meta.get("namespace", ""), meta["name"])] = item
-        self.objects = objects
-        self.resource_version = str(listing["metadata"]["resourceVersion"])
-        self.relists += 1
-        self.synced.set()
-        self._notify()
-
-    def _stream_call(self, **kwargs: Any) -> object:
-        """The list call `kubernetes.watch.Watch` streams. Its return annotation names no model class, so Watch
-        hands the objects over as plain dicts (the typed models would drop fields the client does not know)."""
-        group, version = _group_version(self.resource)
-        if not group:
-            if self.resource.plural != "pods":
-                raise ValueError(f"no watch for core {self.resource.plural}")
-            return kubernetes.client.CoreV1Api(self._api).list_pod_for_all_namespaces(**kwargs)
-        return kubernetes.client.CustomObjectsApi(self._api).list_cluster_custom_object(
-            group, version, self.resource.plural, **kwargs)
-
-    async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        watch = _Watch()
-        stopped = threading.Event()
-        lock = threading.Lock()
-        responses: list[Any] = []
-        ended = asyncio.Event()
-
-        def put(kind: str, item: Any) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
-                loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
-
-        def call(**kwargs: Any) -> object:
-            response = self._stream_call(**kwargs)
-            with lock:  # a watch stopped while it connected ends at once, not at its timeout
-                responses.append(response)
-                if stopped.is_set():
-                    _shutdown(response)
-            return response
-
-        def pump() -> None:
-            try:
-                for event in watch.stream(call, resource_version=self.resource_version,
-                                          allow_watch_bookmarks=True, timeout_seconds=int(self.watch_timeout_s),
-                                          _request_timeout=(10, self.watch_timeout_s + 30)):
-                    if stopped.is_set():
-                        return
-                    put("event", event)
-                put("end", None)
-            except BaseException as e:
-                put("error", e)
-            finally:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(ended.set)
-
-        thread = threading.Thread(target=pump, name=f"watch-{self.name}", daemon=True)
-        thread.start()
-        try:
-            while True:
-                kind, item = await queue.get()
-                if kind == "end":
-                    return
-                if kind == "error":
-                    raise self._watch_error(item)
-                self._apply(item)
-        finally:
-            with lock:
-                stopped.set()
-                for response in responses:
-                    _shutdown(response)  # unblocks the thread's read
-            # A request still on its way ends when its answer comes (then it is shut down at once): wait for
-            # that, so that no request of a stopped view reaches the server; a server that never answers is
-            # left to the thread's read timeout.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ended.wait(), _STOP_WAIT_S)
-
-    def _watch_error(self, error: BaseException) -> BaseException:
-        if isinstance(error, ApiException):
-            if error.status == 410:
-                return _Expired(str(error))
-            return KubeError(int(error.status or 0), str(error.reason or "Error"), str(error.body or error.reason))
-        if isinstance(error, urllib3.exceptions.HTTPError):
-            return KubeError(0, "Unreachable", f"watch of {self.name} at {self.client.host}: {error}")
-        return error
-
-    def _apply(self, event: Mapping[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Expired(str(obj.get("message")))
-            raise KubeError(int(obj.get("code") or 0), str(obj.get("reason") or "Error"), str(obj.get("message")))
-        if meta.get("resourceVersion"):
-            self.resource_version = str(meta["resourceVersion"])
-        if kind == "BOOKMARK":
-            return
-        key = (meta.get("namespace", ""), meta["name"])
-        if kind == "DELETED":
-            self.objects.pop(key, None)
-        else:
-            self.objects[key] = obj
-        self._notify()
-
-
-def _shutdown(response: Any) -> None:
-    """Shut a streaming response's socket down (from any thread): a read blocked on it returns."""
-    with contextlib.suppress(ValueError, RuntimeError, OSError):  # already closed or released
-        response.shutdown()
-
-
 @dataclass
 class KubeView:
     """Any Kubernetes API server as a ClusterView: watch-fed caches of Pods and InferenceServices, writes through
@@ -393,10 +190,10 @@ class KubeView:
 
     def __post_init__(self) -> None:
         for resource in (PODS, self.services):
-            self._informers[_group_plural(resource)] = Informer(self.client, resource, self.watch_timeout_s)
+            self._informers[group_plural(resource)] = Informer(self.client, resource, self.watch_timeout_s)
 
     def informer(self, resource: Resource) -> Informer:
-        return self._informers[_group_plural(resource)]
+        return self._informers[group_plural(resource)]
 
     async def start(self, *, sync_timeout_s: float = 30.0) -> None:
         """Start the watches; wait until Pods are listed (InferenceServices follow when their CRD is served)."""

@@ -188,6 +188,19 @@ class _Fleet:
         return ready_removed
 
 
+def _queue_step(q: float, arrived: float, ready: int, dt: float, model: ServiceModel) -> tuple[float, float]:
+    """One tick of the fluid queue: the backlog after `arrived` requests met `ready` replicas' capacity (requests
+    older than the timeout dropped), and the requests in flight (Little's law, plus the backlog beyond a tick)."""
+    if ready <= 0:
+        return q + arrived, q + arrived
+    mu = model.service_rate_rps
+    cap = ready * mu * dt
+    lam = arrived / (ready * dt)
+    ongoing = (arrived / dt) * (model.base_latency_s + q / (ready * mu) + 1.0 / max(mu - lam, 0.02 * mu)) + max(
+        0.0, q - cap)
+    return min(max(0.0, q + arrived - cap), model.request_timeout_s * mu * ready), ongoing
+
+
 def simulate(
     trace_arrivals: FloatArray,
     policy: SimPolicy | InferCtl,
@@ -206,7 +219,6 @@ def simulate(
     arrivals = trace_arrivals
     n_ticks = arrivals.size
     rng = np.random.default_rng(config.seed)
-    mu = model.service_rate_rps
     metrics = [_pipeline_values(p, arrivals, dt) for p in policy.pipelines]
     metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
     metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
@@ -230,7 +242,6 @@ def simulate(
     desired = initial_replicas
     report_every = max(1, n_ticks // 100)
     p90, p90_dirty = math.nan, False
-    timeout_backlog = model.request_timeout_s * mu
 
     def start(now: float, name: str | None, standby: bool) -> None:
         nonlocal p90_dirty
@@ -249,16 +260,7 @@ def simulate(
         a = float(arrivals[t])
         backlog[t] = q
         ready_n[t] = ready
-        if ready > 0:
-            cap = ready * mu * dt
-            lam = a / (ready * dt)
-            ongoing_now = (a / dt) * (model.base_latency_s + q / (ready * mu) + 1.0 / max(mu - lam, 0.02 * mu)) + max(
-                0.0, q - cap
-            )
-            q = min(max(0.0, q + a - cap), timeout_backlog * ready)
-        else:
-            q += a
-            ongoing_now = q
+        q, ongoing_now = _queue_step(q, a, ready, dt, model)
         ongoing_sum += ongoing_now - ongoing_ring[t % ongoing_k]
         ongoing_ring[t % ongoing_k] = ongoing_now
         if t % period_ticks == 0:

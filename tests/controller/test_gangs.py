@@ -11,7 +11,7 @@ from infer_ctl.engine.gangs import reserve_for_gangs
 from infer_ctl.kube.client import INFERENCE_SERVICES, POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
-from tests.controller.test_reconciler import wait_for
+from tests.controller.test_reconciler import cycle, wait_for
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -49,7 +49,7 @@ async def test_standby_replicas_yield_to_a_pending_gang_and_its_pods_are_left_al
                        .with_("spec.scaling.minReplicas", 2).with_("spec.runtime.coldStartSeconds", 0.5)
                        .with_("spec.accelerator.products", ["H100-80GB"]).build(), "default")
     reconciler = Reconciler(kube, Settings(cluster.policies, snapshot_max_age_s=0))
-    first = await reconciler.cycle(body, T0)
+    first = await cycle(reconciler, body, T0)
     # minReplicas serve; the preset keeps one warm standby on top of them.
     assert (first.actions.create_serving, first.actions.create_standby) == (2, 1)
 
@@ -66,7 +66,7 @@ async def test_standby_replicas_yield_to_a_pending_gang_and_its_pods_are_left_al
     group = kube.get(POD_GROUPS, "train", "default") or {}
     assert not any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "True"
                    for c in (group.get("status") or {}).get("conditions") or ())
-    second = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "chat", "default"), T0 + timedelta(seconds=10))
+    second = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "chat", "default"), T0 + timedelta(seconds=10))
     deferred = condition(second.status, "Deferred")
     assert deferred["status"] == "True" and "PodGroup default/train" in deferred["message"]
     assert second.status["desired"]["standby"] == 0

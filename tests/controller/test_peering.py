@@ -72,5 +72,7 @@ def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when
 
         stop_high.set()  # the active one leaves (a rolling update, a node drain): its peering record goes with it
         kube.merge_patch(INFERENCE_SERVICES, "llm", {"spec": {"scaling": {"minReplicas": 2}}}, "default")
-        wait_for("the other controller resumes and scales", lambda: replicas(cluster) == 2, timeout_s=60)
-        assert cycles(low_port) >= 1
+        wait_for("two replicas", lambda: replicas(cluster) == 2, timeout_s=60)
+        # The leaving controller may still handle the spec change it saw before it stopped; the one that takes
+        # over must run cycles of its own either way.
+        wait_for("the other controller resumes", lambda: cycles(low_port) >= 1, timeout_s=60)

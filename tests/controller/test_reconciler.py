@@ -3,6 +3,7 @@ repeats, clear conditions for what cannot run. Time is given to each cycle; the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,28 @@ def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def caught_up(reconciler: Reconciler, timeout_s: float = 30.0) -> None:
+    """Until each of the controller's watch-fed caches holds what a list of its resource returns now. The tests
+    wait for the cluster with blocking polls (the event loop does not run meanwhile), then run a cycle at once:
+    as controller-runtime's tests wait for the cache, so do these."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for resource, informer in list(reconciler.view._informers.items()):
+        while True:
+            listed = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+                      for o in await asyncio.to_thread(reconciler.kube.list, resource)}
+            if {k: o["metadata"]["resourceVersion"] for k, o in informer.objects.items()} == listed:
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"the cache of {resource.plural} did not catch up in {timeout_s:.0f} s")
+            await asyncio.sleep(0.05)
+
+
+async def cycle(reconciler: Reconciler, body: Any, now: datetime) -> Any:
+    """One control cycle, on caches that show what the tests waited for."""
+    await caught_up(reconciler)
+    return await reconciler.cycle(body, now)
+
+
 def service(name: str = "llm", replicas: int = 2) -> InferenceServiceBuilder:
     return (InferenceServiceBuilder(name).with_("spec.scaling.minReplicas", replicas)
             .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"]))
@@ -46,7 +69,7 @@ def condition(status: dict[str, Any], type: str) -> dict[str, Any]:
 async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: Cluster) -> None:
     body = apply(cluster.kube, service())
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    result = await reconciler.cycle(body, T0)
+    result = await cycle(reconciler, body, T0)
     assert result.actions.create_serving == 2 and all(p.placed for p in result.placements)
     assert result.status["desired"] == {"serving": 2, "standby": 0}
     assert condition(result.status, "Valid")["status"] == "True"
@@ -69,7 +92,7 @@ async def test_a_new_service_gets_its_replicas_placed_bound_and_ready(cluster: C
                    for p in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")) == 2
 
     wait_for("replicas ready", ready)
-    later = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
+    later = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
     assert later.actions.empty  # a repeated cycle creates nothing twice
     assert later.status["replicas"]["serving"] == 2
     assert condition(later.status, "Ready")["status"] == "True"
@@ -96,7 +119,7 @@ async def test_a_service_no_device_can_hold_gets_a_placed_false_condition_and_an
     body = apply(cluster.kube, service("big", 1).with_("spec.accelerator.products", ["L4"])
                  .with_("spec.model.memory", "22Gi").with_("spec.accelerator.count", 8))
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    result = await reconciler.cycle(body, T0)
+    result = await cycle(reconciler, body, T0)
     placed = condition(result.status, "Placed")
     assert placed["status"] == "False" and "not placed" in placed["message"]
     assert cluster.kube.list(PODS, "default") == [] and cluster.kube.list(RESOURCE_CLAIMS, "default") == []
@@ -108,11 +131,11 @@ async def test_a_service_no_device_can_hold_gets_a_placed_false_condition_and_an
 async def test_a_spec_the_catalog_cannot_run_is_invalid_and_touches_nothing(cluster: Cluster) -> None:
     body = apply(cluster.kube, service("typo", 1).with_("spec.accelerator.products", ["H100"]))
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    result = await reconciler.cycle(body, T0)
+    result = await cycle(reconciler, body, T0)
     valid = condition(result.status, "Valid")
     assert valid["status"] == "False" and "unknown product 'H100'" in valid["message"]
     assert valid["observedGeneration"] == body["metadata"]["generation"]
-    await reconciler.cycle(body, T0 + timedelta(seconds=10))  # the same problem again: no second Event
+    await cycle(reconciler, body, T0 + timedelta(seconds=10))  # the same problem again: no second Event
     warnings = [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "InvalidSpec"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
     assert cluster.kube.list(PODS, "default") == []
@@ -122,20 +145,20 @@ async def test_a_spec_the_catalog_cannot_run_is_invalid_and_touches_nothing(clus
 async def test_scaling_down_removes_ready_replicas_and_their_claims(cluster: Cluster) -> None:
     body = apply(cluster.kube, service("shrink", 3).with_("spec.scaling.preset", "cost-saver"))
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    await reconciler.cycle(body, T0)
+    await cycle(reconciler, body, T0)
     wait_for("three ready", lambda: sum(
         any(x["type"] == "Ready" and x["status"] == "True" for x in (p.get("status") or {}).get("conditions") or ())
         for p in cluster.kube.list(PODS, "default")) == 3)
     cluster.kube.merge_patch(INFERENCE_SERVICES, "shrink", {"spec": {"replicas": 1}}, "default")
-    result = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"),
+    result = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"),
                                     T0 + timedelta(seconds=10))
     assert len(result.actions.remove) == 2 and result.status["lastDecision"]["reason"] == "Paused"
     wait_for("two pods gone", lambda: len(cluster.kube.list(PODS, "default")) == 1, timeout_s=60)
     # A claim without a replica goes once two cycles in a row have seen it so (a watch-fed cache may show a new
     # replica's claim before its Pod).
-    await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=20))
+    await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=20))
     assert len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 3
-    await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=30))
+    await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "shrink", "default"), T0 + timedelta(seconds=30))
     assert len(cluster.kube.list(RESOURCE_CLAIMS, "default")) == 1
     await reconciler.close()
 
@@ -146,12 +169,12 @@ async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> Non
     body = apply(cluster.kube, service("hold", 3).with_("spec.scaling.preset", "cost-saver"))
     gone = Settings(cluster.policies, prometheus_url=f"http://127.0.0.1:{free_port()}")
     reconciler = Reconciler(cluster.kube, gone)
-    await reconciler.cycle(body, T0)
+    await cycle(reconciler, body, T0)
     wait_for("three ready", lambda: sum(
         any(x["type"] == "Ready" and x["status"] == "True" for x in (p.get("status") or {}).get("conditions") or ())
         for p in cluster.kube.list(PODS, "default")) == 3)
     cluster.kube.merge_patch(INFERENCE_SERVICES, "hold", {"spec": {"scaling": {"minReplicas": 1}}}, "default")
-    later = await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "hold", "default"), T0 + timedelta(hours=1))
+    later = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "hold", "default"), T0 + timedelta(hours=1))
     assert later.actions.remove == ()
     assert later.output is not None and later.output.decision.reason == "HoldMissingMetrics"
     metrics = condition(later.status, "MetricsAvailable")
@@ -176,7 +199,7 @@ async def test_a_claim_left_by_a_crash_before_its_pod_is_collected_and_not_reuse
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
     cluster.kube.create(RESOURCE_CLAIMS, stale, "default")
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    result = await reconciler.cycle(body, T0)
+    result = await cycle(reconciler, body, T0)
     assert [p.replica for p in result.placements] == ["crash-r1"]
 
     def live_claims() -> set[str]:
@@ -184,7 +207,7 @@ async def test_a_claim_left_by_a_crash_before_its_pod_is_collected_and_not_reuse
                 if not c["metadata"].get("deletionTimestamp")}
 
     assert live_claims() == {"crash-r0-gpu", "crash-r1-gpu"}  # seen without a replica once: kept
-    await reconciler.cycle(cluster.kube.get(INFERENCE_SERVICES, "crash", "default"), T0 + timedelta(seconds=10))
+    await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "crash", "default"), T0 + timedelta(seconds=10))
     assert live_claims() == {"crash-r1-gpu"}  # twice in a row: collected
     await reconciler.close()
 
@@ -203,7 +226,7 @@ async def test_the_example_services_get_devices_that_fit_them(cluster: Cluster) 
     pinned: dict[str, set[tuple[str, str]]] = {}
     for body in bodies:
         body["metadata"]["namespace"] = "default"
-        result = await reconciler.cycle(cluster.kube.create(INFERENCE_SERVICES, body, "default"), T0)
+        result = await cycle(reconciler, cluster.kube.create(INFERENCE_SERVICES, body, "default"), T0)
         assert result.placements and all(p.placed for p in result.placements), [p.why_not for p in result.placements]
         for p in result.placements:
             pinned[p.replica] = {(d.pool, d.name) for d in p.decision.placement.devices}

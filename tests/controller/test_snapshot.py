@@ -7,9 +7,11 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.controller.snapshot import ClusterView, fragmentation_ratio
-from infer_ctl.kube.client import RESOURCE_CLAIMS
+from infer_ctl.controller.snapshot import PIN_UNSEEN_S, ClusterView, equality_selector, fragmentation_ratio
+from infer_ctl.kube.client import PODS, RESOURCE_CLAIMS
 from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.state import ClusterState
@@ -84,27 +86,72 @@ def test_fragmentation_is_the_free_share_the_running_mix_cannot_use() -> None:
     assert fragmentation_ratio(ClusterState.from_inventory(empty), observed_mix(empty)) == 0.0
 
 
-async def test_a_pin_holds_its_devices_until_a_listing_that_began_after_its_claim_was_created_misses_it() -> None:
+async def test_a_pin_holds_its_devices_until_the_cache_shows_its_claim_allocated_or_gone() -> None:
     view = ClusterView(kube=None)  # type: ignore[arg-type]  # _with_pinned makes no call
     result = [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    loop = asyncio.get_running_loop()
+    now = asyncio.get_running_loop().time()
 
-    def pinned_devices(claims: list[dict[str, Any]], listed_at: float) -> list[str]:
-        return [c["metadata"]["name"] for c in view._with_pinned(claims, listed_at)
+    def pinned_devices(claims: list[dict[str, Any]], at: float) -> list[str]:
+        return [c["metadata"]["name"] for c in view._with_pinned(claims, at)
                 if ((c.get("status") or {}).get("allocation") or {})]
 
     view.pin("default", "a-gpu", result)
-    # Being written (not created yet): not listed, still held.
-    assert pinned_devices([], loop.time()) == ["a-gpu"]
-    listing_began = loop.time()
+    # Being written (not created yet): not cached, still held, however long the write takes.
+    assert pinned_devices([], now + 3600) == ["a-gpu"]
     view.created("default", "a-gpu")
-    # Created after the listing began: the listing could not show it, still held.
-    assert pinned_devices([], listing_began) == ["a-gpu"]
-    # Listed, not yet allocated by the scheduler: held with the pinned devices.
-    listed = {"metadata": {"namespace": "default", "name": "a-gpu"}}
-    assert pinned_devices([listed], loop.time()) == ["a-gpu"]
-    # Missing from a listing that began after its creation: deleted since, released.
-    assert pinned_devices([], loop.time() + 1) == []
+    # Created, its watch event not arrived yet: still held.
+    assert pinned_devices([], now) == ["a-gpu"]
+    # Cached, not yet allocated by the scheduler: held with the pinned devices.
+    cached = {"metadata": {"namespace": "default", "name": "a-gpu"}}
+    assert pinned_devices([cached], now) == ["a-gpu"]
+    # Gone from the cache after it showed it: deleted since, released.
+    assert pinned_devices([], now) == []
+    # Allocated by the scheduler: the allocation is the claim's own from then on.
+    view.pin("default", "c-gpu", result)
+    view.created("default", "c-gpu")
+    allocated = {"metadata": {"namespace": "default", "name": "c-gpu"},
+                 "status": {"allocation": {"devices": {"results": [{**result[0], "device": "gpu-1"}]}}}}
+    assert [c["status"]["allocation"]["devices"]["results"][0]["device"]
+            for c in view._with_pinned([allocated], now)] == ["gpu-1"]
+    assert view._pinned == {}
+    # Created, never shown by the cache for PIN_UNSEEN_S: deleted before its event came, released.
+    view.pin("default", "d-gpu", result)
+    view.created("default", "d-gpu")
+    assert pinned_devices([], now + 1) == ["d-gpu"]
+    assert pinned_devices([], asyncio.get_running_loop().time() + PIN_UNSEEN_S + 1) == []
     view.pin("default", "b-gpu", result)
     view.unpin("default", "b-gpu")  # refused by the API server: released at once
-    assert pinned_devices([], loop.time()) == []
+    assert pinned_devices([], now) == []
+
+
+def test_owned_objects_are_selected_by_equality_requirements_only() -> None:
+    assert equality_selector("infer-ctl.io/service=llm, infer-ctl.io/replica==llm-r1") == {
+        "infer-ctl.io/service": "llm", "infer-ctl.io/replica": "llm-r1"}
+    assert equality_selector("") == {}
+    for bad in ("tier in (a,b)", "a!=b", "exists-only"):
+        with pytest.raises(ValueError, match="only equality requirements"):
+            equality_selector(bad)
+
+
+async def test_the_view_follows_the_cluster_by_watch_and_rebuilds_the_snapshot_only_after_a_change(
+        cluster: Cluster) -> None:
+    view = ClusterView(cluster.kube, max_age_s=0.0)
+    try:
+        assert await view.owned(PODS, "default", "app=probe") == []
+        first = await view.current()
+        assert await view.current() is first  # nothing changed: the same snapshot, whatever its age
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "probe", "labels": {"app": "probe"}},
+               "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                        "nodeSelector": {"no-such-node": "x"}}}
+        await asyncio.to_thread(cluster.kube.create, PODS, pod, "default")
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await view.owned(PODS, "default", "app=probe"):  # the watch brings it, no list is made
+            assert asyncio.get_running_loop().time() < deadline, "the watch never showed the new Pod"
+            await asyncio.sleep(0.05)
+        assert await view.owned(PODS, "default", "app=other") == []
+        assert await view.owned(PODS, "kube-system", "app=probe") == []
+        assert await view.current() is not first  # the caches changed: built again
+        assert view.watch_failures == 0
+    finally:
+        await view.close()

@@ -14,10 +14,11 @@ import yaml
 
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, KubeClient, KubeError, Resource
 from infer_ctl.kube.inferenceservice import CRD_PATH
+from infer_ctl.kube.informer import Informer
 from infer_ctl.sandbox.apiserver import SandboxApiServer
 from infer_ctl.sandbox.store import Store
 from infer_ctl.sandbox.testing import RunningApiServer, api_server_in_thread, config_map, pod
-from infer_ctl.sandbox.view import ClusterView, Informer, KubeView, StoreView
+from infer_ctl.sandbox.view import ClusterView, KubeView, StoreView
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "llm-8b.yaml"
 
