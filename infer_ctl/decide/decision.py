@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from infer_ctl.core.api import ReplicaState, ScalingSpec
 from infer_ctl.core.policy import EffectiveScaling
 from infer_ctl.decide.keepalive import IdleHistogram
-from infer_ctl.forecast.models import Forecast
+from infer_ctl.forecast.models import Forecast, ForecastSummary
 
 
 class Reason(enum.StrEnum):
@@ -197,202 +197,238 @@ def _track_idle(state: DecideState, now_s: float, observed_rps: float) -> Decide
     return state
 
 
+def horizon_s(policy: DecidePolicy, cold_start_p90_s: float) -> float:
+    """How far ahead a decision provisions: the policy's prewarm lead, else the time until a replica started now
+    could be ready and serve (the measured cold start p90 plus one control period). The engine's forecast is
+    refitted for the same horizon."""
+    return policy.prewarm_lead_s if policy.prewarm_lead_s is not None else cold_start_p90_s + policy.control_period_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    """What the stages share about one tick: the inputs read once."""
+
+    now: float
+    cap: float  # requests/s one replica serves at the SLO
+    current: int  # replicas that exist, not draining
+    loading: int
+    ready: int
+    horizon_s: float
+    cold_start_p90_s: float
+    observed: float
+    missing: bool  # no valid rate
+    need_now: int  # replicas the observed rate alone needs
+    arriving: float  # the rate arriving now (the leading rate while it rises beyond the forecast's spread)
+    rising: bool
+    spread: float  # the forecast's upper - mean now (0 without one)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sizing:
+    """The raw recommendation and why: the rate provisioned for, and its sustained part."""
+
+    demand: float
+    sustained: float
+    reason: Reason
+    message: str
+
+
 def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[Decision, DecideState]:
-    now = inputs.now_s
-    cap = policy.target_rps_per_replica
-    reps = inputs.replicas
-    by_state = Counter(r.state for r in reps)
-    current = len(reps) - by_state[ReplicaState.DRAINING]
-    loading = by_state[ReplicaState.LOADING] + by_state[ReplicaState.PENDING]
-    horizon_s = (
-        policy.prewarm_lead_s
-        if policy.prewarm_lead_s is not None
-        else inputs.cold_start_p90_s + policy.control_period_s
-    )
-    observed = inputs.observed_rps
-    missing = math.isnan(observed)
-    if not state.recommendations and current > 0:
+    """One decision, in stages: read the tick, track idleness and the backlog, size for the forecast (burst guard,
+    drain), apply the minimum, scale to zero or keep alive, then scale down only through stabilization."""
+    tick, summary, fc = _read(inputs, policy)
+    if not state.recommendations and tick.current > 0:
         # the first decision for replicas that already exist (a service found running, a controller restart):
         # they count as recommended now, so the stabilization window protects them as it would have
-        state = replace(state, recommendations=((now, current),))
-    state = _track_idle(state, now, observed)
-    ready = by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY]
-    fc = inputs.forecast if policy.forecast_enabled else None
-    summary = fc.summary(now, horizon_s, policy.control_period_s) if fc is not None else None
-    # the rate arriving now: where a rising rate is heading, since a trailing-window rate lags a step; only a
-    # rise beyond the forecast's own spread (upper - mean) counts, not the noise of two consecutive samples
-    spread = max(0.0, summary.upper_now_rps - summary.mean_now_rps) if summary is not None else 0.0
-    rising = not math.isnan(inputs.leading_rps) and inputs.leading_rps - observed > spread
-    arriving = inputs.leading_rps if rising else observed
-    if not missing:
-        elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, now - state.backlog_at_s),
-                                                              2 * policy.control_period_s)
-        backlog = max(0.0, state.backlog_requests + (arriving - ready * cap) * elapsed)
-        # the constructor, not dataclasses.replace: this runs every tick for every service, and replace costs 3x
-        state = DecideState(state.recommendations, state.idle_since_s, state.idle_histogram,
-                            state.learned_keep_alive, backlog, now, state.transient)
-
-    # 1-3: the raw recommendation
-    need_now = 0 if missing else math.ceil(observed / cap - 1e-9)
-    demand = 0.0 if missing else observed
-    # the demand without the transient parts (a rising rate's extrapolation, draining a backlog): what the
-    # stabilization window remembers, so that replicas started to catch up leave once they have
-    sustained = demand
-    reason = Reason.OBSERVED
-    message = ""
-    if fc is not None and summary is not None:
-        upper_peak = summary.peak_upper_rps
-        demand = max(demand, upper_peak)
-        sustained = demand
-        reason = Reason.FORECAST
-        message = f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {horizon_s:.0f} s ({fc.method})"
-        upper_now = summary.upper_now_rps
-        if not missing and observed > upper_now:
-            burst = arriving + spread
-            sustained = max(sustained, observed + spread)
-            # the guard names the decision only when it changes the count: a rate a hair above a tight bound
-            # (steady traffic, its noise within a replica's capacity) is still the forecast's decision
-            if burst > upper_peak and math.ceil(burst / cap - 1e-9) > math.ceil(upper_peak / cap - 1e-9):
-                demand = burst
-                reason = Reason.BURST
-                heading = f" and rising towards {arriving:.1f} rps" if rising else ""
-                message = (
-                    f"observed {observed:.1f} rps{heading}, above the forecast's upper bound {upper_now:.1f} rps: "
-                    f"sized for {burst:.1f} rps now"
-                )
-    elif not missing:
-        message = f"observed {observed:.1f} rps (no forecast)"
-    if not missing and state.backlog_requests > max(1, ready) * cap * policy.control_period_s:
-        # overloaded, by more than the ready replicas serve in a control period: the requests that piled up, and
-        # those that will until the replicas started now are ready, must drain within a horizon on top of the
-        # arriving ones
-        projected = state.backlog_requests + max(0.0, arriving - ready * cap) * inputs.cold_start_p90_s
-        drain = arriving + projected / horizon_s
-        if drain > demand:
-            demand, reason = drain, Reason.BURST
-            message = (
-                f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity, "
-                f"{projected:.0f} by the time new replicas are ready: sized for {arriving:.1f} rps arriving "
-                f"plus draining them within {horizon_s:.0f} s"
-            )
-    serving_need = max(need_now, math.ceil(demand / cap - 1e-9))
+        state = replace(state, recommendations=((tick.now, tick.current),))
+    state = _track_idle(state, tick.now, tick.observed)
+    state = _track_backlog(state, tick, policy)
+    sizing = _size(tick, state, policy, summary, fc)
+    serving_need = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
     # Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
     # replicas in traffic only lower latency) and at least minReplicas; standby: the preset's warm spares on top,
     # out of traffic, the first to yield their GPUs to a gang.
+    reason, message = sizing.reason, sizing.message
     if serving_need < policy.min_replicas:
         reason, message = Reason.AT_MIN, f"{serving_need} wanted, held at the minimum {policy.min_replicas} ({message})"
         serving_need = policy.min_replicas
-    serving_now = serving_need
     raw_total = serving_need + policy.standby_replicas
-    sustained_total = max(need_now, math.ceil(sustained / cap - 1e-9), policy.min_replicas) + policy.standby_replicas
-
-    # 6: scale to zero / wake
+    sustained_total = max(tick.need_now, math.ceil(sizing.sustained / tick.cap - 1e-9),
+                          policy.min_replicas) + policy.standby_replicas
     keep_alive = None
     if policy.scale_to_zero:
-        if policy.keep_alive_s is not None:
-            keep_alive = policy.keep_alive_s
-        elif state.learned_keep_alive is not None and state.learned_keep_alive[0] == inputs.cold_start_p90_s:
-            keep_alive = state.learned_keep_alive[1]
-        else:
-            keep_alive = state.idle_histogram.keep_alive_s(
-                inputs.cold_start_p90_s, policy.default_keep_alive_s, policy.wake_penalty_factor
-            )
-            state = replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
-        expected_requests = summary.peak_mean_rps * horizon_s if summary is not None else 0.0
-        if current == 0:
-            wake: tuple[Reason, str] | None = None
-            if not missing and observed > 0:
-                wake = (Reason.WAKE, f"a request arrived at zero replicas ({observed:.2f} rps)")
-            elif expected_requests >= 1.0:
-                wake = (Reason.PREWARM_FROM_ZERO,
-                        f"forecast expects {expected_requests:.1f} requests within {horizon_s:.0f} s")
-            if wake is not None:
-                return _finish(state, now, policy, max(1, raw_total), serving_now, current, horizon_s, demand,
-                               wake[0], wake[1], keep_alive)
-            return _finish(
-                state,
-                now,
-                policy,
-                0,
-                0,
-                current,
-                horizon_s,
-                0.0,
-                Reason.SCALE_TO_ZERO,
-                "idle, no traffic forecast",
-                keep_alive,
-            )
-        if state.idle_since_s is not None and not missing and observed == 0:
-            idle_s = now - state.idle_since_s
-            if idle_s >= keep_alive and expected_requests < 1.0 and loading == 0:
-                return _finish(
-                    state,
-                    now,
-                    policy,
-                    0,
-                    0,
-                    current,
-                    horizon_s,
-                    0.0,
-                    Reason.SCALE_TO_ZERO,
-                    f"idle {idle_s:.0f} s >= keep-alive {keep_alive:.0f} s, "
-                    f"{expected_requests:.2f} requests forecast within {horizon_s:.0f} s",
-                    keep_alive,
-                )
-            if expected_requests < 1.0:
-                # idle and nothing forecast: one warm replica until the keep-alive runs out
-                raw_total = 1
-                reason = Reason.KEEP_ALIVE
-                message = f"idle {idle_s:.0f} s of keep-alive {keep_alive:.0f} s"
+        keep_alive, state = _keep_alive_s(inputs, state, policy)
+        outcome = _scale_to_zero(tick, state, policy, summary, keep_alive)
+        if isinstance(outcome, tuple):
+            if outcome[0] is None:
+                return _finish(state, tick.now, policy, 0, 0, tick.current, tick.horizon_s, 0.0,
+                               Reason.SCALE_TO_ZERO, outcome[1], keep_alive)
+            if tick.current == 0:  # woken: start what the demand needs
+                return _finish(state, tick.now, policy, max(1, raw_total), serving_need, tick.current,
+                               tick.horizon_s, sizing.demand, outcome[0], outcome[1], keep_alive)
+            raw_total, reason, message = 1, outcome[0], outcome[1]  # idle: one warm replica
     floor = policy.min_replicas if policy.scale_to_zero else max(1, policy.min_replicas)
     if raw_total < floor:
         reason, message = Reason.AT_MIN, f"{raw_total} wanted, held at the minimum {floor} ({message})"
         raw_total = floor
+    total, reason, message = _stabilize(tick, state, policy, raw_total, reason=reason, message=message)
+    return _finish(state, tick.now, policy, total, serving_need, tick.current, tick.horizon_s, sizing.demand,
+                   reason, message, keep_alive, raw_total=min(raw_total, sustained_total), transient_total=raw_total)
 
-    # 4-5: scale down only through the stabilization window, the loading rule and consolidation
-    total = raw_total
-    if raw_total < current:
-        window_start = now - policy.scale_down_stabilization_s
-        recent = [n for t, n in state.recommendations if t > window_start] + \
-            [n for until, n in state.transient if until > now]
-        stabilized = max([raw_total, *recent])
-        if missing:
-            total, reason, message = current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding"
-        elif stabilized >= current:
-            total, reason = current, Reason.STABILIZING
-            message = (
-                f"{raw_total} wanted, holding {current} (highest recommendation in the last "
-                f"{policy.scale_down_stabilization_s:.0f} s is {stabilized})"
-            )
-        else:
-            total, reason = stabilized, Reason.SCALE_DOWN
-            message = f"{current} -> {stabilized}: " + message
-            if total < loading:
-                total, reason = loading, Reason.HOLD_LOADING
-                message = f"{loading} replicas still loading are not removed ({stabilized} wanted)"
-            absorbing = total - loading
-            if absorbing * cap < observed and total < current:
-                total = min(current, loading + need_now)
-                reason = Reason.HOLD_CONSOLIDATION
-                message = f"the {absorbing} ready replicas left would not absorb {observed:.1f} rps; keeping {total}"
-    elif raw_total == current and reason in (Reason.FORECAST, Reason.OBSERVED):
-        reason = Reason.STEADY
-        message = message or "no change"
-    return _finish(
-        state,
-        now,
-        policy,
-        total,
-        serving_now,
-        current,
-        horizon_s,
-        demand,
-        reason,
-        message,
-        keep_alive,
-        raw_total=min(raw_total, sustained_total),
-        transient_total=raw_total,
-    )
+
+def _read(inputs: DecideInputs, policy: DecidePolicy) -> tuple[_Tick, ForecastSummary | None, Forecast | None]:
+    """The tick's values: replicas by state, the horizon, the rates, and the forecast's summary over the
+    horizon (None when forecasting is off or there is no forecast yet)."""
+    by_state = Counter(r.state for r in inputs.replicas)
+    observed = inputs.observed_rps
+    missing = math.isnan(observed)
+    horizon = horizon_s(policy, inputs.cold_start_p90_s)
+    fc = inputs.forecast if policy.forecast_enabled else None
+    summary = fc.summary(inputs.now_s, horizon, policy.control_period_s) if fc is not None else None
+    # the rate arriving now: where a rising rate is heading, since a trailing-window rate lags a step; only a
+    # rise beyond the forecast's own spread (upper - mean) counts, not the noise of two consecutive samples
+    spread = max(0.0, summary.upper_now_rps - summary.mean_now_rps) if summary is not None else 0.0
+    rising = not math.isnan(inputs.leading_rps) and inputs.leading_rps - observed > spread
+    cap = policy.target_rps_per_replica
+    tick = _Tick(
+        now=inputs.now_s, cap=cap, current=len(inputs.replicas) - by_state[ReplicaState.DRAINING],
+        loading=by_state[ReplicaState.LOADING] + by_state[ReplicaState.PENDING],
+        ready=by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY], horizon_s=horizon,
+        cold_start_p90_s=inputs.cold_start_p90_s, observed=observed, missing=missing,
+        need_now=0 if missing else math.ceil(observed / cap - 1e-9),
+        arriving=inputs.leading_rps if rising else observed, rising=rising, spread=spread)
+    return tick, summary, fc
+
+
+def _track_backlog(state: DecideState, tick: _Tick, policy: DecidePolicy) -> DecideState:
+    """The requests beyond the ready replicas' capacity, accumulated since the last tick (at most two control
+    periods of it, never below zero); unchanged while the rate is missing."""
+    if tick.missing:
+        return state
+    elapsed = 0.0 if state.backlog_at_s is None else min(max(0.0, tick.now - state.backlog_at_s),
+                                                          2 * policy.control_period_s)
+    backlog = max(0.0, state.backlog_requests + (tick.arriving - tick.ready * tick.cap) * elapsed)
+    # the constructor, not dataclasses.replace: this runs every tick for every service, and replace costs 3x
+    return DecideState(state.recommendations, state.idle_since_s, state.idle_histogram,
+                       state.learned_keep_alive, backlog, tick.now, state.transient)
+
+
+def _size(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: ForecastSummary | None,
+          fc: Forecast | None) -> _Sizing:
+    """The rate to provision for: the observed rate, the forecast's upper peak over the horizon, the burst
+    guard when traffic runs above the forecast, and draining a backlog."""
+    demand = 0.0 if tick.missing else tick.observed
+    # the demand without the transient parts (a rising rate's extrapolation, draining a backlog): what the
+    # stabilization window remembers, so that replicas started to catch up leave once they have
+    sizing = _Sizing(demand, demand, Reason.OBSERVED, "" if tick.missing else
+                     f"observed {tick.observed:.1f} rps (no forecast)")
+    if fc is not None and summary is not None:
+        sizing = _forecast_sizing(tick, summary, fc, demand)
+    if not tick.missing and state.backlog_requests > max(1, tick.ready) * tick.cap * policy.control_period_s:
+        sizing = _drain_sizing(tick, state, sizing)
+    return sizing
+
+
+def _forecast_sizing(tick: _Tick, summary: ForecastSummary, fc: Forecast, demand: float) -> _Sizing:
+    """The forecast's upper peak within the horizon; the burst guard sizes for the arriving rate instead when
+    the observed one runs above the forecast's upper bound and that changes the count."""
+    upper_peak = summary.peak_upper_rps
+    demand = max(demand, upper_peak)
+    sizing = _Sizing(demand, demand, Reason.FORECAST, f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps "
+                                                      f"within {tick.horizon_s:.0f} s ({fc.method})")
+    upper_now = summary.upper_now_rps
+    if tick.missing or tick.observed <= upper_now:
+        return sizing
+    burst = tick.arriving + tick.spread
+    sustained = max(demand, tick.observed + tick.spread)
+    # the guard names the decision only when it changes the count: a rate a hair above a tight bound (steady
+    # traffic, its noise within a replica's capacity) is still the forecast's decision
+    if burst > upper_peak and math.ceil(burst / tick.cap - 1e-9) > math.ceil(upper_peak / tick.cap - 1e-9):
+        heading = f" and rising towards {tick.arriving:.1f} rps" if tick.rising else ""
+        return _Sizing(burst, sustained, Reason.BURST,
+                       f"observed {tick.observed:.1f} rps{heading}, above the forecast's upper bound "
+                       f"{upper_now:.1f} rps: sized for {burst:.1f} rps now")
+    return _Sizing(demand, sustained, sizing.reason, sizing.message)
+
+
+def _drain_sizing(tick: _Tick, state: DecideState, sizing: _Sizing) -> _Sizing:
+    """Overloaded by more than the ready replicas serve in a control period: the requests that piled up, and
+    those that will until the replicas started now are ready, must drain within a horizon on top of the
+    arriving ones."""
+    projected = state.backlog_requests + max(0.0, tick.arriving - tick.ready * tick.cap) * tick.cold_start_p90_s
+    drain = tick.arriving + projected / tick.horizon_s
+    if drain <= sizing.demand:
+        return sizing
+    return _Sizing(drain, sizing.sustained, Reason.BURST,
+                   f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity, "
+                   f"{projected:.0f} by the time new replicas are ready: sized for {tick.arriving:.1f} rps arriving "
+                   f"plus draining them within {tick.horizon_s:.0f} s")
+
+
+def _keep_alive_s(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[float, DecideState]:
+    """The keep-alive: the policy's, else learned from the idle gaps (remembered per measured cold start)."""
+    if policy.keep_alive_s is not None:
+        return policy.keep_alive_s, state
+    if state.learned_keep_alive is not None and state.learned_keep_alive[0] == inputs.cold_start_p90_s:
+        return state.learned_keep_alive[1], state
+    keep_alive = state.idle_histogram.keep_alive_s(inputs.cold_start_p90_s, policy.default_keep_alive_s,
+                                                   policy.wake_penalty_factor)
+    return keep_alive, replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
+
+
+def _scale_to_zero(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: ForecastSummary | None,
+                   keep_alive: float) -> tuple[Reason | None, str] | None:
+    """At zero: wake (a request, or traffic forecast within the horizon) or stay at zero (reason None). Idle:
+    scale to zero after the keep-alive (reason None), or keep one warm replica until then. None: not idle."""
+    expected_requests = summary.peak_mean_rps * tick.horizon_s if summary is not None else 0.0
+    if tick.current == 0:
+        if not tick.missing and tick.observed > 0:
+            return Reason.WAKE, f"a request arrived at zero replicas ({tick.observed:.2f} rps)"
+        if expected_requests >= 1.0:
+            return (Reason.PREWARM_FROM_ZERO,
+                    f"forecast expects {expected_requests:.1f} requests within {tick.horizon_s:.0f} s")
+        return None, "idle, no traffic forecast"
+    if state.idle_since_s is None or tick.missing or tick.observed != 0:
+        return None
+    idle_s = tick.now - state.idle_since_s
+    if idle_s >= keep_alive and expected_requests < 1.0 and tick.loading == 0:
+        return None, (f"idle {idle_s:.0f} s >= keep-alive {keep_alive:.0f} s, "
+                      f"{expected_requests:.2f} requests forecast within {tick.horizon_s:.0f} s")
+    if expected_requests < 1.0:
+        # idle and nothing forecast: one warm replica until the keep-alive runs out
+        return Reason.KEEP_ALIVE, f"idle {idle_s:.0f} s of keep-alive {keep_alive:.0f} s"
+    return None
+
+
+def _stabilize(tick: _Tick, state: DecideState, policy: DecidePolicy, raw_total: int, *, reason: Reason,
+               message: str) -> tuple[int, Reason, str]:
+    """Scale down only through the stabilization window (the highest recommendation in it, and any transient
+    one still holding), never while the rate is missing, never below the replicas still loading, and not while
+    the ready replicas left would not absorb the observed rate."""
+    if raw_total >= tick.current:
+        if raw_total == tick.current and reason in (Reason.FORECAST, Reason.OBSERVED):
+            return raw_total, Reason.STEADY, message or "no change"
+        return raw_total, reason, message
+    if tick.missing:
+        return tick.current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding"
+    window_start = tick.now - policy.scale_down_stabilization_s
+    recent = [n for t, n in state.recommendations if t > window_start] + \
+        [n for until, n in state.transient if until > tick.now]
+    stabilized = max([raw_total, *recent])
+    if stabilized >= tick.current:
+        return tick.current, Reason.STABILIZING, (
+            f"{raw_total} wanted, holding {tick.current} (highest recommendation in the last "
+            f"{policy.scale_down_stabilization_s:.0f} s is {stabilized})")
+    total, reason, message = stabilized, Reason.SCALE_DOWN, f"{tick.current} -> {stabilized}: " + message
+    if total < tick.loading:
+        total, reason = tick.loading, Reason.HOLD_LOADING
+        message = f"{tick.loading} replicas still loading are not removed ({stabilized} wanted)"
+    absorbing = total - tick.loading
+    if absorbing * tick.cap < tick.observed and total < tick.current:
+        total = min(tick.current, tick.loading + tick.need_now)
+        reason = Reason.HOLD_CONSOLIDATION
+        message = f"the {absorbing} ready replicas left would not absorb {tick.observed:.1f} rps; keeping {total}"
+    return total, reason, message
 
 
 def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)

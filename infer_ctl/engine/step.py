@@ -25,7 +25,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from infer_ctl.core.api import ForecastMethod, Seasonality
-from infer_ctl.decide.decision import DecideInputs, DecidePolicy, DecideState, Decision, ReplicaView, decide
+from infer_ctl.decide.decision import (
+    DecideInputs,
+    DecidePolicy,
+    DecideState,
+    Decision,
+    ReplicaView,
+    decide,
+    horizon_s,
+)
 from infer_ctl.forecast.models import (
     DAY_S,
     WEEK_S,
@@ -226,19 +234,15 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
     # a sample older than two control periods is no evidence of the current rate
     fresh = inputs.now_s - state.last_rps_s <= 2 * policy.control_period_s + 1e-9
     observed = state.last_rps if fresh else math.nan
-    horizon_s = (
-        policy.prewarm_lead_s
-        if policy.prewarm_lead_s is not None
-        else inputs.cold_start_p90_s + policy.control_period_s
-    )
+    horizon = horizon_s(policy, inputs.cold_start_p90_s)  # the decision's own horizon: the forecast covers it
     forecast: Forecast | None = None
     memo = state.forecast_memo
     if policy.forecast_enabled and state.origin_s is not None:
         if inputs.now_s >= state.next_refit_s and (state.recent or state.history is not None):
-            state = _refit(state, inputs.now_s, horizon_s, policy.quantile, config)
+            state = _refit(state, inputs.now_s, horizon, policy.quantile, config)
         if state.fitted is not None:
             # the open bucket is not complete yet: forecast from the model's end to the horizon past now
-            ahead_s = inputs.now_s + horizon_s - state.fitted.end_s
+            ahead_s = inputs.now_s + horizon - state.fitted.end_s
             steps = max(1, math.ceil(ahead_s / config.history_step_s))
             if memo is not None and memo[0] is state.fitted and memo[1] >= steps:
                 forecast = memo[2]

@@ -19,6 +19,7 @@ from infer_ctl.decide.decision import (
     Reason,
     ReplicaView,
     decide,
+    horizon_s,
 )
 from infer_ctl.decide.keepalive import IdleHistogram
 from infer_ctl.forecast.models import Forecast
@@ -276,3 +277,17 @@ def test_replicas_started_for_a_rise_are_kept_until_they_could_serve_then_follow
     assert decision.total == 9, decision.message
     decision, _ = tick(1000.0 + horizon + 1.0, 30.0, 9, state)
     assert decision.total < 9 and decision.reason is Reason.SCALE_DOWN, decision.message
+
+
+@pytest.mark.parametrize(
+    ("lead_s", "cold_start_s", "expected"),
+    [
+        pytest.param(None, 120.0, 130.0, id="without a prewarm lead the horizon is the cold start plus one period"),
+        pytest.param(45.0, 120.0, 45.0, id="a prewarm lead replaces the measured cold start"),
+    ],
+)
+def test_the_horizon_is_computed_in_one_place(lead_s: float | None, cold_start_s: float, expected: float) -> None:
+    policy = DecidePolicy(CAP, control_period_s=10.0, prewarm_lead_s=lead_s)
+    assert horizon_s(policy, cold_start_s) == expected
+    decision, _ = decide(DecideInputs(0.0, 5.0, (), cold_start_s, None), DecideState(), policy)
+    assert decision.horizon_s == expected
