@@ -11,7 +11,12 @@ kube-scheduler and kube-controller-manager 1.37 with the node agent) and the con
   p50/p99 from the buckets);
 - one control round for all N services: a fresh process runs every service's cycle at once, twice (the first
   round builds each service's memory, the second is the steady state), and prints the wall time of each;
-- the controller process's resident memory (VmRSS) after the services settle, and its peak (VmHWM).
+- the controller process's resident memory (VmRSS) after the services settle, and its peak (VmHWM);
+- on `kube`: the API requests the controller sent per minute over the settle window, by verb and resource,
+  from kube-apiserver's audit log (the controller runs as a user of its own, with admin rights).
+
+`--controller-tree PATH` runs the controller from another checkout (e.g. `git worktree add /tmp/before <commit>`),
+so that one harness measures before and after a change.
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +75,30 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return lower
 
 
-def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "emulator") -> dict[str, Any]:
+CONTROLLER_USER = "infer-ctl-controller"  # the controller's own user on `kube`, so the audit log tells its requests
+
+
+def api_requests(audit_log: Path, user: str, start: datetime, end: datetime) -> Counter[str]:
+    """The requests `user` completed between `start` and `end`, by verb and resource (kube-apiserver's audit log,
+    one JSON event per line at stage ResponseComplete; a watch counts once, when it ends)."""
+    counts: Counter[str] = Counter()
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if (event.get("user") or {}).get("username") != user:
+            continue
+        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if not start <= at < end:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource") or event.get("requestURI", "?").split("?")[0]
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        counts[f"{event.get('verb')} {resource}"] += 1
+    return counts
+
+
+def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "emulator",
+            controller_tree: Path | None = None) -> dict[str, Any]:
     import httpx
     import yaml
 
@@ -86,18 +117,29 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
     if control_plane == "kube":
         from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
-        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
+        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig, audit_log=True,
+                                         extra_admins=(CONTROLLER_USER,))
     else:
         sandbox = sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
-    with sandbox:
+    with sandbox as sb:
         kube = KubeClient.from_config(str(kubeconfig))
+        from infer_ctl.sandbox.kubesandbox import KubeSandbox
+
+        local = sb.local if isinstance(sb, KubeSandbox) else None  # the real control plane, on `kube`
+        controller_kubeconfig = kubeconfig
+        if local is not None:
+            controller_kubeconfig = local.admin_kubeconfig_as(CONTROLLER_USER, tmp / "controller.kubeconfig")
         if control_plane != "kube":  # kube_sandbox_in_thread installs it and waits until it is served
             kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=yaml.safe_load(CRD_PATH.read_text()))
         port = 19464 + n
+        # The controller of this checkout, or of another (`--controller-tree`: e.g. a worktree of an older
+        # commit, to measure before and after a change with the same harness).
+        tree = controller_tree or ROOT
         controller = subprocess.Popen(
-            [str(Path(sys.executable).parent / "infer-ctl"), "controller", "--kubeconfig", str(kubeconfig),
-             "--namespace", "default", "--metrics-port", str(port)],
+            [sys.executable, "-m", "infer_ctl.cli.main", "controller", "--kubeconfig", str(controller_kubeconfig),
+             "--namespace", "default", "--metrics-port", str(port)], cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
             stdout=subprocess.DEVNULL, stderr=(tmp / "controller.log").open("w"))
         try:
             time.sleep(3)  # kopf's start (login, discovery, watches); there is no readiness endpoint to await
@@ -126,12 +168,18 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
                     ready_at = time.monotonic() - started
                     break
                 time.sleep(0.2)
+            window_start = datetime.now(UTC)
             time.sleep(settle_s)  # let several control periods pass for the cycle-time histogram
+            window_end = datetime.now(UTC)
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             buckets, total, count = _histogram(text, "infer_ctl_reconcile_seconds")
             rss, peak = _rss_mib(controller.pid)
             controller.terminate()
             controller.wait(30)
+            requests: Counter[str] | None = None
+            if local is not None:
+                time.sleep(2)  # the audit log is written in batches
+                requests = api_requests(local.audit_path, CONTROLLER_USER, window_start, window_end)
             # One control round over every service (all N cycles at once, as the timers fire), by a fresh
             # process on the settled cluster: the first round builds each service's memory, the second is
             # the steady state.
@@ -153,6 +201,9 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
         "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),
         "controller_rss_mib": round(rss, 1), "controller_peak_rss_mib": round(peak, 1),
         "round_first_s": rounds["first_s"], "round_steady_s": rounds["steady_s"],
+        "api_requests_per_min": None if requests is None else round(sum(requests.values()) * 60 / settle_s, 1),
+        "api_requests_by_verb_resource_per_min": None if requests is None else {
+            k: round(v * 60 / settle_s, 1) for k, v in requests.most_common()},
     }
 
 
@@ -195,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=30.0, help="seconds of steady cycles to measure")
     parser.add_argument("--control-plane", default="emulator,kube",
                         help="comma-separated: emulator, kube (default both, one table)")
+    parser.add_argument("--controller-tree", type=Path, default=None,
+                        help="run the controller from this checkout (default: this one)")
     parser.add_argument("--round", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the round, in its own process
     args = parser.parse_args(argv)
     if args.round:
@@ -203,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for plane in args.control_plane.split(","):
         for n in (int(x) for x in args.services.split(",")):
-            rows.append(run_one(n, args.cluster, args.settle, plane))
+            rows.append(run_one(n, args.cluster, args.settle, plane, args.controller_tree))
             print(json.dumps(rows[-1]), flush=True)
     print(_table(rows))
     return 0
@@ -213,7 +266,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
     columns = [("control_plane", "control plane"), ("services", "services"),
                ("all_claims_and_pods_created_s", "created s"), ("all_ready_s", "all Ready s"),
                ("cycle_p50_ms", "cycle p50 ms"), ("cycle_p99_ms", "cycle p99 ms"),
-               ("round_steady_s", "round s"), ("controller_peak_rss_mib", "peak RSS MiB")]
+               ("round_steady_s", "round s"), ("controller_peak_rss_mib", "peak RSS MiB"),
+               ("api_requests_per_min", "API requests/min")]
     lines = ["| " + " | ".join(title for _, title in columns) + " |",
              "|" + "|".join("---" for _ in columns) + "|"]
     for row in rows:

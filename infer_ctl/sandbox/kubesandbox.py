@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,10 +76,11 @@ def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: flo
 
 @contextmanager
 def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kubeconfig: Path | None = None,
-                           workdir: Path | None = None, crd: bool = True) -> Iterator[KubeSandbox]:
+                           workdir: Path | None = None, crd: bool = True, audit_log: bool = False,
+                           extra_admins: Sequence[str] = ()) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
     CRD (with `crd`) and the PriorityClasses the controller's replicas use; stop everything on exit."""
-    local = LocalCluster(workdir)
+    local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
     local.start()
     thread: LoopThread | None = None
     side: KubeSide | None = None

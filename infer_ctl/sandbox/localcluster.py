@@ -131,11 +131,16 @@ class LocalCluster:
     feature_gates: str = FEATURE_GATES
     controllers: Sequence[str] = CONTROLLERS
     start_timeout_s: float = 90.0
+    # kube-apiserver's audit log (level Metadata, one JSON line per completed request: user, userAgent, verb,
+    # resource) in logs/audit.log: who sends how many requests (the controller benchmark's API load)
+    audit_log: bool = False
+    extra_admins: Sequence[str] = ()  # further user names with admin rights (see admin_kubeconfig_as)
     url: str = ""
     admin_token: str = ""
     _processes: list[_Process] = field(default_factory=list)
     _tmp: tempfile.TemporaryDirectory[str] | None = None
     _ca_data: bytes = b""
+    _extra_tokens: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -150,6 +155,22 @@ class LocalCluster:
     def kubeconfig(self) -> Path:
         assert self.workdir is not None
         return self.workdir / "kubeconfig"
+
+    @property
+    def audit_path(self) -> Path:
+        """kube-apiserver's audit log (with `audit_log`)."""
+        assert self.workdir is not None
+        return self.workdir / "logs" / "audit.log"
+
+    def admin_kubeconfig_as(self, user: str, path: Path) -> Path:
+        """A kubeconfig with the admin's rights under another user name (the audit log then tells that client's
+        requests from the others'): a token of its own, added to the static token file before start()."""
+        assert self.workdir is not None and self.url, "start() first"
+        token = self._extra_tokens.get(user)
+        if token is None:
+            raise ValueError(f"user {user!r} was not given in extra_admins before start()")
+        self._write_kubeconfig(path, token, user)
+        return path
 
     @property
     def ca_file(self) -> Path:
@@ -183,8 +204,17 @@ class LocalCluster:
         (work / "tokens.csv").write_text(
             f'{self.admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
             f"{scheduler_token},system:kube-scheduler,system:kube-scheduler\n"
-            f"{kcm_token},system:kube-controller-manager,system:kube-controller-manager\n")
+            f"{kcm_token},system:kube-controller-manager,system:kube-controller-manager\n"
+            + "".join(f'{self._extra_tokens.setdefault(user, secrets.token_hex(16))},{user},{user},"system:masters"\n'
+                      for user in self.extra_admins))
         (work / "tokens.csv").chmod(0o600)
+        audit: list[str] = []
+        if self.audit_log:
+            (work / "audit-policy.yaml").write_text(yaml.safe_dump({
+                "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata"}]}))
+            audit = [f"--audit-policy-file={work / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_path}",
+                     "--audit-log-format=json", "--audit-log-mode=batch"]
         subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
                         "-out", str(pki / "sa.key")], check=True, capture_output=True)
         subprocess.run(["openssl", "pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")],
@@ -212,7 +242,7 @@ class LocalCluster:
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             f"--feature-gates={self.feature_gates}", f"--runtime-config={RUNTIME_CONFIG}",
             # The `kubernetes` Service cannot point at a loopback address; nothing here needs its endpoints.
-            "--endpoint-reconciler-type=none", "--profiling=false", "--v=1"])
+            "--endpoint-reconciler-type=none", "--profiling=false", "--v=1", *audit])
         self._wait("kube-apiserver", lambda: self._ready_certificate() and self._http_ok(f"{self.url}/readyz"))
         self._write_kubeconfig(self.kubeconfig, self.admin_token, ADMIN_USER)
 
