@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,9 +61,40 @@ def selector(meta: api.ObjectMeta) -> str:
 
 
 def spec_hash(spec: api.InferenceServiceSpec) -> str:
-    """A short hash of what a replica's Pod is made of; a replica with another hash is out of date."""
-    parts = (spec.runtime, spec.model.name, spec.model.uri, spec.model.memory_bytes, spec.accelerator)
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+    """A short hash of what a replica's Pod is made of; a replica with another hash is out of date.
+
+    It hashes the canonical JSON of those fields with every field at its default left out, so that a field
+    added in a later version (with a default) does not change the hash of a spec that does not set it, and an
+    upgrade does not restart every replica. (This form replaced a hash of the dataclasses' `repr` in 0.x: that
+    one upgrade restarts each replica once.)"""
+    parts = {"runtime": _canonical(spec.runtime), "model": {"name": spec.model.name, "uri": spec.model.uri,
+                                                            "memory_bytes": spec.model.memory_bytes},
+             "accelerator": _canonical(spec.accelerator)}
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON-able form of a spec value: dataclasses as mappings without the fields at their defaults, enums as
+    their values, sequences as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if f.default is not dataclasses.MISSING and item == f.default:
+                continue
+            if f.default_factory is not dataclasses.MISSING and item == f.default_factory():
+                continue
+            out[f.name] = _canonical(item)
+        return out
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        items = [_canonical(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, (frozenset, set)) else items
+    return value
 
 
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,

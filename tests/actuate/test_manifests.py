@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
+
 import kubernetes_validate
 import pytest
 
@@ -71,3 +73,19 @@ def test_the_spec_hash_changes_with_the_runtime_and_not_with_scaling() -> None:
     base = spec_hash(service().spec)
     assert spec_hash(service(spec__runtime__image="vllm/vllm-openai:v0.12.0").spec) != base
     assert spec_hash(service(spec__scaling__maxReplicas=9).spec) == base
+
+
+def test_the_spec_hash_ignores_fields_at_their_defaults_so_a_new_optional_field_restarts_nothing() -> None:
+    base = service().spec
+
+    @dataclass(frozen=True, slots=True)
+    class LaterRuntimeSpec(api.RuntimeSpec):  # as a later version may add a field, with a default
+        sleep_level: int = 0
+
+    later = replace(base, runtime=LaterRuntimeSpec(**{f.name: getattr(base.runtime, f.name)
+                                                      for f in fields(base.runtime)}))
+    assert spec_hash(later) == spec_hash(base)
+    assert spec_hash(replace(later, runtime=replace(later.runtime, sleep_level=1))) != spec_hash(base)
+    assert spec_hash(replace(base, runtime=replace(base.runtime, port=9000))) != spec_hash(base)
+    assert spec_hash(replace(base, accelerator=replace(base.accelerator, count=2))) != spec_hash(base)
+    assert spec_hash(replace(base, model=replace(base.model, name="other"))) != spec_hash(base)
