@@ -31,10 +31,11 @@ over a wide enough range of rates, the scale is max(ŷ, floor)^p with the power 
 pinball loss (`fit_error_scale`, a quantile regression over p in 0..1, absolute to relative errors, and floors
 relative to the busy rate); otherwise p = 1/2 and the floor is 1 req/s, or for a service that never reaches
 1 req/s a floor relative to its busy rate (`scale_floor`), so that its calibration does not depend on the unit.
-On bank_calls x200 the fit is p = 0.6-0.7 with a floor of about 0.18 req/s: a night bound of 0.3-0.6 req/s
-instead of 1.4-3, and at the same open-hour coverage a lower pinball loss. It is not a level-conditional
-calibration: the misses of the morning ramp come at middling rates, and no power of the rate predicts them
-(coverage by forecast level 89-98 % on bank_calls, by hour 88-97 %; `infer_ctl.sim.bench_forecast` prints both).
+On bank_calls the fitted power lies between the two and the night bound drops well below the fixed floor's, at
+the same open-hour coverage. It is not a level-conditional calibration: the misses of the morning ramp come at
+middling rates, and no power of the rate predicts them. The figures (MASE, coverage overall, by
+forecast level and by hour of day, pinball loss) are in BENCHMARKS.md, section `forecast`, printed by
+`infer_ctl.sim.bench_forecast`.
 
 A missing bucket (NaN) is filled by the model's own one-step forecast: the state advances without correction.
 """

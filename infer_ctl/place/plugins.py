@@ -344,25 +344,21 @@ class Fragmentation:
     Score = floor(100 * sigmoid(Δ / 1200)) with Δ = fragmentation before - after, in thousandths of a GPU:
     50 means no change, a whole GPU of fragmentation avoided scores 69, one created scores 30. The score is
     deliberately whole points: nodes within ~48 milli-GPU of each other tie, and the tie-breakers below and
-    then the stable node order decide among them. On the openb trace, ranking by the exact Δ instead scatters
-    load and loses about 3 points of allocation (92.5% vs 95.2% at 130% arrivals, seed 42): small Δ
-    differences are noise, consistent packing order is signal. Likewise, any systematic secondary order tried
-    (most-allocated first, most CPU per idle GPU, fewest GPUs, untouched nodes last) lost 0.1 to 9 points
-    against a fixed seeded node order; see CycleInputs.node_priority.
+    then the stable node order decide among them. On the openb trace, ranking by the exact Δ instead scattered
+    load and lost allocation: small Δ differences are noise, consistent packing order is signal. Likewise, every
+    systematic secondary order tried (most-allocated first, most CPU per idle GPU, fewest GPUs, untouched nodes
+    last) lost against a fixed node order; see CycleInputs.node_priority.
     Within a whole point, nodes are ordered by how well the replica's CPU:GPU shape matches the node's free
     CPU:GPU (`shape_alignment`, adding at most 0.05 points), and for a share then by `gap_balance` (the
     Sum-of-Squares rule over the cluster's free gaps, at most 0.02 points).
     The scale (1200, where FGD has 1000) sets which Δ differences count; it is the one constant here tuned on
-    the trace, on seeds 60-67 and confirmed on 70-77 (not the reported 42-51), and the response is not
-    smooth: with the full mix, 1000 gives 95.67% at 130% arrivals, 1100 95.77, 1200 95.88, 1250 95.81,
-    1500 95.70, 2000 95.66, 3000 95.78 (seeds 60-67; FGD 95.40). What the 1200 grouping does: a 1-GPU task
-    on an untouched 8-GPU node has Δ ~40 milli below the same task on a used node (the 8-GPU class can no
-    longer run there); at 1000 that difference is a whole point and tasks pack onto used nodes, at 1200 the
-    two tie and the CPU:GPU shape decides, which strands less CPU.
-    Reported (seeds 42-51, default trace, 130% arrivals): 95.90% vs FGD 95.37% (95.63% with the scale at 1000,
-    95% mix and no gap balance). Variant traces, infer-ctl - FGD: cpu050 +0.31, cpu100 +0.37, gpushare60 +0.36,
-    gpuspec10 +0.87, gpuspec20 +0.89, multigpu20 +0.30 (seeds 42-46), multigpu30 +0.15 (42-51), but gpushare40
-    only +0.03 (42-51; -0.04 on seeds 60-64, where the scale at 1000 gives +0.08): a tie with FGD there.
+    the trace, on seeds other than the reported ones, and the response to it is not smooth. What the 1200
+    grouping does: a 1-GPU task on an untouched 8-GPU node has Δ ~40 milli below the same task on a used node
+    (the 8-GPU class can no longer run there); at 1000 that difference is a whole point and tasks pack onto used
+    nodes, at 1200 the two tie and the CPU:GPU shape decides, which strands less CPU.
+    The figures (allocation at 100 % and 130 % arrivals against FGD and the other published policies, on the
+    default and the variant openb traces, per seed) are in BENCHMARKS.md, section `openb`, with the command
+    that printed them; docstrings carry no figures, since nothing here would keep them true.
     On the chosen node, a share goes on the GPU with the best score that it fills most tightly.
     With no workload mix as input, every node scores 50.
     """
@@ -457,8 +453,7 @@ class BestFit:
 
     This is the packing signal when the cycle knows no workload mix. With a mix, Fragmentation measures fit
     against what actually arrives and BestFit steps aside (scores flat): as a tie-breaker its systematic
-    preference for fuller nodes cost 0.08 points of allocation on openb (95.30% vs 95.38% at 130% arrivals,
-    mean of seeds 42-51).
+    preference for fuller nodes cost allocation on openb.
     """
 
     name = "BestFit"
