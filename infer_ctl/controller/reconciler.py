@@ -160,7 +160,9 @@ class Reconciler:
         memo = self._checked.get(uid)
         if memo is not None and memo[0] == fingerprint:
             return memo[1]
-        check = check_inference_service(body, self.settings.policies.catalog)
+        # the API server admitted the object: its schema and defaults are applied, only the parser's and the
+        # catalog's checks (what the API server cannot know) remain
+        check = check_inference_service(body, self.settings.policies.catalog, schema=False)
         self._checked[uid] = (fingerprint, check)
         return check
 

@@ -55,11 +55,16 @@ class CheckResult:
 
 
 def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
-                            crd: Crd | None = None) -> CheckResult:
-    crd = crd or load_crd()
-    version = crd.storage_version
-    defaulted = apply_defaults(version.schema, dict(obj))
-    schema_errors = tuple(validate(version.schema, defaulted))
+                            crd: Crd | None = None, *, schema: bool = True) -> CheckResult:
+    """The CRD's schema with its defaults (`schema`: for a manifest no API server has seen, as `infer-ctl
+    validate` reads it), the parser's checks, and the accelerator catalog's. The controller passes
+    `schema=False`: what it reads was admitted, defaulted and validated by the API server already."""
+    schema_errors: tuple[FieldError, ...] = ()
+    defaulted = dict(obj)
+    if schema:
+        version = (crd or load_crd()).storage_version
+        defaulted = apply_defaults(version.schema, defaulted)
+        schema_errors = tuple(validate(version.schema, defaulted))
     service: api.InferenceService | None = None
     spec_errors: tuple[FieldError, ...] = ()
     try:
