@@ -80,7 +80,12 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
                 raise kopf.TemporaryError(f"the API server refused a request: {exc}", delay=5) from exc
             finally:
                 reconciler.metrics.reconcile.observe(asyncio.get_running_loop().time() - started)
-            patch.status.update(result.status)
+            written = body.get("status") or {}
+            # a status that says what the object's already says is not written again (an idle service's cycles
+            # would otherwise PATCH it every period)
+            changed = {k: v for k, v in result.status.items() if written.get(k) != v}
+            if changed:
+                patch.status.update(changed)
 
     @kopf.timer(g, v, p, interval=config.settings.period_s, initial_delay=config.settings.period_s,
                 id="control", registry=registry)
