@@ -48,6 +48,7 @@ import enum
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from infer_ctl.core.api import ReplicaState, ScalingSpec
 from infer_ctl.core.policy import EffectiveScaling
@@ -204,9 +205,9 @@ def horizon_s(policy: DecidePolicy, cold_start_p90_s: float) -> float:
     return policy.prewarm_lead_s if policy.prewarm_lead_s is not None else cold_start_p90_s + policy.control_period_s
 
 
-@dataclass(frozen=True, slots=True)
-class _Tick:
-    """What the stages share about one tick: the inputs read once."""
+class _Tick(NamedTuple):
+    """What the stages share about one tick: the inputs read once. (The stages' values are NamedTuples, immutable
+    like a frozen dataclass: they are built every tick for every service, and a frozen dataclass costs 2-3x.)"""
 
     now: float
     cap: float  # requests/s one replica serves at the SLO
@@ -223,8 +224,7 @@ class _Tick:
     spread: float  # the forecast's upper - mean now (0 without one)
 
 
-@dataclass(frozen=True, slots=True)
-class _Sizing:
+class _Sizing(NamedTuple):
     """The raw recommendation and why: the rate provisioned for, and its sustained part."""
 
     demand: float
@@ -233,47 +233,47 @@ class _Sizing:
     message: str
 
 
+class _Recommendation(NamedTuple):
+    """What the stages after sizing hand on: the replicas wanted in all (serving plus the preset's standby), how
+    many of them serve, the rate provisioned for, and why."""
+
+    total: int
+    serving: int
+    sustained: int  # the total without the sizing's transient parts: what the stabilization window remembers
+    demand: float
+    reason: Reason
+    message: str
+
+    def revised(self, total: int, reason: Reason, message: str) -> _Recommendation:
+        """The same recommendation with another total and reason (the constructor, not dataclasses.replace: this
+        runs every tick for every service)."""
+        return _Recommendation(total, self.serving, self.sustained, self.demand, reason, message)
+
+
 def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[Decision, DecideState]:
     """One decision, in stages: read the tick, track idleness and the backlog, size for the forecast (burst guard,
     drain), apply the minimum, scale to zero or keep alive, then scale down only through stabilization."""
     tick, summary, fc = _read(inputs, policy)
-    if not state.recommendations and tick.current > 0:
-        # the first decision for replicas that already exist (a service found running, a controller restart):
-        # they count as recommended now, so the stabilization window protects them as it would have
-        state = replace(state, recommendations=((tick.now, tick.current),))
+    state = _seed_window(state, tick)
     state = _track_idle(state, tick.now, tick.observed)
     state = _track_backlog(state, tick, policy)
-    sizing = _size(tick, state, policy, summary, fc)
-    serving_need = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
-    # Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
-    # replicas in traffic only lower latency) and at least minReplicas; standby: the preset's warm spares on top,
-    # out of traffic, the first to yield their GPUs to a gang.
-    reason, message = sizing.reason, sizing.message
-    if serving_need < policy.min_replicas:
-        reason, message = Reason.AT_MIN, f"{serving_need} wanted, held at the minimum {policy.min_replicas} ({message})"
-        serving_need = policy.min_replicas
-    raw_total = serving_need + policy.standby_replicas
-    sustained_total = max(tick.need_now, math.ceil(sizing.sustained / tick.cap - 1e-9),
-                          policy.min_replicas) + policy.standby_replicas
+    wanted = _recommend(tick, policy, _size(tick, state, policy, summary, fc))
     keep_alive = None
     if policy.scale_to_zero:
         keep_alive, state = _keep_alive_s(inputs, state, policy)
-        outcome = _scale_to_zero(tick, state, policy, summary, keep_alive)
-        if isinstance(outcome, tuple):
-            if outcome[0] is None:
-                return _finish(state, tick.now, policy, 0, 0, tick.current, tick.horizon_s, 0.0,
-                               Reason.SCALE_TO_ZERO, outcome[1], keep_alive)
-            if tick.current == 0:  # woken: start what the demand needs
-                return _finish(state, tick.now, policy, max(1, raw_total), serving_need, tick.current,
-                               tick.horizon_s, sizing.demand, outcome[0], outcome[1], keep_alive)
-            raw_total, reason, message = 1, outcome[0], outcome[1]  # idle: one warm replica
-    floor = policy.min_replicas if policy.scale_to_zero else max(1, policy.min_replicas)
-    if raw_total < floor:
-        reason, message = Reason.AT_MIN, f"{raw_total} wanted, held at the minimum {floor} ({message})"
-        raw_total = floor
-    total, reason, message = _stabilize(tick, state, policy, raw_total, reason=reason, message=message)
-    return _finish(state, tick.now, policy, total, serving_need, tick.current, tick.horizon_s, sizing.demand,
-                   reason, message, keep_alive, raw_total=min(raw_total, sustained_total), transient_total=raw_total)
+        wanted, settled = _scale_to_zero(tick, state, summary, keep_alive, wanted)
+        if settled:  # at zero or going there: no floor, no stabilization, nothing transient to remember
+            return _finish(state, tick, policy, wanted, keep_alive, wanted=None)
+    wanted = _floor(policy, wanted)
+    return _finish(state, tick, policy, _stabilize(tick, state, policy, wanted), keep_alive, wanted=wanted)
+
+
+def _seed_window(state: DecideState, tick: _Tick) -> DecideState:
+    """The first decision for replicas that already exist (a service found running, a controller restart): they
+    count as recommended now, so the stabilization window protects them as it would have."""
+    if state.recommendations or tick.current == 0:
+        return state
+    return replace(state, recommendations=((tick.now, tick.current),))
 
 
 def _read(inputs: DecideInputs, policy: DecidePolicy) -> tuple[_Tick, ForecastSummary | None, Forecast | None]:
@@ -320,10 +320,11 @@ def _size(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: Foreca
     demand = 0.0 if tick.missing else tick.observed
     # the demand without the transient parts (a rising rate's extrapolation, draining a backlog): what the
     # stabilization window remembers, so that replicas started to catch up leave once they have
-    sizing = _Sizing(demand, demand, Reason.OBSERVED, "" if tick.missing else
-                     f"observed {tick.observed:.1f} rps (no forecast)")
     if fc is not None and summary is not None:
         sizing = _forecast_sizing(tick, summary, fc, demand)
+    else:
+        sizing = _Sizing(demand, demand, Reason.OBSERVED, "" if tick.missing else
+                         f"observed {tick.observed:.1f} rps (no forecast)")
     if not tick.missing and state.backlog_requests > max(1, tick.ready) * tick.cap * policy.control_period_s:
         sizing = _drain_sizing(tick, state, sizing)
     return sizing
@@ -365,6 +366,20 @@ def _drain_sizing(tick: _Tick, state: DecideState, sizing: _Sizing) -> _Sizing:
                    f"plus draining them within {tick.horizon_s:.0f} s")
 
 
+def _recommend(tick: _Tick, policy: DecidePolicy, sizing: _Sizing) -> _Recommendation:
+    """Serving: everything the horizon needs (pre-warmed replicas take traffic as soon as they are ready: more
+    replicas in traffic only lower latency) and at least minReplicas; standby: the preset's warm spares on top,
+    out of traffic, the first to yield their GPUs to a gang."""
+    serving = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
+    standby = policy.standby_replicas
+    sustained = max(tick.need_now, math.ceil(sizing.sustained / tick.cap - 1e-9), policy.min_replicas) + standby
+    if serving >= policy.min_replicas:
+        return _Recommendation(serving + standby, serving, sustained, sizing.demand, sizing.reason, sizing.message)
+    return _Recommendation(policy.min_replicas + standby, policy.min_replicas, sustained, sizing.demand,
+                           Reason.AT_MIN,
+                           f"{serving} wanted, held at the minimum {policy.min_replicas} ({sizing.message})")
+
+
 def _keep_alive_s(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[float, DecideState]:
     """The keep-alive: the policy's, else learned from the idle gaps (remembered per measured cold start)."""
     if policy.keep_alive_s is not None:
@@ -376,50 +391,70 @@ def _keep_alive_s(inputs: DecideInputs, state: DecideState, policy: DecidePolicy
     return keep_alive, replace(state, learned_keep_alive=(inputs.cold_start_p90_s, keep_alive))
 
 
-def _scale_to_zero(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: ForecastSummary | None,
-                   keep_alive: float) -> tuple[Reason | None, str] | None:
-    """At zero: wake (a request, or traffic forecast within the horizon) or stay at zero (reason None). Idle:
-    scale to zero after the keep-alive (reason None), or keep one warm replica until then. None: not idle."""
+def _scale_to_zero(tick: _Tick, state: DecideState, summary: ForecastSummary | None, keep_alive: float,
+                   wanted: _Recommendation) -> tuple[_Recommendation, bool]:
+    """At zero: wake (a request, or traffic forecast within the horizon) or stay at zero. Idle with nothing
+    forecast: scale to zero after the keep-alive, or keep one warm replica until then. Otherwise unchanged. The
+    flag says the recommendation is settled (at zero or going there: no floor, no stabilization)."""
     expected_requests = summary.peak_mean_rps * tick.horizon_s if summary is not None else 0.0
     if tick.current == 0:
-        if not tick.missing and tick.observed > 0:
-            return Reason.WAKE, f"a request arrived at zero replicas ({tick.observed:.2f} rps)"
-        if expected_requests >= 1.0:
-            return (Reason.PREWARM_FROM_ZERO,
-                    f"forecast expects {expected_requests:.1f} requests within {tick.horizon_s:.0f} s")
-        return None, "idle, no traffic forecast"
-    if state.idle_since_s is None or tick.missing or tick.observed != 0:
-        return None
+        return _from_zero(tick, expected_requests, wanted), True
+    if state.idle_since_s is None or tick.missing or tick.observed != 0 or expected_requests >= 1.0:
+        return wanted, False
     idle_s = tick.now - state.idle_since_s
-    if idle_s >= keep_alive and expected_requests < 1.0 and tick.loading == 0:
-        return None, (f"idle {idle_s:.0f} s >= keep-alive {keep_alive:.0f} s, "
-                      f"{expected_requests:.2f} requests forecast within {tick.horizon_s:.0f} s")
-    if expected_requests < 1.0:
-        # idle and nothing forecast: one warm replica until the keep-alive runs out
-        return Reason.KEEP_ALIVE, f"idle {idle_s:.0f} s of keep-alive {keep_alive:.0f} s"
-    return None
+    if idle_s >= keep_alive and tick.loading == 0:
+        return _to_zero(f"idle {idle_s:.0f} s >= keep-alive {keep_alive:.0f} s, "
+                        f"{expected_requests:.2f} requests forecast within {tick.horizon_s:.0f} s"), True
+    # idle and nothing forecast: one warm replica until the keep-alive runs out
+    return wanted.revised(1, Reason.KEEP_ALIVE, f"idle {idle_s:.0f} s of keep-alive {keep_alive:.0f} s"), False
 
 
-def _stabilize(tick: _Tick, state: DecideState, policy: DecidePolicy, raw_total: int, *, reason: Reason,
-               message: str) -> tuple[int, Reason, str]:
+def _from_zero(tick: _Tick, expected_requests: float, wanted: _Recommendation) -> _Recommendation:
+    """At zero replicas: a request wakes the service, and so does traffic forecast within the horizon; it starts
+    what the demand needs (at least one). Otherwise it stays at zero."""
+    if not tick.missing and tick.observed > 0:
+        reason, message = Reason.WAKE, f"a request arrived at zero replicas ({tick.observed:.2f} rps)"
+    elif expected_requests >= 1.0:
+        reason = Reason.PREWARM_FROM_ZERO
+        message = f"forecast expects {expected_requests:.1f} requests within {tick.horizon_s:.0f} s"
+    else:
+        return _to_zero("idle, no traffic forecast")
+    return wanted.revised(max(1, wanted.total), reason, message)
+
+
+def _to_zero(message: str) -> _Recommendation:
+    return _Recommendation(0, 0, 0, 0.0, Reason.SCALE_TO_ZERO, message)
+
+
+def _floor(policy: DecidePolicy, wanted: _Recommendation) -> _Recommendation:
+    """At least minReplicas in all, and at least one replica unless the service may scale to zero."""
+    floor = policy.min_replicas if policy.scale_to_zero else max(1, policy.min_replicas)
+    if wanted.total >= floor:
+        return wanted
+    return wanted.revised(floor, Reason.AT_MIN,
+                          f"{wanted.total} wanted, held at the minimum {floor} ({wanted.message})")
+
+
+def _stabilize(tick: _Tick, state: DecideState, policy: DecidePolicy, wanted: _Recommendation) -> _Recommendation:
     """Scale down only through the stabilization window (the highest recommendation in it, and any transient
     one still holding), never while the rate is missing, never below the replicas still loading, and not while
     the ready replicas left would not absorb the observed rate."""
+    raw_total = wanted.total
     if raw_total >= tick.current:
-        if raw_total == tick.current and reason in (Reason.FORECAST, Reason.OBSERVED):
-            return raw_total, Reason.STEADY, message or "no change"
-        return raw_total, reason, message
+        if raw_total == tick.current and wanted.reason in (Reason.FORECAST, Reason.OBSERVED):
+            return wanted.revised(raw_total, Reason.STEADY, wanted.message or "no change")
+        return wanted
     if tick.missing:
-        return tick.current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding"
+        return wanted.revised(tick.current, Reason.HOLD_MISSING_METRICS, "request rate missing: holding")
     window_start = tick.now - policy.scale_down_stabilization_s
     recent = [n for t, n in state.recommendations if t > window_start] + \
         [n for until, n in state.transient if until > tick.now]
     stabilized = max([raw_total, *recent])
     if stabilized >= tick.current:
-        return tick.current, Reason.STABILIZING, (
+        return wanted.revised(tick.current, Reason.STABILIZING, (
             f"{raw_total} wanted, holding {tick.current} (highest recommendation in the last "
-            f"{policy.scale_down_stabilization_s:.0f} s is {stabilized})")
-    total, reason, message = stabilized, Reason.SCALE_DOWN, f"{tick.current} -> {stabilized}: " + message
+            f"{policy.scale_down_stabilization_s:.0f} s is {stabilized})"))
+    total, reason, message = stabilized, Reason.SCALE_DOWN, f"{tick.current} -> {stabilized}: " + wanted.message
     if total < tick.loading:
         total, reason = tick.loading, Reason.HOLD_LOADING
         message = f"{tick.loading} replicas still loading are not removed ({stabilized} wanted)"
@@ -428,46 +463,36 @@ def _stabilize(tick: _Tick, state: DecideState, policy: DecidePolicy, raw_total:
         total = min(tick.current, tick.loading + tick.need_now)
         reason = Reason.HOLD_CONSOLIDATION
         message = f"the {absorbing} ready replicas left would not absorb {tick.observed:.1f} rps; keeping {total}"
-    return total, reason, message
+    return wanted.revised(total, reason, message)
 
 
-def _finish(  # noqa: PLR0917 (a private helper with one caller pattern)
-    state: DecideState,
-    now: float,
-    policy: DecidePolicy,
-    total: int,
-    serving: int,
-    current: int,
-    horizon_s: float,
-    demand: float,
-    reason: Reason,
-    message: str,
-    keep_alive: float | None,
-    raw_total: int | None = None,
-    transient_total: int | None = None,
-) -> tuple[Decision, DecideState]:
-    bounded = min(max(total, policy.min_replicas), policy.max_replicas)
-    if bounded != total:
-        reason = Reason.AT_MAX if bounded < total else Reason.AT_MIN
-        message = f"{total} wanted, clipped to {bounded} ({message})"
-    total = bounded
+def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recommendation,
+            keep_alive: float | None, *, wanted: _Recommendation | None) -> tuple[Decision, DecideState]:
+    """The decision within [minReplicas, maxReplicas], and the state for the next tick: the recommendation the
+    stabilization window remembers (the sustained one of `wanted`, the total before stabilization; the decided
+    total when None) and, for a transient part above it, until when that holds (the horizon)."""
+    total, reason, message = _bound(policy, final)
     # Only the preset's warm spares leave traffic: replicas held above the need (stabilization, missing metrics,
     # loading, consolidation, a clip to the minimum) keep serving, they are not demoted to standby.
-    serving = min(max(serving, policy.min_replicas, 1 if total > 0 else 0), total)
+    serving = min(max(final.serving, policy.min_replicas, 1 if total > 0 else 0), total)
     standby = min(policy.standby_replicas, total - serving)
-    serving = total - standby
+    decision = Decision(total - standby, standby, reason, message, tick.current, tick.horizon_s, final.demand,
+                        keep_alive)
+    now = tick.now
     window_start = now - policy.scale_down_stabilization_s
-    rec = raw_total if raw_total is not None else total
+    rec = total if wanted is None else min(wanted.total, wanted.sustained)
     recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
-    decision = Decision(serving, standby, reason, message, current, horizon_s, demand, keep_alive)
-    return decision, DecideState(
-        recommendations,
-        state.idle_since_s,
-        state.idle_histogram,
-        state.learned_keep_alive,
-        state.backlog_requests,
-        state.backlog_at_s,
-        (*((until, n) for until, n in state.transient if until > now),
-         *(((now + horizon_s, min(transient_total, policy.max_replicas)),)
-           if transient_total is not None and transient_total > rec else ())),
-    )
+    transient = (*((until, n) for until, n in state.transient if until > now),
+                 *(((now + tick.horizon_s, min(wanted.total, policy.max_replicas)),)
+                   if wanted is not None and wanted.total > rec else ()))
+    return decision, DecideState(recommendations, state.idle_since_s, state.idle_histogram, state.learned_keep_alive,
+                                 state.backlog_requests, state.backlog_at_s, transient)
+
+
+def _bound(policy: DecidePolicy, final: _Recommendation) -> tuple[int, Reason, str]:
+    """The total clipped to [minReplicas, maxReplicas]; the reason records a clip."""
+    bounded = min(max(final.total, policy.min_replicas), policy.max_replicas)
+    if bounded == final.total:
+        return bounded, final.reason, final.message
+    reason = Reason.AT_MAX if bounded < final.total else Reason.AT_MIN
+    return bounded, reason, f"{final.total} wanted, clipped to {bounded} ({final.message})"
