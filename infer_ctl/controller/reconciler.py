@@ -67,7 +67,7 @@ from infer_ctl.kube.client import (
     KubeClient,
     KubeError,
 )
-from infer_ctl.kube.inferenceservice import check_inference_service
+from infer_ctl.kube.inferenceservice import check_spec
 from infer_ctl.kube.labels import (
     ANNOTATION_ACCELERATOR,
     ANNOTATION_CACHED,
@@ -162,7 +162,7 @@ class Reconciler:
             return memo[1]
         # the API server admitted the object: its schema and defaults are applied, only the parser's and the
         # catalog's checks (what the API server cannot know) remain
-        check = check_inference_service(body, self.settings.policies.catalog, schema=False)
+        check = check_spec(body, self.settings.policies.catalog)
         self._checked[uid] = (fingerprint, check)
         return check
 

@@ -1,15 +1,23 @@
-"""The InferenceService API (`infer-ctl.io/v1alpha1`) as typed, frozen values.
+"""The InferenceService API (`infer-ctl.io/v1alpha1`): its wire form, field by field, and its typed values.
 
-The CRD (`crds/inferenceservice.yaml`) is the API's public face and `kubectl explain` teaches it; these values
-are what the rest of the code works with, produced by `infer_ctl.core.parse.parse_inference_service`, which
-reports every error with its field path. Units are in the names (`memory_bytes`, `cold_start_s`).
+This module is the API's one source. `SPEC_SCHEMA` and `STATUS_SCHEMA` declare every field of the wire form
+(type, enum, bounds, pattern, default, description, CEL rules), with the enums and defaults of the typed values
+below; `infer_ctl.core.crdgen` writes them into the CRD (`crds/inferenceservice.yaml`, which `kubectl explain`
+teaches), and `infer_ctl.core.parse.parse_inference_service` reads a manifest with the same `Prop`s into the
+typed, frozen values the rest of the code works with, reporting every error with its field path. Units are in
+the names (`memory_bytes`, `cold_start_s`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from infer_ctl.core.duration import DURATION_PATTERN
+from infer_ctl.core.fields import Prop, Rule
+from infer_ctl.core.quantity import QUANTITY_PATTERN
 
 GROUP = "infer-ctl.io"
 VERSION = "v1alpha1"
@@ -191,6 +199,192 @@ class InferenceServiceSpec:
     replicas: int | None = None  # set: autoscaling paused, exactly this many serving replicas
 
 
+# ------------------------------------------------------------------------------------------ the wire form
+
+MAX_REPLICAS_LIMIT = 1000
+MAX_GPUS_PER_REPLICA = 16
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+COMPUTE_CAPABILITY_PATTERN = r"^[0-9]+\.[0-9]+$"
+PARAMETERS_PATTERN = r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([KMBT])$"
+AUTO_OR_DURATION_PATTERN = "^(auto|" + DURATION_PATTERN[1:-1] + ")$"
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of a typed value's field, so that the wire form's default is written once."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _quantity(description: str, *rules: Rule) -> Prop:
+    return Prop("string", description, pattern=QUANTITY_PATTERN, rules=rules)
+
+
+def _auto_or_duration(description: str) -> Prop:
+    return Prop("string", description, default="auto", pattern=AUTO_OR_DURATION_PATTERN)
+
+
+def _replicas(description: str, minimum: int = 0, default: int | None = None) -> Prop:
+    return Prop("integer", description, minimum=minimum, maximum=MAX_REPLICAS_LIMIT, default=default)
+
+
+MODEL_SCHEMA = Prop(
+    "object",
+    "The model a replica serves. Give its device memory per replica (`memory`), or its size (`parameters` and "
+    "`dtype`) to derive it: memory = ceil(parameters x bytes per parameter x (1 + overheadPercent/100)) + "
+    "kvCacheMemory. E.g. 8B in bfloat16, 20% overhead, 4Gi KV cache: 8e9 x 2 x 1.2 + 4Gi = 21.9Gi.",
+    required=("name",),
+    rules=(Rule("has(self.memory) || has(self.parameters)",
+                "one of memory or parameters is required (device memory per replica, or the parameter count to "
+                "derive it from)"),),
+    properties={
+        "name": Prop("string", "The model's name, e.g. meta-llama/Llama-3.1-8B-Instruct.", min_length=1,
+                     max_length=253),
+        "uri": Prop("string", "Where the model server loads the weights from (hf://, s3://, pvc://, ...).",
+                    min_length=1, max_length=2048),
+        "memory": _quantity(
+            "Device memory one replica needs, weights and KV cache included, as a Kubernetes quantity (e.g. "
+            "40Gi); with accelerator.count > 1 it is split evenly over the GPUs. Takes precedence over "
+            "parameters.",
+            Rule("quantity(self).isGreaterThan(quantity('0'))", "must be a positive memory size")),
+        "parameters": Prop("string", "Parameter count with K, M, B (billions) or T, e.g. 8B, 70B, 350M.",
+                           pattern=PARAMETERS_PATTERN),
+        "dtype": Prop("string", "Weight data type (bytes per parameter "
+                      + ", ".join(f"{_DTYPE_BYTES[d]:g}" for d in Dtype) + "); used with parameters.",
+                      enum=Dtype, default=_default(ModelSpec, "dtype")),
+        "overheadPercent": Prop("integer", "Activations and runtime overhead on top of the weights, in percent; "
+                                "used with parameters.", minimum=0, maximum=400,
+                                default=_default(ModelSpec, "overhead_percent")),
+        "kvCacheMemory": _quantity("KV cache memory added to the derived size (a quantity, e.g. 8Gi); used with "
+                                   "parameters."),
+        "cacheKey": Prop("string", "Identifies the weights in a node's model cache, for cache-local placement "
+                         "(shorter cold starts). Default: the uri, else the name.", min_length=1, max_length=253),
+    },
+)
+
+RUNTIME_SCHEMA = Prop(
+    "object",
+    "The model server container.",
+    required=("image",),
+    properties={
+        "image": Prop("string", "Container image of the model server, e.g. vllm/vllm-openai:v0.11.0.",
+                      min_length=1, max_length=1024),
+        "port": Prop("integer", "Port the server listens on for requests, /metrics and the readiness probe.",
+                     minimum=1, maximum=65535, default=_default(RuntimeSpec, "port")),
+        "args": Prop("array", "Arguments to the server.", items=Prop("string")),
+        "env": Prop("array", "Environment variables of the server.", list_type="map", list_map_keys=("name",),
+                    items=Prop("object", required=("name",), properties={
+                        "name": Prop("string", "Variable name.", pattern=ENV_NAME_PATTERN),
+                        "value": Prop("string", "Variable value."),
+                    })),
+        "readinessPath": Prop("string", "HTTP path that answers 200 once the model is loaded.", pattern="^/",
+                              default=_default(RuntimeSpec, "readiness_path")),
+        "coldStartSeconds": Prop("number", "Expected time from replica creation to ready, used until infer-ctl "
+                                 "has measured cold starts of this model on each accelerator.", minimum=0,
+                                 maximum=86400),
+        "cpu": _quantity("Host CPU request of a replica (a quantity, e.g. 4 or 500m)."),
+        "memory": _quantity("Host memory request of a replica (a quantity, e.g. 32Gi)."),
+    },
+)
+
+ACCELERATOR_SCHEMA = Prop(
+    "object",
+    "What a replica runs on.",
+    rules=(Rule("!has(self.count) || self.count == 1 || !has(self.sharing) || self.sharing == 'Exclusive'",
+                "sharing MIG and Shared take a part of one GPU: count must be 1"),),
+    properties={
+        "deviceClassName": Prop("string", "DRA DeviceClass of the devices, e.g. gpu.nvidia.com (MIG uses "
+                                "mig.nvidia.com).", max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                                default=_default(AcceleratorSpec, "device_class_name")),
+        "products": Prop("array", "Accelerator products in order of preference, by catalog name "
+                         "(policies/accelerators.yaml), e.g. [H100-80GB, A100-80GB]. Empty: any product whose "
+                         "memory fits.", max_items=32, list_type="set", items=Prop("string", min_length=1)),
+        "minComputeCapability": Prop("string", 'Lowest CUDA compute capability accepted, e.g. "8.0".',
+                                     pattern=COMPUTE_CAPABILITY_PATTERN),
+        "count": Prop("integer", "GPUs per replica, all on one node (tensor parallelism).", minimum=1,
+                      maximum=MAX_GPUS_PER_REPLICA, default=_default(AcceleratorSpec, "count")),
+        "sharing": Prop("string", "Exclusive takes count whole GPUs; MIG takes the smallest MIG partition whose "
+                        "memory fits; Shared takes a memory share of a GPU that offers consumable capacity.",
+                        enum=Sharing, default=_default(AcceleratorSpec, "sharing")),
+    },
+)
+
+SCALING_SCHEMA = Prop(
+    "object",
+    "How many replicas, and when.",
+    required=("targetRequestsPerReplica",),
+    rules=(
+        Rule("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+             "minReplicas must not exceed maxReplicas"),
+        Rule("!has(self.scaleToZero) || !has(self.scaleToZero.enabled) || !self.scaleToZero.enabled || "
+             "(has(self.minReplicas) && self.minReplicas == 0)", "scaleToZero.enabled requires minReplicas: 0"),
+        Rule("!has(self.minReplicas) || self.minReplicas != 0 || (has(self.scaleToZero) && "
+             "has(self.scaleToZero.enabled) && self.scaleToZero.enabled)",
+             "minReplicas 0 means scaling to zero: also set scaleToZero.enabled: true"),
+    ),
+    properties={
+        "preset": Prop("string", "Defaults for the fields left unset (forecast quantile, standby replicas, "
+                       "scale-down stabilization), from policies/scaling.yaml.", enum=Preset,
+                       default=_default(ScalingSpec, "preset")),
+        "minReplicas": _replicas("Fewest serving replicas; standby replicas come on top. 0 allows scaling to "
+                                 "zero (with scaleToZero.enabled).", 0, _default(ScalingSpec, "min_replicas")),
+        "maxReplicas": _replicas("Most replicas, serving and standby together (standby replicas go first).", 1,
+                                 _default(ScalingSpec, "max_replicas")),
+        "targetRequestsPerReplica": Prop("number", "Requests per second one replica serves within the SLO (its "
+                                         "capacity at the SLO).", minimum=0, exclusive_minimum=True,
+                                         maximum=1000000),
+        "metric": Prop("object", "The request-rate metric.", properties={
+            "query": Prop("string", "PromQL giving the service's request rate in requests/s. {{name}} and "
+                          "{{namespace}} may stand only inside quoted label values and are substituted escaped. "
+                          f"Default: {DEFAULT_METRIC_QUERY}.", min_length=1, max_length=4096),
+        }),
+        "forecast": Prop("object", "Forecasting of the request rate over the cold-start horizon.", properties={
+            "enabled": Prop("boolean", "When false, scaling is reactive only (on the observed rate).",
+                            default=_default(ForecastSpec, "enabled")),
+            "method": Prop("string", "Forecasting method; auto chooses per service by rolling-origin backtest.",
+                           enum=ForecastMethod, default=_default(ForecastSpec, "method")),
+            "seasonality": Prop("string", "Seasonal periods to model; auto uses those the history is long "
+                                "enough to show.", enum=Seasonality, default=_default(ForecastSpec, "seasonality")),
+            "quantile": Prop("number", "Upper quantile of the forecast to provision for. Default from the preset.",
+                             minimum=0.5, maximum=0.999),
+        }),
+        "prewarm": Prop("object", "Starting replicas before the traffic needs them.", properties={
+            "lead": _auto_or_duration("How far ahead to provision: auto (the measured cold-start p90 plus one "
+                                      "control period) or a duration such as 5m."),
+            "standbyReplicas": _replicas("Warm replicas kept loaded but out of traffic, ready to take a burst at "
+                                         "once; batch gangs may preempt them. Default from the preset."),
+        }),
+        "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
+                            properties={
+            "enabled": Prop("boolean", "Allow zero replicas (requires minReplicas 0).",
+                            default=_default(ScaleToZeroSpec, "enabled")),
+            "keepAlive": _auto_or_duration("Idle time before scaling to zero: auto (learned from the service's "
+                                           "idle-time histogram) or a duration such as 15m."),
+        }),
+        "scaleDownStabilizationSeconds": Prop("integer", "Scale down only to the highest recommendation of this "
+                                              "window, in seconds. Default from the preset.", minimum=0,
+                                              maximum=86400),
+    },
+)
+
+SPEC_SCHEMA = Prop(
+    "object",
+    "What to serve, on which accelerators, and how to scale it.",
+    required=("model", "runtime", "scaling"),
+    properties={
+        "model": MODEL_SCHEMA,
+        "runtime": RUNTIME_SCHEMA,
+        "accelerator": ACCELERATOR_SCHEMA,
+        "scaling": SCALING_SCHEMA,
+        "slo": Prop("object", "The service level objective.", properties={
+            "latencyP95Ms": Prop("number", "Target 95th percentile request latency in milliseconds.", minimum=0,
+                                 exclusive_minimum=True, maximum=3600000),
+        }),
+        "replicas": _replicas("When set, autoscaling is paused and exactly this many serving replicas run (the "
+                              "scale subresource writes it: kubectl scale). Remove it to resume autoscaling."),
+    },
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectMeta:
     namespace: str
@@ -219,6 +413,12 @@ class ConditionType(enum.StrEnum):
     PLACED = "Placed"  # every desired replica has a device
     DEFERRED = "Deferred"  # capacity is held back for a pending gang
     SCALING = "Scaling"  # replicas are being added or removed
+
+
+class ConditionStatus(enum.StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
 
 
 class ReplicaState(enum.StrEnum):
@@ -385,3 +585,66 @@ class InferenceServiceStatus:
 def _dec(value: float) -> str:
     """Fractional numbers in status are strings (Kubernetes API convention: no floats in the wire format)."""
     return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+STATUS_SCHEMA = Prop(
+    "object",
+    "What infer-ctl observed and decided.",
+    properties={
+        "observedGeneration": Prop("integer", "The spec generation this status describes.", format="int64"),
+        "selector": Prop("string", "Label selector of the replica Pods (for the scale subresource)."),
+        "observedRps": Prop("string", "The request rate (requests/s) the last control cycle observed; absent "
+                            "when missing."),
+        "replicas": Prop("object", "Replicas by state.", properties={
+            "ready": Prop("integer", "Ready replicas (serving and standby)."),
+            "serving": Prop("integer", "Ready replicas that receive traffic."),
+            "standby": Prop("integer", "Ready replicas kept warm out of traffic."),
+            "loading": Prop("integer", "Replicas created and not ready yet (cold start)."),
+        }),
+        "desired": Prop("object", "Replicas the controller wants now.", properties={
+            "serving": Prop("integer", "Desired serving replicas."),
+            "standby": Prop("integer", "Desired standby replicas."),
+        }),
+        "forecast": Prop("object", "The request-rate forecast behind the decision.", properties={
+            "rateRps": Prop("string", "Forecast mean request rate at the horizon (requests/s)."),
+            "upperRps": Prop("string", "Upper quantile of the forecast (requests/s)."),
+            "horizonSeconds": Prop("integer", "Horizon (cold start p90 plus one control period)."),
+            "method": Prop("string", "Forecasting method in use (and why, when it fell back)."),
+            "quantile": Prop("string", "The upper quantile's level."),
+        }),
+        "coldStarts": Prop("array", "Measured cold starts (creation to ready) per accelerator and model-cache "
+                           "state.", items=Prop("object", properties={
+            "accelerator": Prop("string", "Accelerator product."),
+            "cached": Prop("boolean", "Whether the node had the model cached."),
+            "p50Seconds": Prop("string", "Median cold start in seconds."),
+            "p90Seconds": Prop("string", "90th percentile cold start in seconds."),
+            "samples": Prop("integer", "Number of measured cold starts."),
+        })),
+        "placements": Prop("array", "Where each replica runs or is to run.", items=Prop("object", properties={
+            "replica": Prop("string", "Replica (Pod) name."),
+            "node": Prop("string", "Node name."),
+            "devices": Prop("array", "DRA devices (pool/device) allocated to the replica.", items=Prop("string")),
+            "product": Prop("string", "Accelerator product."),
+            "partition": Prop("string", "MIG profile or memory share, when not whole GPUs."),
+            "state": Prop("string", "Pending, Loading, Serving, Standby or Draining."),
+        })),
+        "lastDecision": Prop("object", "The last scaling decision.", properties={
+            "time": Prop("string", "When it was made.", format="date-time"),
+            "fromReplicas": Prop("integer", "Serving replicas before."),
+            "toReplicas": Prop("integer", "Serving replicas after."),
+            "reason": Prop("string", "Reason code, e.g. ForecastRise, BurstGuard, Stabilizing."),
+            "message": Prop("string", "The reason in words, with the numbers behind it."),
+        }),
+        "conditions": Prop(
+            "array", "Valid, Ready, Placed, Deferred and Scaling, in the Kubernetes convention.", list_type="map",
+            list_map_keys=("type",),
+            items=Prop("object", required=("type", "status"), properties={
+                "type": Prop("string", "Condition type."),
+                "status": Prop("string", "True, False or Unknown.", enum=ConditionStatus),
+                "reason": Prop("string", "One-word CamelCase reason."),
+                "message": Prop("string", "Human-readable details."),
+                "lastTransitionTime": Prop("string", "When the status last changed.", format="date-time"),
+                "observedGeneration": Prop("integer", "The generation it was set for.", format="int64"),
+            })),
+    },
+)

@@ -5,8 +5,11 @@ Every problem is collected with its field path, so one run shows all of them:
     spec.scaling: minReplicas (5) must not exceed maxReplicas (2)
     spec.model.memory: '20Gb' is not a Kubernetes quantity: unit 'Gb' is unknown, use G or Gi
 
-The checks are the CRD's (types, enums, bounds, patterns, unknown fields, CEL rules) plus the ones a schema
-cannot express; `tests/core/test_parse_agrees_with_crd.py` keeps the two in agreement.
+Every field is read with its `Prop` in `api.SPEC_SCHEMA`, the one source the CRD is generated from
+(`infer_ctl.core.crdgen`): names, types, enums, bounds, lengths, patterns, defaults and unknown fields are the
+CRD's by construction. Written here: quantities, durations and parameter counts (parsed, with hints, where the
+CRD has a pattern), the CEL rules in Python (with the numbers), and what a schema cannot express (the PromQL
+template). `tests/core/test_parse_agrees_with_crd_rules.py` holds those to the CRD's patterns and rules.
 """
 
 from __future__ import annotations
@@ -20,20 +23,17 @@ from typing import Any, TypeVar
 from infer_ctl.core import api
 from infer_ctl.core.duration import DurationError, parse_duration_s
 from infer_ctl.core.errors import FieldError, SpecError
-from infer_ctl.core.fields import FieldReader, type_name
+from infer_ctl.core.fields import FieldReader, Prop, type_name
 from infer_ctl.core.promql import check_template
 from infer_ctl.core.quantity import parse_bytes, parse_quantity
 
 E = TypeVar("E", bound=StrEnum)
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-COMPUTE_CAPABILITY_RE = re.compile(r"^[0-9]+\.[0-9]+$")
-PARAMETERS_RE = re.compile(r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([KMBT])$")
+COMPUTE_CAPABILITY_RE = re.compile(api.COMPUTE_CAPABILITY_PATTERN)
+PARAMETERS_RE = re.compile(api.PARAMETERS_PATTERN)
 _PARAMETER_SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
-MAX_REPLICAS_LIMIT = 1000
-MAX_GPUS_PER_REPLICA = 16
+SPEC = api.SPEC_SCHEMA
 
 
 def parse_inference_service(obj: Mapping[str, Any]) -> api.InferenceService:
@@ -47,8 +47,7 @@ def parse_inference_service(obj: Mapping[str, Any]) -> api.InferenceService:
         r.error("kind", f"must be {api.KIND!r}, got {obj.get('kind')!r}")
     r.unknown(obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
     meta = _parse_meta(r, obj)
-    spec_obj = r.obj(obj, "spec", "spec", ("model", "runtime", "accelerator", "scaling", "slo", "replicas"),
-                     required=True)
+    spec_obj = r.obj(obj, "spec", "spec", SPEC.keys, required=True)
     spec = _parse_spec(r, spec_obj) if spec_obj or "spec" in obj else None
     if r.errors or spec is None:
         raise SpecError(r.errors, subject=meta.key)
@@ -80,10 +79,9 @@ def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceService
     runtime = _parse_runtime(r, spec)
     accelerator = _parse_accelerator(r, spec)
     scaling = _parse_scaling(r, spec)
-    slo_obj = r.obj(spec, "slo", "spec.slo", ("latencyP95Ms",))
-    slo = api.SloSpec(latency_p95_ms=r.number(slo_obj, "latencyP95Ms", "spec.slo.latencyP95Ms", default=None,
-                                              exclusive_minimum=0, maximum=3_600_000))
-    replicas = r.integer(spec, "replicas", "spec.replicas", default=None, minimum=0, maximum=MAX_REPLICAS_LIMIT)
+    slo = api.SloSpec(latency_p95_ms=r.read(r.sub(spec, SPEC, "slo", "spec"), SPEC["slo"], "latencyP95Ms",
+                                            "spec.slo"))
+    replicas = r.read(spec, SPEC, "replicas", "spec")
     if model is None or runtime is None or accelerator is None or scaling is None:
         return None
     return api.InferenceServiceSpec(model=model, runtime=runtime, accelerator=accelerator, scaling=scaling,
@@ -91,21 +89,19 @@ def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceService
 
 
 def _parse_model(r: FieldReader, spec: Mapping[str, Any]) -> api.ModelSpec | None:
-    p = "spec.model"
-    m = r.obj(spec, "model", p, ("name", "uri", "memory", "parameters", "dtype", "overheadPercent",
-                                 "kvCacheMemory", "cacheKey"), required=True)
+    p, schema = "spec.model", SPEC["model"]
+    m = r.sub(spec, SPEC, "model", "spec")
     if not m:
-        if "model" in spec and isinstance(spec.get("model"), Mapping):
-            r.error(f"{p}.name", "Required value", "FieldValueRequired")
+        _required_of_empty(r, spec, "model", schema, p)
         return None
-    name = r.string(m, "name", f"{p}.name", required=True, min_length=1, max_length=253)
-    uri = r.string(m, "uri", f"{p}.uri", min_length=1, max_length=2048)
-    cache_key = r.string(m, "cacheKey", f"{p}.cacheKey", min_length=1, max_length=253)
-    dtype = r.enum(m, "dtype", f"{p}.dtype", api.Dtype, api.Dtype.BFLOAT16)
-    overhead = r.integer(m, "overheadPercent", f"{p}.overheadPercent", default=20, minimum=0, maximum=400)
-    kv_cache = r.parsed(m, "kvCacheMemory", f"{p}.kvCacheMemory", _non_negative_bytes)
-    explicit = r.parsed(m, "memory", f"{p}.memory", _positive_bytes)
-    parameters = r.parsed(m, "parameters", f"{p}.parameters", parse_parameters)
+    name = r.read(m, schema, "name", p)
+    uri = r.read(m, schema, "uri", p)
+    cache_key = r.read(m, schema, "cacheKey", p)
+    dtype = r.read(m, schema, "dtype", p)
+    overhead = r.read(m, schema, "overheadPercent", p)
+    kv_cache = r.read_parsed(m, schema, "kvCacheMemory", p, _non_negative_bytes)
+    explicit = r.read_parsed(m, schema, "memory", p, _positive_bytes)
+    parameters = r.read_parsed(m, schema, "parameters", p, parse_parameters)
     if m.get("memory") is None and m.get("parameters") is None:
         r.error(p, "one of memory or parameters is required (device memory per replica, or the parameter "
                    "count to derive it from)", "FieldValueRequired")
@@ -122,6 +118,13 @@ def _parse_model(r: FieldReader, spec: Mapping[str, Any]) -> api.ModelSpec | Non
         cache_key=cache_key or uri or name, parameters=parameters, dtype=dtype,
         overhead_percent=overhead, kv_cache_bytes=kv_cache or 0,
     )
+
+
+def _required_of_empty(r: FieldReader, spec: Mapping[str, Any], key: str, schema: Prop, path: str) -> None:
+    """An empty required object (`model: {}`): its required fields are missing, as the API server says."""
+    if key in spec and isinstance(spec.get(key), Mapping):
+        for name in schema.required:
+            r.error(f"{path}.{name}", "Required value", "FieldValueRequired")
 
 
 def derived_memory_bytes(parameters: int, dtype: api.Dtype, overhead_percent: int, kv_cache_bytes: int) -> int:
@@ -160,29 +163,26 @@ def _millicores(text: str) -> int:
 
 
 def _parse_runtime(r: FieldReader, spec: Mapping[str, Any]) -> api.RuntimeSpec | None:
-    p = "spec.runtime"
-    rt = r.obj(spec, "runtime", p, ("image", "port", "args", "env", "readinessPath", "coldStartSeconds",
-                                    "cpu", "memory"), required=True)
+    p, schema = "spec.runtime", SPEC["runtime"]
+    rt = r.sub(spec, SPEC, "runtime", "spec")
     if not rt:
-        if "runtime" in spec and isinstance(spec.get("runtime"), Mapping):
-            r.error(f"{p}.image", "Required value", "FieldValueRequired")
+        _required_of_empty(r, spec, "runtime", schema, p)
         return None
-    image = r.string(rt, "image", f"{p}.image", required=True, min_length=1, max_length=1024)
-    port = r.integer(rt, "port", f"{p}.port", default=8080, minimum=1, maximum=65535)
-    args = r.string_list(rt, "args", f"{p}.args")
-    readiness = r.string(rt, "readinessPath", f"{p}.readinessPath", default="/ready",
-                         pattern=re.compile(r"^/"), what="an absolute path (starting with '/')")
-    cold = r.number(rt, "coldStartSeconds", f"{p}.coldStartSeconds", default=None, minimum=0, maximum=86_400)
-    cpu = r.parsed(rt, "cpu", f"{p}.cpu", _millicores)
-    host_memory = r.parsed(rt, "memory", f"{p}.memory", _non_negative_bytes)
-    env = _parse_env(r, rt, f"{p}.env")
+    image = r.read(rt, schema, "image", p)
+    port = r.read(rt, schema, "port", p)
+    args = r.read(rt, schema, "args", p)
+    readiness = r.read(rt, schema, "readinessPath", p, what="an absolute path (starting with '/')")
+    cold = r.read(rt, schema, "coldStartSeconds", p)
+    cpu = r.read_parsed(rt, schema, "cpu", p, _millicores)
+    host_memory = r.read_parsed(rt, schema, "memory", p, _non_negative_bytes)
+    env = _parse_env(r, rt, schema["env"], f"{p}.env")
     if image is None or port is None:
         return None
     return api.RuntimeSpec(image=image, port=port, args=args, env=env, readiness_path=readiness or "/ready",
                            cold_start_s=cold, cpu_milli=cpu or 0, host_memory_bytes=host_memory or 0)
 
 
-def _parse_env(r: FieldReader, rt: Mapping[str, Any], path: str) -> tuple[api.EnvVar, ...]:
+def _parse_env(r: FieldReader, rt: Mapping[str, Any], prop: Prop, path: str) -> tuple[api.EnvVar, ...]:
     raw = rt.get("env")
     if raw is None:
         return ()
@@ -196,10 +196,11 @@ def _parse_env(r: FieldReader, rt: Mapping[str, Any], path: str) -> tuple[api.En
         if not isinstance(item, Mapping):
             r.error(ip, f"must be an object, got {type_name(item)}", "FieldValueTypeInvalid")
             continue
-        r.unknown(item, ip, ("name", "value"))
-        name = r.string(item, "name", f"{ip}.name", required=True, pattern=ENV_NAME_RE,
-                        what="a valid environment variable name")
-        value = r.string(item, "value", f"{ip}.value", default="")
+        item_schema = prop.items
+        assert item_schema is not None
+        r.unknown(item, ip, item_schema.keys)
+        name = r.read(item, item_schema, "name", ip, what="a valid environment variable name")
+        value = r.read(item, item_schema, "value", ip)
         if name is not None:
             if name in seen:
                 r.error(f"{ip}.name", f'Duplicate value: "{name}"', "FieldValueDuplicate")
@@ -209,18 +210,13 @@ def _parse_env(r: FieldReader, rt: Mapping[str, Any], path: str) -> tuple[api.En
 
 
 def _parse_accelerator(r: FieldReader, spec: Mapping[str, Any]) -> api.AcceleratorSpec | None:
-    p = "spec.accelerator"
-    a = r.obj(spec, "accelerator", p, ("deviceClassName", "products", "minComputeCapability", "count", "sharing"))
-    device_class = r.string(a, "deviceClassName", f"{p}.deviceClassName", default=api.DEFAULT_DEVICE_CLASS,
-                            pattern=DNS_SUBDOMAIN_RE, max_length=253, what="a DNS subdomain")
-    products = r.string_list(a, "products", f"{p}.products", unique=True, max_items=32)
-    for i, product in enumerate(products):
-        if not product:
-            r.error(f"{p}.products[{i}]", "must not be empty")
-    cc_text = r.string(a, "minComputeCapability", f"{p}.minComputeCapability", pattern=COMPUTE_CAPABILITY_RE,
-                       what="a compute capability such as '8.0' or '9.0'")
-    count = r.integer(a, "count", f"{p}.count", default=1, minimum=1, maximum=MAX_GPUS_PER_REPLICA)
-    sharing = r.enum(a, "sharing", f"{p}.sharing", api.Sharing, api.Sharing.EXCLUSIVE)
+    p, schema = "spec.accelerator", SPEC["accelerator"]
+    a = r.sub(spec, SPEC, "accelerator", "spec")
+    device_class = r.read(a, schema, "deviceClassName", p, what="a DNS subdomain")
+    products = r.read(a, schema, "products", p)
+    cc_text = r.read(a, schema, "minComputeCapability", p, what="a compute capability such as '8.0' or '9.0'")
+    count = r.read(a, schema, "count", p)
+    sharing = r.read(a, schema, "sharing", p)
     if count is not None and count > 1 and sharing is not api.Sharing.EXCLUSIVE:
         r.error(p, f"sharing {sharing.value} takes a part of one GPU: count must be 1, got {count}")
     if count is None:
@@ -234,46 +230,34 @@ def _parse_accelerator(r: FieldReader, spec: Mapping[str, Any]) -> api.Accelerat
 
 
 def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec | None:
-    p = "spec.scaling"
-    s = r.obj(spec, "scaling", p, ("preset", "minReplicas", "maxReplicas", "targetRequestsPerReplica", "metric",
-                                   "forecast", "prewarm", "scaleToZero", "scaleDownStabilizationSeconds"),
-              required=True)
+    p, schema = "spec.scaling", SPEC["scaling"]
+    s = r.sub(spec, SPEC, "scaling", "spec")
     if not s:
-        if "scaling" in spec and isinstance(spec.get("scaling"), Mapping):
-            r.error(f"{p}.targetRequestsPerReplica", "Required value", "FieldValueRequired")
+        _required_of_empty(r, spec, "scaling", schema, p)
         return None
-    preset = r.enum(s, "preset", f"{p}.preset", api.Preset, api.Preset.BALANCED)
-    min_r = r.integer(s, "minReplicas", f"{p}.minReplicas", default=1, minimum=0, maximum=MAX_REPLICAS_LIMIT)
-    max_r = r.integer(s, "maxReplicas", f"{p}.maxReplicas", default=10, minimum=1, maximum=MAX_REPLICAS_LIMIT)
-    target = r.number(s, "targetRequestsPerReplica", f"{p}.targetRequestsPerReplica", default=None,
-                      exclusive_minimum=0, maximum=1_000_000, required=True)
-    stabilization = r.integer(s, "scaleDownStabilizationSeconds", f"{p}.scaleDownStabilizationSeconds",
-                              default=None, minimum=0, maximum=86_400)
+    preset = r.read(s, schema, "preset", p)
+    min_r = r.read(s, schema, "minReplicas", p)
+    max_r = r.read(s, schema, "maxReplicas", p)
+    target = r.read(s, schema, "targetRequestsPerReplica", p)
+    stabilization = r.read(s, schema, "scaleDownStabilizationSeconds", p)
 
-    m = r.obj(s, "metric", f"{p}.metric", ("query",))
-    query = r.string(m, "query", f"{p}.metric.query", default=api.DEFAULT_METRIC_QUERY, min_length=1,
-                     max_length=4096)
-    if query is not None:
-        for problem in check_template(query):
-            r.error(f"{p}.metric.query", problem)
+    query = r.read(r.sub(s, schema, "metric", p), schema["metric"], "query", f"{p}.metric")
+    for problem in check_template(query or api.DEFAULT_METRIC_QUERY):
+        r.error(f"{p}.metric.query", problem)
 
-    f = r.obj(s, "forecast", f"{p}.forecast", ("enabled", "method", "seasonality", "quantile"))
-    forecast = api.ForecastSpec(
-        enabled=r.boolean(f, "enabled", f"{p}.forecast.enabled", default=True),
-        method=r.enum(f, "method", f"{p}.forecast.method", api.ForecastMethod, api.ForecastMethod.AUTO),
-        seasonality=r.enum(f, "seasonality", f"{p}.forecast.seasonality", api.Seasonality, api.Seasonality.AUTO),
-        quantile=r.number(f, "quantile", f"{p}.forecast.quantile", default=None, minimum=0.5, maximum=0.999),
-    )
+    fp, fs = f"{p}.forecast", schema["forecast"]
+    f = r.sub(s, schema, "forecast", p)
+    forecast = api.ForecastSpec(enabled=r.read(f, fs, "enabled", fp), method=r.read(f, fs, "method", fp),
+                                seasonality=r.read(f, fs, "seasonality", fp), quantile=r.read(f, fs, "quantile", fp))
 
-    w = r.obj(s, "prewarm", f"{p}.prewarm", ("lead", "standbyReplicas"))
-    lead = _auto_or_duration(r, w, "lead", f"{p}.prewarm.lead")
-    standby = r.integer(w, "standbyReplicas", f"{p}.prewarm.standbyReplicas", default=None, minimum=0,
-                        maximum=MAX_REPLICAS_LIMIT)
+    w = r.sub(s, schema, "prewarm", p)
+    lead = _auto_or_duration(r, w, schema["prewarm"], "lead", f"{p}.prewarm")
+    standby = r.read(w, schema["prewarm"], "standbyReplicas", f"{p}.prewarm")
 
-    z = r.obj(s, "scaleToZero", f"{p}.scaleToZero", ("enabled", "keepAlive"))
+    z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
-        enabled=r.boolean(z, "enabled", f"{p}.scaleToZero.enabled", default=False),
-        keep_alive_s=_auto_or_duration(r, z, "keepAlive", f"{p}.scaleToZero.keepAlive"),
+        enabled=r.read(z, schema["scaleToZero"], "enabled", f"{p}.scaleToZero"),
+        keep_alive_s=_auto_or_duration(r, z, schema["scaleToZero"], "keepAlive", f"{p}.scaleToZero"),
     )
 
     if min_r is not None and max_r is not None and min_r > max_r:
@@ -292,12 +276,15 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
     )
 
 
-def _auto_or_duration(r: FieldReader, parent: Mapping[str, Any], key: str, path: str) -> float | None:
-    text = r.string(parent, key, path)
+def _auto_or_duration(r: FieldReader, parent: Mapping[str, Any], schema: Prop, key: str,
+                      path: str) -> float | None:
+    if schema[key].json_type != "string":
+        raise TypeError(f"{path}.{key} is not a string field")
+    text = r.string(parent, key, f"{path}.{key}")
     if text is None or text == "auto":
         return None
     try:
         return parse_duration_s(text)
     except DurationError as exc:
-        r.error(path, f"must be 'auto' or a duration: {exc}")
+        r.error(f"{path}.{key}", f"must be 'auto' or a duration: {exc}")
         return None

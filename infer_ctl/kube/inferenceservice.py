@@ -3,12 +3,15 @@
 1. the CRD: defaults, unknown fields, OpenAPI constraints, CEL rules (what kube-apiserver would refuse);
 2. the parser: typed values and the checks a schema cannot express (e.g. the PromQL template);
 3. the catalog: whether any allowed product can hold a replica.
+
+`check_spec` is 2 and 3, for what an API server admitted (the controller); `check_inference_service` all three,
+for a manifest no API server has seen (`infer-ctl validate`, `explain`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,25 +57,30 @@ class CheckResult:
         return not self.errors
 
 
-def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
-                            crd: Crd | None = None, *, schema: bool = True) -> CheckResult:
-    """The CRD's schema with its defaults (`schema`: for a manifest no API server has seen, as `infer-ctl
-    validate` reads it), the parser's checks, and the accelerator catalog's. The controller passes
-    `schema=False`: what it reads was admitted, defaulted and validated by the API server already."""
-    schema_errors: tuple[FieldError, ...] = ()
-    defaulted = dict(obj)
-    if schema:
-        version = (crd or load_crd()).storage_version
-        defaulted = apply_defaults(version.schema, defaulted)
-        schema_errors = tuple(validate(version.schema, defaulted))
+def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None) -> CheckResult:
+    """The parser's and the accelerator catalog's checks of an object the API server admitted (so defaulted and
+    valid against the CRD's schema and CEL rules): what the API server cannot know. The controller's check."""
     service: api.InferenceService | None = None
     spec_errors: tuple[FieldError, ...] = ()
     try:
-        service = parse_inference_service(defaulted)
+        service = parse_inference_service(obj)
     except SpecError as exc:
         spec_errors = exc.errors
     catalog_errors: tuple[FieldError, ...] = ()
     if service is not None and catalog is not None:
         catalog_errors = tuple(check_against_catalog(service.spec, catalog))
-    return CheckResult(service=service, schema_errors=schema_errors, spec_errors=spec_errors,
-                       catalog_errors=catalog_errors, defaulted=defaulted)
+    return CheckResult(service=service, schema_errors=(), spec_errors=spec_errors, catalog_errors=catalog_errors,
+                       defaulted=obj)
+
+
+def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
+                            crd: Crd | None = None, *, schema: bool = True) -> CheckResult:
+    """The CRD's schema with its defaults (`schema`: for a manifest no API server has seen, as `infer-ctl
+    validate` reads it), then `check_spec`'s. `schema=False` is `check_spec`: what an API server admitted was
+    defaulted and validated by it already."""
+    if not schema:
+        return check_spec(obj, catalog)
+    version = (crd or load_crd()).storage_version
+    defaulted = apply_defaults(version.schema, dict(obj))
+    result = check_spec(defaulted, catalog)
+    return replace(result, schema_errors=tuple(validate(version.schema, defaulted)))

@@ -89,3 +89,30 @@ def test_the_spec_hash_ignores_fields_at_their_defaults_so_a_new_optional_field_
     assert spec_hash(replace(base, runtime=replace(base.runtime, port=9000))) != spec_hash(base)
     assert spec_hash(replace(base, accelerator=replace(base.accelerator, count=2))) != spec_hash(base)
     assert spec_hash(replace(base, model=replace(base.model, name="other"))) != spec_hash(base)
+
+
+@pytest.mark.parametrize(
+    ("path", "default"),
+    [
+        pytest.param("spec__runtime__readinessPath", "/ready", id="a runtime field"),
+        pytest.param("spec__accelerator__sharing", "Exclusive", id="an enum"),
+        pytest.param("spec__accelerator__count", 1, id="an integer"),
+        pytest.param("spec__accelerator__deviceClassName", "gpu.nvidia.com", id="a string"),
+        pytest.param("spec__runtime__args", [], id="an empty list"),
+    ],
+)
+def test_a_field_written_at_its_default_hashes_as_the_field_left_out(path: str, default: object) -> None:
+    assert spec_hash(service(**{path: default}).spec) == spec_hash(service().spec)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("spec__runtime__readinessPath", "/health", id="the readiness path"),
+        pytest.param("spec__accelerator__sharing", "MIG", id="the sharing mode"),
+        pytest.param("spec__runtime__env", [{"name": "A", "value": "1"}], id="the environment"),
+        pytest.param("spec__model__memory", "40Gi", id="the device memory"),
+    ],
+)
+def test_a_field_changed_from_its_default_changes_the_hash(path: str, value: object) -> None:
+    assert spec_hash(service(**{path: value}).spec) != spec_hash(service().spec)

@@ -1,9 +1,12 @@
-"""What the CRD accepts, the parser accepts, and the other way round.
+"""What the CRD accepts, the parser accepts, where the two are still written twice.
 
-Manifests are drawn field by field from valid values and typical mistakes; for each, kube-apiserver's view
-(defaults, unknown fields, OpenAPI constraints, CEL rules: `infer_ctl.kube.crd`) must agree with the parser.
-One check is the parser's alone and is not drawn here: the PromQL template (placeholders only inside quoted
-label values), which a schema cannot express; the controller reports it with a `Valid=False` condition.
+Names, types, enums, bounds, lengths, required fields, defaults and unknown fields are generated for the CRD from
+the `Prop`s the parser reads with (`infer_ctl.core.crdgen`, `tests/core/test_crd_is_generated.py`). Left to agree:
+the parser's own reading of quantities, durations and parameter counts against the CRD's patterns (and its CEL
+quantity rule), the CEL rules across fields against the parser's Python, and how `FieldReader` reads a JSON type
+against how OpenAPI does (`80.0` is no integer, `true` no number). Manifests are drawn from valid values with at
+most one mistake of those kinds; kube-apiserver's view (`infer_ctl.kube.crd`) must agree with the parser's. Not
+drawn: the PromQL template (placeholders only inside quoted label values), which only the parser checks.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ class Fields:
 
     def __init__(self, draw: st.DrawFn) -> None:
         self.draw = draw
-        self.bad = draw(st.integers(min_value=0, max_value=70))  # 0 and numbers past the last field: no mistake
+        self.bad = draw(st.integers(min_value=0, max_value=24))  # 0 and numbers past the last field: no mistake
         self.index = 0
 
     def __call__(self, valid: list[Any], invalid: list[Any], *, optional: bool = True) -> Any:
@@ -50,55 +53,37 @@ def obj_of(**fields: Any) -> dict[str, Any]:
 def manifests(draw: st.DrawFn) -> dict[str, Any]:
     f = Fields(draw)
     model = obj_of(
-        name=f(["m", "meta-llama/Llama-3.1-8B"], ["", 5], optional=False),
-        uri=f(["hf://x/y"], [""]),
+        name="m",
         memory=f(QUANTITIES_OK, QUANTITIES_BAD, optional=False),
         parameters=f(["8B", "1.5B", "350M", "0.5K"], ["8b", "0B", "0.0B", "eight", 8]),
-        dtype=f(["bfloat16", "int4"], ["bf16"]),
-        overheadPercent=f([0, 20, 400], [-1, 401, 2.5, "20"]),
+        overheadPercent=f([0, 20, 400], [2.5, "20", True]),
         kvCacheMemory=f(["4Gi", "0"], ["-4Gi", "4GB"]),
-        cacheKey=f(["k"], [""]),
-        extra=f([], ["oops"]),
     )
     runtime = obj_of(
-        image=f(["vllm/vllm-openai:v0.11.0"], ["", None], optional=False),
-        port=f([8000, 1, 65535], [0, 65536, "8000", 80.0]),
+        image="vllm/vllm-openai:v0.11.0",
+        port=f([8000, 1, 65535], ["8000", 80.0, None]),
         args=f([["--x", "1"], []], ["--x", [1]]),
         env=f([[{"name": "A", "value": "1"}], [{"name": "A"}, {"name": "B"}]],
-              [[{"name": "A"}, {"name": "A"}], [{"name": "1 A"}], [{"value": "x"}], [{"name": "A", "x": 1}]]),
-        readinessPath=f(["/health"], ["health"]),
-        coldStartSeconds=f([0, 180, 86400, 2.5], [-1, 86401, "3m"]),
+              [[{"name": "A"}, {"name": "A"}], [{"name": "1 A"}], [{"value": "x"}]]),
+        coldStartSeconds=f([0, 180, 2.5], ["3m", True]),
         cpu=f(["4", "500m"], ["-1", "4 cores"]),
         memory=f(["32Gi"], ["32GB"]),
     )
     accelerator = obj_of(
-        deviceClassName=f(["gpu.nvidia.com", "mig.nvidia.com"], ["GPU", "gpu_nvidia"]),
-        products=f([["H100-80GB"], ["H100-80GB", "L4"], []],
-                   [["L4", "L4"], [""], "L4", [1], [f"p{i}" for i in range(33)]]),
+        products=f([["H100-80GB"], ["H100-80GB", "L4"], []], [["L4", "L4"], [""], "L4", [1]]),
         minComputeCapability=f(["8.0", "9.0"], ["9", 9.0, "v9.0"]),
-        count=f([1], [0, 17, "4"]),
-        sharing=f(["Exclusive", "MIG", "Shared"], ["mig", "Timeslice"]),
+        count=f([1], ["4", 1.0]),
+        sharing=f(["Exclusive", "MIG", "Shared"], ["mig", 1]),
     )
     scaling = obj_of(
-        preset=f(["balanced", "latency-critical", "cost-saver"], ["fast"]),
-        minReplicas=f([1, 3], [-1, 1001, "1", 1.0]),
-        maxReplicas=f([10, 1000], [0, 1001, None]),
-        targetRequestsPerReplica=f([0.5, 40, 1_000_000], [0, -3, 1_000_001, "40", True], optional=False),
-        metric=f([{"query": 'sum(rate(x{service="{{name}}"}[1m]))'}, {}], [{"query": ""}, {"q": "x"}]),
-        forecast=f([{"enabled": False}, {"method": "holt-winters", "seasonality": "daily", "quantile": 0.9}],
-                   [{"method": "prophet"}, {"quantile": 0.4}, {"quantile": 1.0}, {"enabled": "yes"}]),
-        prewarm=obj_of(lead=f(DURATIONS_OK, DURATIONS_BAD), standbyReplicas=f([0, 2], [-1, 1001, "1"])),
-        scaleToZero=obj_of(enabled=f([False], ["true"]), keepAlive=f(DURATIONS_OK, DURATIONS_BAD)),
-        scaleDownStabilizationSeconds=f([0, 300], [-5, 86401, 1.5]),
+        minReplicas=f([1, 3], ["1", 1.0]),
+        targetRequestsPerReplica=f([0.5, 40, 1_000_000], ["40", True], optional=False),
+        forecast=f([{"enabled": False}, {"quantile": 0.9}], [{"enabled": "yes"}, {"quantile": "0.9"}]),
+        prewarm=obj_of(lead=f(DURATIONS_OK, DURATIONS_BAD)),
+        scaleToZero=obj_of(keepAlive=f(DURATIONS_OK, DURATIONS_BAD)),
     )
-    spec = obj_of(
-        model=f([model], [ABSENT, "m"], optional=False),
-        runtime=f([runtime], [ABSENT], optional=False),
-        accelerator=f([accelerator], [ABSENT], optional=False),
-        scaling=f([scaling], [ABSENT], optional=False),
-        slo=f([{"latencyP95Ms": 500}, {}], [{"latencyP95Ms": 0}, {"p95": 1}]),
-        replicas=f([0, 3], [-1, 1001]),
-    )
+    spec = obj_of(model=model, runtime=runtime, accelerator=accelerator, scaling=scaling,
+                  replicas=f([0, 3], ["3", 3.0]))
     # Mistakes that only a rule across fields catches.
     combo = f([None], ["min above max", "zero without scale to zero", "scale to zero above zero",
                        "several GPUs shared", "no memory and no parameters"], optional=False)
@@ -123,11 +108,11 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
         "apiVersion": "infer-ctl.io/v1alpha1",
         "kind": "InferenceService",
         "metadata": {"name": f(["llm", "a-b-1"], ["Bad_Name", "x" * 64], optional=False), "namespace": "default"},
-        "spec": f([spec], ["spec", ABSENT], optional=False),
+        "spec": spec,
     }
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(manifests())
 def test_the_parser_and_the_crd_accept_the_same_manifests(obj: dict[str, Any]) -> None:
     schema = load_crd().storage_version.schema
