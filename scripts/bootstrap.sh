@@ -1,6 +1,11 @@
 # Shared set-up for ./run and ./test (sourced, not executed).
-# Creates .venv with Python 3.11 and installs the project when pyproject.toml changed since the last install;
-# installs Debian packages with apt-get when their command is missing.
+# Makes .venv with Python 3.11 from uv.lock (uv sync --frozen: the locked versions, their hashes checked) when
+# uv.lock, pyproject.toml or the requested extras changed since the last sync; installs Debian packages with
+# apt-get when their command is missing.
+# The lock is made with `uv lock` (uv pinned below; `uv lock --upgrade-package NAME` to move one dependency).
+
+UV_VERSION=0.13.8
+INFER_CTL_CACHE=${INFER_CTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-ctl}
 
 _python311() {
   for cand in python3.11 python3; do
@@ -13,26 +18,39 @@ _python311() {
   return 1
 }
 
-bootstrap_venv() {
-  local py stamp want
-  if [ ! -x .venv/bin/python ]; then
-    py=$(_python311)
-    echo "[setup] creating .venv with $py" >&2
-    if ! "$py" -m venv .venv 2>/dev/null; then
+# _uv: the pinned uv, installed once into its own venv in the cache outside the repository; prints its path.
+_uv() {
+  local dir=$INFER_CTL_CACHE/uv-$UV_VERSION py
+  if [ ! -x "$dir/bin/uv" ]; then
+    py=$(_python311) || return 1
+    echo "[setup] installing uv $UV_VERSION into $dir" >&2
+    rm -rf "$dir"
+    if ! "$py" -m venv "$dir" 2>/dev/null; then
       # Debian splits venv/ensurepip out of python3: install it, then try again.
-      rm -rf .venv
+      rm -rf "$dir"
       bootstrap_debian_package "python3-venv"
-      "$py" -m venv .venv
+      "$py" -m venv "$dir"
     fi
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION" >&2
   fi
-  stamp=.venv/.infer-ctl-installed
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "[setup] installing infer-ctl and its dependencies into .venv" >&2
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
-    echo "$want" > "$stamp"
+  echo "$dir/bin/uv"
+}
+
+# bootstrap_venv [UV SYNC OPTIONS...]: .venv as uv.lock says, with the extras and groups the options name
+# (./run: --all-extras --no-dev --inexact; ./test: --all-extras, which includes the dev group).
+bootstrap_venv() {
+  local uv py stamp want
+  stamp=.venv/.infer-ctl-synced
+  want=$( { cat uv.lock pyproject.toml; echo "$UV_VERSION $*"; } | sha256sum | cut -c1-16)
+  if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
   fi
+  uv=$(_uv) || return 1
+  py=$(_python311) || return 1
+  echo "[setup] installing infer-ctl and its locked dependencies into .venv (uv sync --frozen $*)" >&2
+  UV_PROJECT_ENVIRONMENT=.venv UV_PYTHON_DOWNLOADS=never UV_HTTP_TIMEOUT=${UV_HTTP_TIMEOUT:-120} \
+    "$uv" sync --quiet --frozen --python "$py" "$@" >&2
+  echo "$want" > "$stamp"
 }
 
 # bootstrap_debian PACKAGE [COMMAND]: apt-get install PACKAGE when COMMAND (default: PACKAGE) is missing.

@@ -74,6 +74,11 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
+    from infer_ctl.cli.extras import require
+
+    if args.plot is not None:
+        require("plot", "--plot")
+
     from infer_ctl.sim.openb.data import OpenbError
     from infer_ctl.sim.openb.runner import POLICIES
     from infer_ctl.sim.openb.runner import run as run_bench

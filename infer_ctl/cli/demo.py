@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-DEMO_SERVICES = ROOT / "deploy" / "demo" / "chat.yaml"
-CLUSTER = ROOT / "deploy" / "sandbox" / "small.yaml"
+from infer_ctl.cli.extras import missing, require
+from infer_ctl.paths import data_path
+
+DEMO_SERVICES = data_path("deploy/demo/chat.yaml")
+CLUSTER = data_path("deploy/sandbox/small.yaml")
 STEPS = ((50.0, 0.2), (500.0, 0.4), (2.0, 0.4))  # (req/s, share of the duration)
 TICK_S = 2.0
 FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline
@@ -74,6 +76,7 @@ class Recorder:
 
 
 def run(args: argparse.Namespace) -> int:
+    require("sandbox", "the demo (it runs on the local sandbox)")
     import yaml
 
     from infer_ctl.config.policies import load_policies
@@ -104,13 +107,13 @@ def run(args: argparse.Namespace) -> int:
         if args.control_plane == "kube":
             from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
-            print(f"starting the real control plane and the node agent ({CLUSTER.relative_to(ROOT)}) ...",
+            print("starting the real control plane and the node agent (deploy/sandbox/small.yaml) ...",
                   flush=True)
             sandbox = stack.enter_context(kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
             kube = KubeClient.from_config(str(kubeconfig))
             stack.callback(kube.close)
         else:
-            print(f"starting the sandbox ({CLUSTER.relative_to(ROOT)}) ...", flush=True)
+            print("starting the sandbox (deploy/sandbox/small.yaml) ...", flush=True)
             sandbox = stack.enter_context(sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
             kube = KubeClient.from_config(str(kubeconfig))
             stack.callback(kube.close)
@@ -185,8 +188,12 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(summary, recorder, out)
         # loadgen's t = 0 is when it began sending (after its start-up), on the same monotonic clock.
         offset_s = float(summary.get("started_monotonic_s", started)) - started
-        _plot(recorder, timeline, out / "demo.png", offset_s)
-        print(f"\nplot: {out / 'demo.png'}   timeline: {timeline}", flush=True)
+        if missing("plot"):
+            print(f"\ntimeline: {timeline}   (no plot: it needs infer-ctl's 'plot' extra, "
+                  "pip install 'infer-ctl[plot]')", flush=True)
+        else:
+            _plot(recorder, timeline, out / "demo.png", offset_s)
+            print(f"\nplot: {out / 'demo.png'}   timeline: {timeline}", flush=True)
     return 0
 
 

@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from infer_ctl.cli.extras import MissingExtra
+
 # (subcommand module under infer_ctl.cli, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("validate", "check InferenceService manifests against the CRD, its CEL rules and the catalog"),
@@ -42,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except MissingExtra as exc:
+        print(f"infer-ctl {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `infer-ctl validate ... | head`: the reader left; not an error of ours

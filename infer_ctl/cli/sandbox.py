@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from infer_ctl.paths import data_path
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sandbox", help="run the local sandbox cluster",
@@ -14,7 +16,7 @@ def register(subparsers: Any) -> None:
                                                "a scheduler, a node agent running model servers, and routing.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the sandbox and serve until Ctrl-C")
-    up.add_argument("--cluster", type=Path, default=Path("deploy/sandbox/small.yaml"),
+    up.add_argument("--cluster", type=Path, default=data_path("deploy/sandbox/small.yaml"),
                     help="cluster file (default: deploy/sandbox/small.yaml)")
     up.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: any free port)")
     up.add_argument("--kubeconfig", type=Path, default=Path(".sandbox/kubeconfig"),
@@ -33,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from infer_ctl.cli.extras import require
     from infer_ctl.core.errors import SpecError
+
+    require("sandbox", "the sandbox")
     from infer_ctl.sandbox.runtime import Sandbox, load
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

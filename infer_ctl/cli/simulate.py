@@ -90,6 +90,11 @@ def _progress_printer(total_ticks: int, mode: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from infer_ctl.cli.extras import require
+
+    if args.plot:
+        require("plot", "--plot")
+
     from infer_ctl.core.errors import SpecError
     from infer_ctl.sim.service import default_settings, settings_from_manifest
     from infer_ctl.sim.suite import parse_policy_names, run_policies

@@ -92,6 +92,13 @@ def _check_inference_service(out: TextIO, path: Path, name: str, doc: dict[str, 
 
 
 def _check_builtin(out: TextIO, where: str, what: str, doc: dict[str, Any], *, quiet: bool) -> bool:
+    from infer_ctl.cli.extras import missing
+
+    if missing("validate"):
+        if not quiet:
+            print(f"{where}: {what}: not checked: the Kubernetes {KUBERNETES_VERSION} schemas come with infer-ctl's "
+                  "'validate' extra (pip install 'infer-ctl[validate]')", file=out)
+        return True
     import kubernetes_validate
 
     try:

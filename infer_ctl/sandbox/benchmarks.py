@@ -28,7 +28,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from infer_ctl.paths import data_path
+
 NS = "/api/v1/namespaces/default"
 
 
@@ -180,7 +181,7 @@ def bench_dra() -> None:
     from infer_ctl.sandbox.testing import pod
 
     store = Store()
-    for obj in load_cluster(ROOT / "deploy/sandbox/large.yaml", load_policies().catalog).objects():
+    for obj in load_cluster(data_path("deploy/sandbox/large.yaml"), load_policies().catalog).objects():
         store.create(store.type_for_kind(obj["apiVersion"], obj["kind"]), None, obj, keep_status=True)
     scheduler = Scheduler(store)
     templates = store.type("resource.k8s.io", "v1", "resourceclaimtemplates")
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infer_ctl.sandbox.benchmarks")
     parser.add_argument("which", nargs="*", default=["pods", "api", "watch", "dra"],
                         choices=["pods", "api", "watch", "dra"])
-    parser.add_argument("--cluster", type=Path, default=ROOT / "deploy/sandbox/small.yaml")
+    parser.add_argument("--cluster", type=Path, default=data_path("deploy/sandbox/small.yaml"))
     parser.add_argument("--rate", type=float, default=200.0, help="api: requests per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="api: duration")
     args = parser.parse_args(argv)
