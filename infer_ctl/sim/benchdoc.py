@@ -197,7 +197,7 @@ def _git(*args: str) -> str:
         done = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return ""
-    return done.stdout.strip()
+    return done.stdout.rstrip("\n")  # not strip(): the first `status --porcelain` line begins with a space
 
 
 def commit_line() -> str:
