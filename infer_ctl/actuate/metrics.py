@@ -42,6 +42,13 @@ class ControllerMetrics:
                                    registry=r)
         self.gang_demand = Gauge("infer_ctl_pending_gang_gpus", "GPUs held back for pending gangs, by source.",
                                  ["source"], registry=r)
+        self.cycle_errors = Counter("infer_ctl_cycle_errors",
+                                    "Control cycles that failed (and were retried), by what failed: APIServer<status>, "
+                                    "APIServerUnreachable, or the exception's type.",
+                                    ["namespace", "service", "kind"], registry=r)
+        self.operator_restarts = Counter("infer_ctl_operator_restarts",
+                                         "Times kopf's operator stopped on an error (e.g. a watch refused) and was "
+                                         "started again in the same process.", registry=r)
         self.reconcile = Histogram("infer_ctl_reconcile_seconds", "One control cycle of one service.",
                                    buckets=RECONCILE_BUCKETS_S, registry=r)
 
@@ -54,6 +61,7 @@ class ControllerMetrics:
         per_service: tuple[tuple[Gauge | Counter, tuple[str, ...]], ...] = (
             (self.replicas, ("state",)), (self.desired, ("role",)), (self.forecast_rps, ("bound",)),
             (self.observed_rps, ()), (self.decisions, ("reason",)), (self.placement_failures, ("reason",)),
+            (self.cycle_errors, ("kind",)),
         )
         for metric, extra in per_service:
             children = {tuple(sample.labels[n] for n in ("namespace", "service", *extra))

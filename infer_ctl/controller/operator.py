@@ -10,8 +10,13 @@
   highest priority works, the others pause, and when it stops (or its keep-alive expires) the next one resumes.
   kopf pauses *every* peer of a tie, so each controller takes a random priority unless one is given; without
   peering the controller runs standalone.
-- Errors: an API refusal or an unreachable API server is a `kopf.TemporaryError` (retried on the next tick);
-  anything else is logged by kopf and retried, and never stops the other services' cycles.
+- Errors never stop a loop. Any exception of a cycle, its status write included, is counted
+  (`infer_ctl_cycle_errors_total` by kind), logged, posted as a `CycleFailed` Warning Event when it differs from
+  the previous cycle's, and retried after 1 s, doubling up to the control period. The controller writes the
+  status itself rather than through kopf's patch: kopf applies a handler's patch after the handler returns, and
+  a timer whose patch is refused (409, or 422 for a status the CRD's schema rejects) dies with it.
+  A watch that fails (kopf ends the operator on any watch error but 410 and 429) restarts kopf's operator in the
+  same process after a backoff, keeping every service's memory (`infer_ctl_operator_restarts_total`).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import kopf
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core import api
-from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 ANNOTATION_PREFIX = "infer-ctl.io"
+RESTART_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # before restarting kopf's operator after an error, by attempt
 
 
 @dataclass
@@ -69,34 +75,37 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         settings.watching.server_timeout = 300
         settings.queueing.error_delays = (1, 2, 5, 10, 20)
 
-    async def run_cycle(body: kopf.Body, patch: kopf.Patch) -> None:
+    async def run_cycle(body: kopf.Body) -> None:
         uid = str(body.get("metadata", {}).get("uid", ""))
         lock = config._locks.setdefault(uid, asyncio.Lock())
         async with lock:
-            started = asyncio.get_running_loop().time()
+            loop = asyncio.get_running_loop()
+            started, now = loop.time(), datetime.now(UTC)
             try:
-                result = await reconciler.cycle(body, datetime.now(UTC))
-            except KubeError as exc:
-                raise kopf.TemporaryError(f"the API server refused a request: {exc}", delay=5) from exc
+                result = await reconciler.cycle(body, now)
+                written = body.get("status") or {}
+                # a status that says what the object's already says is not written again (an idle service's
+                # cycles would otherwise PATCH it every period)
+                changed = {k: v for k, v in result.status.items() if written.get(k) != v}
+                if changed:
+                    await reconciler.write_status(body, changed)
+            except Exception as exc:  # any failure is retried; none may end the service's loop
+                delay = await reconciler.failed(body, exc, now)
+                raise kopf.TemporaryError(f"the control cycle failed: {exc}", delay=delay) from exc
             finally:
-                reconciler.metrics.reconcile.observe(asyncio.get_running_loop().time() - started)
-            written = body.get("status") or {}
-            # a status that says what the object's already says is not written again (an idle service's cycles
-            # would otherwise PATCH it every period)
-            changed = {k: v for k, v in result.status.items() if written.get(k) != v}
-            if changed:
-                patch.status.update(changed)
+                reconciler.metrics.reconcile.observe(loop.time() - started)
+            reconciler.succeeded(body)
 
     @kopf.timer(g, v, p, interval=config.settings.period_s, initial_delay=config.settings.period_s,
                 id="control", registry=registry)
-    async def control(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await run_cycle(body, patch)
+    async def control(body: kopf.Body, **_: Any) -> None:
+        await run_cycle(body)
 
     @kopf.on.create(g, v, p, id="create", registry=registry)
     @kopf.on.resume(g, v, p, id="resume", registry=registry)
     @kopf.on.update(g, v, p, field="spec", id="spec-changed", registry=registry)
-    async def changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await run_cycle(body, patch)
+    async def changed(body: kopf.Body, **_: Any) -> None:
+        await run_cycle(body)
 
     @kopf.on.delete(g, v, p, optional=True, id="deleted", registry=registry)
     def deleted(body: kopf.Body, **_: Any) -> None:
@@ -137,16 +146,29 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     if config.metrics_port is not None:
         reconciler.metrics.serve(config.metrics_port, config.metrics_address)
     registry = build_registry(config, kube, reconciler)
+    restarts = 0
     try:
-        await kopf.operator(
-            registry=registry,
-            clusterwide=not config.namespaces,
-            namespaces=config.namespaces,
-            standalone=config.peering is None,
-            peering_name=config.peering,
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+        while True:
+            try:
+                await kopf.operator(
+                    registry=registry,
+                    clusterwide=not config.namespaces,
+                    namespaces=config.namespaces,
+                    standalone=config.peering is None,
+                    peering_name=config.peering,
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                )
+                return  # stopped: the stop flag, or a signal
+            except Exception as exc:  # kopf ends on a failed watch: start it again, keep the services' memory
+                if stop_flag is not None and stop_flag.is_set():
+                    return
+                restarts += 1
+                delay = RESTART_DELAYS_S[min(restarts, len(RESTART_DELAYS_S)) - 1]
+                reconciler.metrics.operator_restarts.inc()
+                log.error("kopf's operator stopped on %s: %s; starting it again in %.0f s (restart %d)",
+                          type(exc).__name__, exc, delay, restarts, exc_info=exc)
+                await asyncio.sleep(delay)
     finally:
         reconciler.metrics.stop_serving()
         await reconciler.close()

@@ -62,6 +62,7 @@ from infer_ctl.engine.replicas import ReplicaActions
 from infer_ctl.engine.step import EngineConfig, EngineOutput
 from infer_ctl.kube import pods as kube_pods
 from infer_ctl.kube.client import (
+    INFERENCE_SERVICES,
     PODS,
     RESOURCE_CLAIMS,
     KubeClient,
@@ -117,6 +118,8 @@ class ServiceMemory:
     scrape: ScrapeRates = field(default_factory=ScrapeRates)
     invalid_message: str = ""
     cycles: int = 0
+    failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
+    failures: int = 0  # failed cycles in a row: the retry's backoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,13 @@ class _Observed:
     replicas: tuple[ReplicaPod, ...]
     claims: tuple[Mapping[str, Any], ...]
     rates: RateSamples
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A short name for what a cycle failed on, for the metric's label and the Event."""
+    if isinstance(exc, KubeError):
+        return f"APIServer{exc.status}" if exc.status else "APIServerUnreachable"
+    return type(exc).__name__
 
 
 class Reconciler:
@@ -177,6 +187,42 @@ class Reconciler:
 
     async def _k(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------- the loop's shell
+
+    async def write_status(self, body: Mapping[str, Any], changed: Mapping[str, Any]) -> None:
+        """Merge the changed status fields into the status subresource (raises KubeError when refused)."""
+        meta = body.get("metadata") or {}
+        await self._k(self.kube.merge_patch, INFERENCE_SERVICES, meta["name"], {"status": dict(changed)},
+                      meta.get("namespace"), subresource="status")
+
+    async def failed(self, body: Mapping[str, Any], exc: BaseException, now: datetime) -> float:
+        """A cycle (or its status write) failed: counted by kind, logged, a Warning Event when it is not the
+        failure the previous cycle already reported. Returns the delay before the retry (1 s, doubling up to the
+        control period): the loop goes on whatever failed."""
+        meta = body.get("metadata") or {}
+        uid, ns, name = str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+        memory = self.memory.setdefault(uid, ServiceMemory())
+        kind = failure_kind(exc)
+        self.metrics.cycle_errors.labels(ns, name, kind).inc()
+        message = f"{kind}: {exc}"[:EVENT_NOTE_MAX]
+        memory.failures += 1
+        if memory.failure != message:
+            log.error("%s/%s: the control cycle failed (%s); retrying", ns, name, message,
+                      exc_info=not isinstance(exc, KubeError))
+            memory.failure = message
+            await self._event(body, "CycleFailed", f"the control cycle failed and is retried: {message}",
+                              "Warning", "Reconcile", now)
+        else:
+            log.warning("%s/%s: the control cycle failed again (%s)", ns, name, kind)
+        return float(min(self.settings.period_s, 2.0 ** (memory.failures - 1)))
+
+    def succeeded(self, body: Mapping[str, Any]) -> None:
+        memory = self.memory.get(str((body.get("metadata") or {}).get("uid", "")))
+        if memory is not None and memory.failures:
+            log.info("%s: the control cycle succeeded after %d failed", (body.get("metadata") or {}).get("name"),
+                     memory.failures)
+            memory.failure, memory.failures = "", 0
 
     # ------------------------------------------------------------------------------------------- the cycle
 

@@ -211,14 +211,16 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 
 @contextmanager
-def running_controller(cluster: Cluster, settings: Settings | None = None, **config: Any) -> Iterator[threading.Event]:
+def running_controller(cluster: Cluster, settings: Settings | None = None, *, kubeconfig: Path | None = None,
+                       **config: Any) -> Iterator[threading.Event]:
     """`infer-ctl controller` as a user runs it (kopf's runtime on its own event loop) until the block ends, or
     until the yielded stop flag is set. `settings`: the Reconciler's (default: the cluster's policies, the default
-    control period); `config`: OperatorConfig fields (namespaces, peering, priority, ...)."""
+    control period); `kubeconfig`: default `cluster.controller_kubeconfig()`; `config`: OperatorConfig fields
+    (namespaces, peering, priority, ...)."""
     thread = LoopThread("kopf")
     stop, ready = threading.Event(), threading.Event()
     operator = OperatorConfig(settings or Settings(cluster.policies),
-                              kubeconfig=str(cluster.controller_kubeconfig()), **config)
+                              kubeconfig=str(kubeconfig or cluster.controller_kubeconfig()), **config)
     future = asyncio.run_coroutine_threadsafe(run(operator, stop_flag=stop, ready_flag=ready), thread.loop)
     assert ready.wait(30), "kopf did not start"
     try:

@@ -1,0 +1,75 @@
+"""API faults never stop a control loop: the controller runs behind the fault-injecting proxy
+(`infer_ctl.sandbox.faultproxy`), on the emulator and on the real control plane.
+
+- A status write refused with 409 and then 422 (what kube-apiserver answers for a status the CRD's schema
+  rejects) is retried; the service's loop goes on, so a deleted replica is replaced. (kopf applied the status
+  patch after the handler returned, and a timer whose patch was refused died with it: the replica stayed gone.)
+- A watch refused with 409 restarts kopf's operator in the same process instead of ending it; a service created
+  after the fault is reconciled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.sandbox.faultproxy import Fault, FaultProxy
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster, running_controller
+from tests.controller.test_operator import wait_for
+
+
+def live_replicas(cluster: Cluster, service: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.kube.list(PODS, "default", label_selector=f"infer-ctl.io/service={service}")
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def service(name: str) -> dict[str, Any]:
+    return (InferenceServiceBuilder(name).with_("spec.scaling.minReplicas", 1).with_("spec.scaling.maxReplicas", 2)
+            .with_("spec.runtime.coldStartSeconds", 1).build())
+
+
+def test_a_refused_status_write_does_not_stop_the_loop(cluster: Cluster, tmp_path: Path) -> None:
+    kube = cluster.kube
+    kube.create(INFERENCE_SERVICES, service("llm"), "default")
+    proxy = FaultProxy.for_kubeconfig(cluster.controller_kubeconfig())
+    with proxy.running():
+        kubeconfig = proxy.write_kubeconfig(tmp_path / "proxied.kubeconfig")
+        with running_controller(cluster, kubeconfig=kubeconfig, namespaces=("default",)):
+            first = wait_for("a ready replica", lambda: [p for p in live_replicas(cluster, "llm") if ready(p)],
+                             timeout_s=60)[0]
+            conflict = proxy.add(Fault("PATCH", r"/inferenceservices/llm/status", status=409))
+            invalid = proxy.add(Fault("PATCH", r"/inferenceservices/llm/status", status=422))
+            # the status changes (a replica goes away), so the next cycles write it: both writes are refused
+            kube.delete(PODS, first["metadata"]["name"], "default", grace_period_s=0)
+            wait_for("both status writes refused", lambda: conflict.injected and invalid.injected, timeout_s=60)
+
+            def replaced() -> bool:
+                return any(ready(p) and p["metadata"]["uid"] != first["metadata"]["uid"]
+                           for p in live_replicas(cluster, "llm"))
+
+            wait_for("the deleted replica replaced by a ready one", replaced, timeout_s=60)
+            wait_for("the status written again", lambda: ((kube.get(INFERENCE_SERVICES, "llm", "default") or {})
+                                                          .get("status") or {}).get("replicas", {}).get("ready") == 1,
+                     timeout_s=60)
+    assert proxy.requests[("patch", "inferenceservices/status")] >= 3
+
+
+def test_a_refused_watch_does_not_end_the_controller(cluster: Cluster, tmp_path: Path) -> None:
+    kube = cluster.kube
+    proxy = FaultProxy.for_kubeconfig(cluster.controller_kubeconfig())
+    refused = proxy.add(Fault("GET", r"/inferenceservices\?", status=409, watch=True))
+    with proxy.running():
+        kubeconfig = proxy.write_kubeconfig(tmp_path / "proxied.kubeconfig")
+        with running_controller(cluster, kubeconfig=kubeconfig, namespaces=("default",)):
+            wait_for("the watch refused", lambda: refused.injected, timeout_s=30)
+            kube.create(INFERENCE_SERVICES, service("late"), "default")
+            wait_for("the service created after the fault reconciled",
+                     lambda: any(ready(p) for p in live_replicas(cluster, "late")), timeout_s=90)
+    assert proxy.requests[("watch", "inferenceservices")] >= 2
