@@ -67,6 +67,7 @@ from infer_ctl.kube.client import (
     RESOURCE_CLAIMS,
     KubeClient,
     KubeError,
+    Resource,
 )
 from infer_ctl.kube.inferenceservice import check_spec
 from infer_ctl.kube.labels import (
@@ -85,6 +86,30 @@ log = logging.getLogger(__name__)
 
 HISTORY_ON_START_S = 7 * 86_400  # rate history read from Prometheus when a service is first seen
 EVENT_NOTE_MAX = 1024
+# An Event that repeats (same object, reason and note) within this window is counted in the first one's `series`
+# instead of being posted again, and the series is written at most every EVENT_SERIES_WRITE_S.
+EVENT_SERIES_WINDOW_S = 1800.0
+EVENT_SERIES_WRITE_S = 300.0
+
+
+class NameTaken(Exception):
+    """An object of a replica's name exists and belongs to somebody else."""
+
+    def __init__(self, resource: Resource, name: str, owners: str) -> None:
+        self.resource, self.name = resource, name
+        super().__init__(f"{resource.kind} {name} exists and is not this service's ({owners}): the replica takes "
+                         "another name; the object is left alone and not counted")
+
+
+@dataclass
+class _Posted:
+    """An Event posted, and how often it occurred since."""
+
+    name: str
+    namespace: str
+    count: int
+    last_s: float
+    written_s: float
 
 
 @dataclass
@@ -119,6 +144,8 @@ class ServiceMemory:
     invalid_message: str = ""
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
+    # replica name -> (resource, object name) of an object of somebody else's that holds that name
+    foreign: dict[str, tuple[Resource, str]] = field(default_factory=dict)
     failures: int = 0  # failed cycles in a row: the retry's backoff
 
 
@@ -161,6 +188,7 @@ class Reconciler:
         # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).
         self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k)
         self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
+        self._events: dict[tuple[str, str, str], _Posted] = {}  # (object uid, reason, note) -> the Event posted
 
     def _check(self, uid: str, body: Mapping[str, Any]) -> Any:
         """The spec check (parser and catalog), done again only when the object changed."""
@@ -259,7 +287,8 @@ class Reconciler:
         now_s = now.timestamp()
         rates = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
-        observation = observation_of(svc, pods, claims, rates.samples)
+        observation = replace(observation_of(svc, pods, claims, rates.samples),
+                              foreign=await self._foreign(memory, ns, uid))
 
         # 3. plan, on one snapshot, and pin what it placed
         if stuck_replicas(observation.replicas, now_s, self.settings.period_s):
@@ -280,6 +309,14 @@ class Reconciler:
         status = self._status(observed, memory.state, plan, refused, conditions)
         self._export(observed, plan)
         return CycleResult(status, plan.actions, plan.placements, plan.output)
+
+    async def _foreign(self, memory: ServiceMemory, namespace: str, uid: str) -> frozenset[str]:
+        """The replica names found held by others' objects that still are (read again: rare, and they go away)."""
+        for replica, (resource, name) in list(memory.foreign.items()):
+            obj = await self._k(self.kube.get, resource, name, namespace)
+            if obj is None or _owned_by(obj, uid):
+                del memory.foreign[replica]
+        return frozenset(memory.foreign)
 
     def _pin(self, namespace: str, placements: Sequence[ReplicaPlacement]) -> None:
         """Hold the placed devices on the shared snapshot until the scheduler allocates the claims."""
@@ -352,8 +389,13 @@ class Reconciler:
                     if placement is not None:
                         self.metrics.placement_failures.labels(ns, svc.meta.name, _reason_code(placement)).inc()
                     continue
-                await self._write_replica(svc, placement, Role.STANDBY if replica.standby else Role.SERVING, now,
-                                          written)
+                try:
+                    await self._write_replica(svc, placement, Role.STANDBY if replica.standby else Role.SERVING,
+                                              now, written)
+                except NameTaken as taken:
+                    self.memory.setdefault(svc.meta.uid, ServiceMemory()).foreign[placement.replica] = (
+                        taken.resource, taken.name)
+                    await self._event(_ref(svc), "NameTaken", str(taken), "Warning", "Create", now)
         except KubeError as exc:
             if exc.status not in (400, 403, 422):
                 raise
@@ -379,7 +421,7 @@ class Reconciler:
         claim["metadata"]["labels"] = {**(claim["metadata"].get("labels") or {}), **selector_labels(svc.meta),
                                        LABEL_REPLICA: placement.replica}
         claim["metadata"]["ownerReferences"] = [owner_reference(svc.meta)]
-        await self._create(RESOURCE_CLAIMS, claim, ns)
+        await self._create(RESOURCE_CLAIMS, claim, ns, svc.meta.uid)
         self.view.created(ns, claim["metadata"]["name"])
         written.add(claim["metadata"]["name"])
         assert placement.decision.placement is not None
@@ -389,25 +431,58 @@ class Reconciler:
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
                                        ANNOTATION_CACHED: str(placement.cached).lower()})
-        await self._create(PODS, pod, ns)
+        if not await self._create(PODS, pod, ns, svc.meta.uid):
+            return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
         await self._event(_ref(svc), "Placed",
                           f"{role.value} replica {placement.replica} on {placement.claim.node_name} "
                           f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
 
-    async def _create(self, resource: Any, obj: Mapping[str, Any], namespace: str) -> None:
+    async def _create(self, resource: Resource, obj: Mapping[str, Any], namespace: str, owner_uid: str) -> bool:
+        """Create; False when this service's object of that name was already there (a repeated cycle). A 409 is
+        checked by reading the object: gone means the conflict was something else (KubeError, retried next
+        cycle); owned by someone else raises NameTaken."""
         try:
             await self._k(self.kube.create, resource, obj, namespace)
+            return True
         except KubeError as exc:
-            if not exc.conflict:  # already there (a repeated cycle): fine
+            if not exc.conflict:
                 raise
+            conflict = exc
+        name = str(obj["metadata"]["name"])
+        existing = await self._k(self.kube.get, resource, name, namespace)
+        if existing is None:
+            raise KubeError(409, conflict.reason, f"creating {resource.kind} {name} answered 409 "
+                                                  f"({conflict.message}) and no such object exists")
+        if _owned_by(existing, owner_uid):
+            return False
+        owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
+                           (existing.get("metadata") or {}).get("ownerReferences") or ()) or "no owner"
+        raise NameTaken(resource, name, owners)
 
     async def _event(self, regarding: Mapping[str, Any], reason: str, note: str, type: str, action: str,  # noqa: PLR0917
                      now: datetime) -> None:
+        """Post an Event, or count it in the series of the same Event posted within EVENT_SERIES_WINDOW_S (an
+        unplaceable service says so once, not every cycle). A failure is a log line, never a failed cycle."""
+        note = note[:EVENT_NOTE_MAX]
+        meta = regarding["metadata"]
+        key, t = (str(meta.get("uid", "")), reason, note), now.timestamp()
+        posted = self._events.get(key)
         try:
-            await self._k(self.kube.event, regarding, reason=reason, note=note[:EVENT_NOTE_MAX], type=type,
-                          action=action, now=now)
-        except KubeError as exc:  # an Event is worth a log line, not a failed cycle
+            if posted is not None and t - posted.last_s < EVENT_SERIES_WINDOW_S:
+                posted.count, posted.last_s = posted.count + 1, t
+                if t - posted.written_s >= EVENT_SERIES_WRITE_S:
+                    posted.written_s = t
+                    await self._k(self.kube.event_series, posted.name, posted.namespace, count=posted.count,
+                                  now=now)
+                return
+            name = await self._k(self.kube.event, regarding, reason=reason, note=note, type=type, action=action,
+                                 now=now)
+            self._events = {k: p for k, p in self._events.items() if t - p.last_s < EVENT_SERIES_WINDOW_S}
+            self._events[key] = _Posted(name, str(meta.get("namespace") or "default"), 1, t, t)
+        except KubeError as exc:
+            if posted is not None and exc.not_found:  # the Event expired (its TTL): the next one is posted anew
+                self._events.pop(key, None)
             log.warning("cannot record event %s: %s", reason, exc)
 
     # ------------------------------------------------------------------------------------------- status

@@ -116,6 +116,9 @@ class Observation:
     claims: tuple[ObservedClaim, ...] = ()
     # None: the caller places new replicas itself (the simulator); the plan then names them without devices
     cluster: ClusterSnapshot | None = None
+    # replica names held by objects the service does not own (a Pod someone else created as "llm-r0"): never
+    # given to a new replica
+    foreign: frozenset[str] = frozenset()
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -309,7 +312,7 @@ def _new_replicas(observation: Observation, actions: ReplicaActions,
     if not wanted:
         return ()
     svc = observation.service
-    taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims}
+    taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims} | observation.foreign
     names = new_names(svc.meta.name, taken, len(wanted))
     cluster = observation.cluster
     if cluster is None or policies.placement is None:

@@ -176,17 +176,18 @@ class KubeClient:
             raise
 
     def event(self, regarding: Mapping[str, Any], *, reason: str, note: str, type: str = "Normal",
-              action: str, now: datetime, controller: str = "infer-ctl") -> None:
-        """An events.k8s.io/v1 Event about `regarding` (reason CamelCase, note at most 1 KiB)."""
+              action: str, now: datetime, controller: str = "infer-ctl") -> str:
+        """An events.k8s.io/v1 Event about `regarding` (reason CamelCase, note at most 1 KiB); returns its name."""
         meta = regarding["metadata"]
         namespace = meta.get("namespace") or "default"
+        name = f"{meta['name']}.{time.time_ns():x}{secrets.token_hex(2)}"
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             # Named as client-go's event recorder names them (`<name>.<wall-clock nanoseconds in hex>`), plus a
             # random suffix: one cycle posts several Events about one object at once. (kube-apiserver refuses the
             # generateName "<name>.": it must itself be a DNS subdomain, and may not end in '.'.)
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}{secrets.token_hex(2)}", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": f"infer-ctl.io/{controller}",
             "reportingInstance": controller,
@@ -198,6 +199,14 @@ class KubeClient:
                           "name": meta["name"], "namespace": namespace, "uid": meta.get("uid", "")},
         }
         self.create(EVENTS, event, namespace)
+        return name
+
+    def event_series(self, name: str, namespace: str, *, count: int, now: datetime) -> None:
+        """Count further occurrences of an Event in its `series` (as client-go's recorder does): one Event for a
+        repeating condition, not one per occurrence."""
+        self.merge_patch(EVENTS, name, {"series": {"count": count,
+                                                   "lastObservedTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}},
+                         namespace)
 
 
 def _kube_error(exc: ApiException) -> KubeError:

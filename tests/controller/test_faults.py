@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.sandbox.faultproxy import Fault, FaultProxy
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster, running_controller
@@ -73,3 +73,21 @@ def test_a_refused_watch_does_not_end_the_controller(cluster: Cluster, tmp_path:
             wait_for("the service created after the fault reconciled",
                      lambda: any(ready(p) for p in live_replicas(cluster, "late")), timeout_s=90)
     assert proxy.requests[("watch", "inferenceservices")] >= 2
+
+
+def test_a_conflict_on_create_is_checked_before_it_counts(cluster: Cluster, tmp_path: Path) -> None:
+    """A 409 on a Pod's create is not taken as "already exists" until a read shows the service's own Pod: no
+    `Placed` Event for a Pod that does not exist, and the replica is created on the retry."""
+    kube = cluster.kube
+    proxy = FaultProxy.for_kubeconfig(cluster.controller_kubeconfig())
+    conflict = proxy.add(Fault("POST", r"/namespaces/default/pods$", status=409))
+    with proxy.running():
+        kubeconfig = proxy.write_kubeconfig(tmp_path / "proxied.kubeconfig")
+        with running_controller(cluster, kubeconfig=kubeconfig, namespaces=("default",)):
+            kube.create(INFERENCE_SERVICES, service("llm"), "default")
+            wait_for("a ready replica", lambda: any(ready(p) for p in live_replicas(cluster, "llm")), timeout_s=60)
+    assert conflict.injected == 1
+    events = [e for e in kube.list(EVENTS, "default") if e["regarding"]["name"] == "llm"]
+    placed = [e for e in events if e["reason"] == "Placed"]
+    assert len(placed) == 1, [e["note"] for e in placed]
+    assert [e["reason"] for e in events].count("CycleFailed") == 1

@@ -125,6 +125,41 @@ async def test_a_service_no_device_can_hold_gets_a_placed_false_condition_and_an
     assert cluster.kube.list(PODS, "default") == [] and cluster.kube.list(RESOURCE_CLAIMS, "default") == []
     events = cluster.kube.list(EVENTS, "default")
     assert any(e["reason"] == "PlacementFailed" and e["regarding"]["name"] == "big" for e in events)
+
+    def placement_failed() -> list[dict[str, Any]]:
+        return [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PlacementFailed"]
+
+    # the same failure every cycle is one Event, its repeats counted in its series (written every 5 minutes)
+    for seconds in range(10, 300, 10):
+        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "big", "default"), T0 + timedelta(seconds=seconds))
+    assert len(placement_failed()) == 1 and "series" not in placement_failed()[0]
+    await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "big", "default"), T0 + timedelta(seconds=300))
+    [event] = placement_failed()
+    assert event["series"]["count"] == 31
+    await reconciler.close()
+
+
+async def test_a_pod_that_squats_a_replica_name_is_neither_counted_nor_touched(cluster: Cluster) -> None:
+    squatter = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "llm-r0", "labels": {"infer-ctl.io/service": "llm"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.example/other:1"}]}}
+    cluster.kube.create(PODS, squatter, "default")
+    body = apply(cluster.kube, service("llm", 1))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    first = await cycle(reconciler, body, T0)
+    assert first.status["replicas"]["ready"] == 0  # the squatter is not one of the service's replicas
+    second = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
+                         T0 + timedelta(seconds=10))
+    owned = [p["metadata"]["name"] for p in cluster.kube.list(PODS, "default")
+             if p["metadata"].get("ownerReferences")]
+    assert owned == ["llm-r1"], owned  # the replica took the next name
+    assert second.actions.create_serving <= 1
+    pods = {p["metadata"]["name"]: p for p in cluster.kube.list(PODS, "default")}
+    assert pods["llm-r0"]["metadata"]["uid"] and not pods["llm-r0"]["metadata"].get("ownerReferences")
+    taken = [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "NameTaken"]
+    assert len(taken) == 1 and "Pod llm-r0 exists and is not this service's (no owner)" in taken[0]["note"]
+    assert not [e for e in cluster.kube.list(EVENTS, "default")
+                if e["reason"] == "Placed" and "llm-r0" in e["note"]]
     await reconciler.close()
 
 
