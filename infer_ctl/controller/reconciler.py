@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -287,7 +287,7 @@ class Reconciler:
         now_s = now.timestamp()
         rates = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
-        observation = replace(observation_of(svc, pods, claims, rates.samples),
+        observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
                               foreign=await self._foreign(memory, ns, uid))
 
         # 3. plan, on one snapshot, and pin what it placed
@@ -301,7 +301,13 @@ class Reconciler:
             self._pin(ns, plan.placements)
 
         # 4. write, then report
-        refused = await self._write(svc, plan, now)
+        for name, why in sorted(plan.unavailable.items()):
+            await self._event(body, "ReplicaUnavailable", f"replica {name} is unavailable and is replaced: {why}",
+                              "Warning", "Replace", now)
+        # a Pod of a deleted Node has no kubelet to finish a graceful deletion: it is deleted at once
+        # (as the pod garbage collector would)
+        orphaned = frozenset(r.name for r in replicas if r.node and self.view.node_problem(r.node) == "deleted")
+        refused = await self._write(svc, plan, now, orphaned)
         for accelerator, cached, seconds in plan.cold_starts:
             self.metrics.cold_start.labels(accelerator or "unknown", str(cached).lower()).observe(seconds)
         if plan.scaled:
@@ -358,7 +364,8 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------------------- write
 
-    async def _write(self, svc: api.InferenceService, plan: CyclePlan, now: datetime) -> str:
+    async def _write(self, svc: api.InferenceService, plan: CyclePlan, now: datetime,
+                     orphaned: frozenset[str] = frozenset()) -> str:
         """The plan's writes, in order: roles, deletions, new replicas, orphan claims. Returns why the API server
         refused a replica ("" when it did not)."""
         ns = svc.meta.namespace
@@ -366,7 +373,8 @@ class Reconciler:
         for name, role in [*((n, Role.SERVING) for n in actions.promote), *((n, Role.STANDBY) for n in actions.demote)]:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
         for name in actions.remove:
-            await self._k(self.kube.delete, PODS, name, ns)  # graceful: the Pod's grace period drains it
+            # graceful: the Pod's grace period drains it (but for a Pod whose Node is gone)
+            await self._k(self.kube.delete, PODS, name, ns, grace_period_s=0 if name in orphaned else None)
         refused = await self._write_replicas(svc, plan.create, now) if plan.create else ""
         removed = 0
         for claim in plan.delete_claims:
@@ -491,10 +499,13 @@ class Reconciler:
                 conditions: tuple[api.Condition, ...]) -> dict[str, Any]:
         g, now = o.generation, o.now
         states = Counter(r.state for r in o.replicas)
+        gone = Counter(r.state for r in o.replicas if r.name in plan.unavailable)
+        states -= gone
         counts = api.ReplicaCounts(ready=states[api.ReplicaState.SERVING] + states[api.ReplicaState.STANDBY],
                                    serving=states[api.ReplicaState.SERVING],
                                    standby=states[api.ReplicaState.STANDBY],
-                                   loading=states[api.ReplicaState.LOADING] + states[api.ReplicaState.PENDING])
+                                   loading=states[api.ReplicaState.LOADING] + states[api.ReplicaState.PENDING],
+                                   unavailable=len(plan.unavailable))
         ready = counts.serving >= plan.serving
         conditions = set_condition(conditions, type=api.ConditionType.READY, status="True" if ready else "False",
                                    reason="Ready" if ready else "ReplicasNotReady",
@@ -634,15 +645,19 @@ def _node_of(pod: Mapping[str, Any]) -> str:
 
 
 def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]],
-                   samples: Sequence[tuple[float, float]]) -> Observation:
-    """The pure cycle's observation from the service's Pods and claims (owned by it) and its rate samples."""
+                   samples: Sequence[tuple[float, float]],
+                   node_problem: Callable[[str], str] = lambda _: "") -> Observation:
+    """The pure cycle's observation from the service's Pods and claims (owned by it) and its rate samples;
+    `node_problem`: why a Node cannot run replicas ("" when it can or is unknown)."""
     replicas = []
     for pod in pods:
         r = kube_pods.replica_pod(pod)
         replicas.append(ObservedReplica(
             r.name, r.state, r.standby, created_s=r.created.timestamp() if r.created else None, node=_node_of(pod),
             spec_hash=r.spec_hash, low_priority=r.priority_class == PRIORITY_CLASS_STANDBY,
-            accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s))
+            accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s,
+            unready_since_s=r.unready_since.timestamp() if r.unready_since else None,
+            node_problem=node_problem(r.node) if r.node else ""))
     observed_claims = []
     for claim in claims:
         meta = claim.get("metadata") or {}

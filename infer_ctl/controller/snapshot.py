@@ -137,6 +137,24 @@ class ClusterView:
         """Failed lists and watches of the caches so far (each logged and retried)."""
         return sum(informer.failures for informer in self._informers.values())
 
+    def node_problem(self, node: str) -> str:
+        """Why replicas on `node` cannot be serving: "deleted", "unreachable" (the node lifecycle controller's
+        taint), "NotReady"; "" when it is fine, or when the Nodes cache has not synced (nothing is known yet)."""
+        informer = self._informers.get(NODES)
+        if not node or informer is None or not informer.synced.is_set():
+            return ""
+        obj = informer.objects.get(("", node))
+        if obj is None:
+            return "deleted"
+        taints = {t.get("key") for t in (obj.get("spec") or {}).get("taints") or ()}
+        if "node.kubernetes.io/unreachable" in taints:
+            return "unreachable"
+        ready = next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
+                     None)
+        if ready is not None and ready.get("status") != "True":
+            return "NotReady"
+        return ""
+
     def invalidate(self) -> None:
         """The next `current()` builds the snapshot again (e.g. after a placement the scheduler refused)."""
         self._snapshot = None

@@ -427,6 +427,9 @@ class ReplicaState(enum.StrEnum):
     STANDBY = "Standby"  # ready (warm) but receiving no traffic
     DRAINING = "Draining"  # being removed, finishing in-flight requests
     PENDING = "Pending"  # wanted, not yet placed or scheduled
+    # was ready and has not been for longer than the policy's grace (its readiness failing, its container
+    # restarting), or its Node is gone or unreachable: replaced, and removed once the replacement is ready
+    UNAVAILABLE = "Unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,9 +460,11 @@ class ReplicaCounts:
     serving: int = 0
     standby: int = 0
     loading: int = 0
+    unavailable: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ready": self.ready, "serving": self.serving, "standby": self.standby, "loading": self.loading}
+        return {"ready": self.ready, "serving": self.serving, "standby": self.standby, "loading": self.loading,
+                "unavailable": self.unavailable}
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,6 +605,9 @@ STATUS_SCHEMA = Prop(
             "serving": Prop("integer", "Ready replicas that receive traffic."),
             "standby": Prop("integer", "Ready replicas kept warm out of traffic."),
             "loading": Prop("integer", "Replicas created and not ready yet (cold start)."),
+            "unavailable": Prop("integer", "Replicas that were ready and are not (for longer than the scaling "
+                                "policy's unavailableAfterSeconds), or whose Node is gone or unreachable: being "
+                                "replaced."),
         }),
         "desired": Prop("object", "Replicas the controller wants now.", properties={
             "serving": Prop("integer", "Desired serving replicas."),

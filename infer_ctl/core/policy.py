@@ -76,6 +76,8 @@ class ScalingPreset:
 class ScalingPolicy:
     control_period_s: float
     presets: Mapping[api.Preset, ScalingPreset]
+    # a replica that was ready and has not been for this long counts as unavailable and is replaced
+    unavailable_after_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +210,11 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if not isinstance(doc, Mapping):
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
-    r.unknown(doc, source, ("version", "controlPeriodSeconds", "presets"))
+    r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "presets"))
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
                       exclusive_minimum=0, maximum=3600)
+    unavailable_after = r.number(doc, "unavailableAfterSeconds", f"{source}: unavailableAfterSeconds",
+                                 default=30.0, minimum=0, maximum=86_400)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
     for preset in api.Preset:
@@ -228,7 +232,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
             presets[preset] = ScalingPreset(quantile, standby, window)
     if r.errors:
         raise SpecError(r.errors)
-    return ScalingPolicy(control_period_s=period or 10.0, presets=presets)
+    return ScalingPolicy(control_period_s=period or 10.0, presets=presets,
+                         unavailable_after_s=30.0 if unavailable_after is None else unavailable_after)
 
 
 PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",

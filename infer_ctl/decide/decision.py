@@ -291,7 +291,8 @@ def _read(inputs: DecideInputs, policy: DecidePolicy) -> tuple[_Tick, ForecastSu
     rising = not math.isnan(inputs.leading_rps) and inputs.leading_rps - observed > spread
     cap = policy.target_rps_per_replica
     tick = _Tick(
-        now=inputs.now_s, cap=cap, current=len(inputs.replicas) - by_state[ReplicaState.DRAINING],
+        now=inputs.now_s, cap=cap,
+        current=len(inputs.replicas) - by_state[ReplicaState.DRAINING] - by_state[ReplicaState.UNAVAILABLE],
         loading=by_state[ReplicaState.LOADING] + by_state[ReplicaState.PENDING],
         ready=by_state[ReplicaState.SERVING] + by_state[ReplicaState.STANDBY], horizon_s=horizon,
         cold_start_p90_s=inputs.cold_start_p90_s, observed=observed, missing=missing,

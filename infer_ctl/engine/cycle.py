@@ -27,7 +27,7 @@ serving and 1 standby replica, names them `<svc>-r2` and `<svc>-r3`, places both
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
@@ -70,6 +70,9 @@ class ObservedReplica:
     accelerator: str = ""  # catalog name of its GPU
     cached: bool = False  # its node held the model when it started
     cold_start_s: float | None = None  # creation to first Ready, once it has been ready
+    # when it stopped being ready, if it had been ready or its container restarted (None: ready, or first start)
+    unready_since_s: float | None = None
+    node_problem: str = ""  # its Node is "deleted", "unreachable" or "NotReady" ("" when fine or unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,7 @@ class CyclePlan:
     stuck: frozenset[str] = frozenset()  # unschedulable replicas placed again (the snapshot missed something)
     cold_starts: tuple[tuple[str, bool, float], ...] = ()  # (accelerator, cached, seconds) measured this cycle
     scaled: str = ""  # the Scaled event's note ("" when the desired counts did not change)
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # replica -> why it is unavailable
 
     @property
     def placements(self) -> tuple[ReplicaPlacement, ...]:
@@ -215,7 +219,9 @@ class CyclePlan:
 def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolicies,
                now_s: float) -> tuple[CyclePlan, CycleState]:
     svc, spec = observation.service, observation.service.spec
-    replicas = observation.replicas
+    unavailable = unavailable_replicas(observation.replicas, now_s, policies.policies.scaling.unavailable_after_s)
+    replicas = tuple(replace(r, state=api.ReplicaState.UNAVAILABLE) if r.name in unavailable else r
+                     for r in observation.replicas)
 
     # 1. cold starts
     measured = tuple((r.accelerator, r.cached, seconds) for r in replicas
@@ -257,7 +263,8 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     actions = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == observation.spec_hash,
                                      low_priority=r.low_priority) for r in replicas],
                             serving, standby, removal_cost=removal_cost, stuck=stuck,
-                            reseat=spec.replicas is not None or not output.decision.reason.heading_down)
+                            reseat=spec.replicas is not None or not output.decision.reason.heading_down,
+                            budget=max(spec.scaling.max_replicas, serving) + standby)
 
     # 5. new replicas: names, placement
     create = _new_replicas(observation, actions, policies)
@@ -279,9 +286,25 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
             scaled = (f"serving {before[0]} -> {serving}, standby {before[1]} -> {standby}: "
                       f"{reason}: {message}")
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
-                     measured, scaled)
+                     measured, scaled, unavailable)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
                             orphans - set(delete_claims))
+
+
+def unavailable_replicas(replicas: Sequence[ObservedReplica], now_s: float, after_s: float) -> dict[str, str]:
+    """Replicas that cannot serve and will not by waiting: on a Node that is gone or unreachable (at once: the
+    node lifecycle controller waited its own grace), or not ready for `after_s` after having been ready (or after
+    a container restart). A replica in its first cold start is never one: that is loading."""
+    out: dict[str, str] = {}
+    for r in replicas:
+        if r.state is api.ReplicaState.DRAINING:
+            continue
+        if r.node_problem:
+            out[r.name] = f"its node {r.node} is {r.node_problem}"
+        elif r.state is api.ReplicaState.LOADING and r.unready_since_s is not None \
+                and now_s - r.unready_since_s >= after_s:
+            out[r.name] = f"not ready for more than {after_s:.0f} s after it had been ready (or restarted)"
+    return out
 
 
 def stuck_replicas(replicas: tuple[ObservedReplica, ...], now_s: float, period_s: float) -> frozenset[str]:

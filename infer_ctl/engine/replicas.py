@@ -12,7 +12,11 @@ replicas it has, in the order that keeps capacity up:
    replicas, serving replicas at the standby's priority, then the ready replica whose removal frees the most
    useful capacity (a `removal_cost`, e.g. from the placement engine's fragmentation score: lower is removed
    first). Never a replica that is still loading: a surplus of loading replicas waits until they are ready.
-5. Out-of-date replicas (their Pod was made from an older spec) are replaced one at a time: while every
+5. Unavailable replicas (ready once and not for longer than the policy's grace, or on a Node that is gone or
+   unreachable) count for nothing, so replacements are created for them, and are removed once the ready
+   replicas reach the desired counts (make before break), or before that when keeping them would hold more
+   replicas than the service's budget (its maximum plus the standby).
+6. Out-of-date replicas (their Pod was made from an older spec) are replaced one at a time: while every
    replica is ready, one extra replica is created; once it is ready, an out-of-date one is removed (surge 1).
    So are serving replicas at the standby's priority (`low_priority`): a promoted standby serves at once, but
    a Pod's priority cannot change, and a batch gang could preempt it; once the service is steady it gives way
@@ -33,7 +37,7 @@ from infer_ctl.core.api import ReplicaState
 @dataclass(frozen=True, slots=True)
 class Replica:
     name: str
-    state: ReplicaState  # LOADING, SERVING, STANDBY, DRAINING, PENDING
+    state: ReplicaState  # LOADING, SERVING, STANDBY, DRAINING, PENDING, UNAVAILABLE
     standby: bool  # labelled standby (for a loading or pending replica: what it will be once ready)
     up_to_date: bool = True
     low_priority: bool = False  # runs at the standby's (preemptible) PriorityClass; fixed for the Pod's life
@@ -54,14 +58,18 @@ class ReplicaActions:
 
 def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
                   removal_cost: Callable[[str], float] | None = None,
-                  *, stuck: frozenset[str] = frozenset(), reseat: bool = True) -> ReplicaActions:
+                  *, stuck: frozenset[str] = frozenset(), reseat: bool = True,
+                  budget: int | None = None) -> ReplicaActions:
     """`stuck`: replicas that cannot be scheduled as placed (their pinned device was taken meanwhile): they are
     removed and count as missing, so that they are placed again. `reseat`: replace serving replicas at the
-    standby's priority now (False while the service is heading down: they will be the first to go anyway)."""
+    standby's priority now (False while the service is heading down: they will be the first to go anyway).
+    `budget`: the most replicas the service may hold at once, unavailable ones included (None: no limit)."""
     if desired_serving < 0 or desired_standby < 0:
         raise ValueError(f"desired replicas must not be negative, got {desired_serving}/{desired_standby}")
     replaced = tuple(r.name for r in replicas if r.name in stuck and r.state is ReplicaState.PENDING)
-    live = [r for r in replicas if r.state is not ReplicaState.DRAINING and r.name not in replaced]
+    unavailable = [r for r in replicas if r.state is ReplicaState.UNAVAILABLE]
+    live = [r for r in replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.UNAVAILABLE)
+            and r.name not in replaced]
     serving = [r for r in live if not r.standby]
     standby = [r for r in live if r.standby]
     promote: list[str] = []
@@ -131,7 +139,20 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
             create_serving += 1
         # The surge replica's twin is removed in a later cycle, once the new one is ready (it then counts
         # as one too many, and out-of-date replicas are removed first).
+    remove.extend(_unavailable_to_remove(unavailable, kept_replicas, desired_serving + desired_standby,
+                                         create_serving + create_standby, budget))
     return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), (*replaced, *remove))
+
+
+def _unavailable_to_remove(unavailable: Sequence[Replica], kept: Sequence[Replica], desired: int, creating: int,
+                           budget: int | None) -> list[str]:
+    """All of them once the kept replicas are ready to the desired count (their replacements are ready); before
+    that, as many as holding them would exceed the budget, in name order."""
+    ready = sum(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in kept)
+    if ready >= desired:
+        return [r.name for r in unavailable]
+    excess = len(kept) + creating + len(unavailable) - budget if budget is not None else 0
+    return [r.name for r in unavailable[:max(0, excess)]]
 
 
 def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | None,

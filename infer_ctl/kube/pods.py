@@ -39,6 +39,9 @@ class ReplicaPod:
     spec_hash: str = ""  # the spec the Pod was made from (`infer_ctl.actuate.manifests.spec_hash`)
     address: str = ""  # host:port where the model server answers ("" until known)
     priority_class: str = ""  # spec.priorityClassName (immutable: a promoted standby keeps the standby's)
+    # when it stopped being ready, for a replica that had been ready or whose container restarted (None while it
+    # is ready or still in its first cold start)
+    unready_since: datetime | None = None
 
     @property
     def cold_start_s(self) -> float | None:
@@ -60,6 +63,27 @@ def _condition(pod: Mapping[str, Any], type: str) -> Mapping[str, Any] | None:
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if isinstance(cond, Mapping) and cond.get("type") == type:
             return cond
+    return None
+
+
+def unready_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When a Pod that had been ready, or whose container restarted, stopped being ready; None while it is ready
+    or still in its first start. Ready went False after the container started only if it had been True in
+    between (kubelet and the sandbox set Ready=False when the Pod starts, at or before the container's start)."""
+    ready = _condition(pod, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    since = parse_time(ready.get("lastTransitionTime"))
+    statuses = [c for c in (pod.get("status") or {}).get("containerStatuses") or () if isinstance(c, Mapping)]
+    restarted = any(int(c.get("restartCount") or 0) > 0
+                    or ((c.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+                    for c in statuses)
+    started = [t for c in statuses
+               if (t := parse_time(((c.get("state") or {}).get("running") or {}).get("startedAt"))) is not None]
+    if restarted:
+        return since or parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    if since is not None and started and since > max(started):
+        return since
     return None
 
 
@@ -95,6 +119,7 @@ def replica_pod(pod: Mapping[str, Any]) -> ReplicaPod:
         spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH, "")),
         address=_address(pod),
         priority_class=str((pod.get("spec") or {}).get("priorityClassName") or ""),
+        unready_since=None if meta.get("deletionTimestamp") else unready_since(pod),
     )
 
 

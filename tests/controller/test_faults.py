@@ -6,13 +6,21 @@
   patch after the handler returned, and a timer whose patch was refused died with it: the replica stayed gone.)
 - A watch refused with 409 restarts kopf's operator in the same process instead of ending it; a service created
   after the fault is reconciled.
+- A 409 on a create is checked by a read before it counts.
+- A replica that stops being ready for longer than the policy's grace is replaced, make before break.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.sandbox.faultproxy import Fault, FaultProxy
 from tests.builders import InferenceServiceBuilder
@@ -91,3 +99,43 @@ def test_a_conflict_on_create_is_checked_before_it_counts(cluster: Cluster, tmp_
     placed = [e for e in events if e["reason"] == "Placed"]
     assert len(placed) == 1, [e["note"] for e in placed]
     assert [e["reason"] for e in events].count("CycleFailed") == 1
+
+
+def test_a_replica_whose_server_keeps_dying_is_replaced_make_before_break(cluster: Cluster) -> None:
+    """A replica that was ready and is not for longer than the policy's grace (here its model server is killed
+    whenever it comes back) is unavailable: a replacement is made while it is kept, and it is removed once the
+    replacement is ready. It was counted as loading forever before."""
+    kube = cluster.kube
+    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, control_period_s=2.0,
+                                                         unavailable_after_s=2.0))
+    kube.create(INFERENCE_SERVICES, service("llm"), "default")
+    with running_controller(cluster, Settings(policies), namespaces=("default",)):
+        first = wait_for("a ready replica", lambda: [p for p in live_replicas(cluster, "llm") if ready(p)],
+                         timeout_s=60)[0]
+        name, stop = first["metadata"]["name"], threading.Event()
+
+        def keep_killing() -> None:  # kubelet restarts it (CrashLoopBackOff); this kills it again
+            while not stop.is_set():
+                pod = kube.get(PODS, name, "default")
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    return
+                for status in (pod.get("status") or {}).get("containerStatuses") or ():
+                    pid = str(status.get("containerID", "")).removeprefix("sandbox://").partition("/")[0]
+                    if pid.isdigit() and (status.get("state") or {}).get("running"):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
+                stop.wait(0.2)
+
+        killer = threading.Thread(target=keep_killing, daemon=True)
+        killer.start()
+        try:
+            replacement = wait_for("a ready replacement", lambda: [
+                p for p in live_replicas(cluster, "llm") if ready(p) and p["metadata"]["name"] != name], timeout_s=60)
+            wait_for("the unavailable replica removed", lambda: kube.get(PODS, name, "default") is None
+                     or kube.get(PODS, name, "default")["metadata"].get("deletionTimestamp"), timeout_s=30)
+        finally:
+            stop.set()
+            killer.join(5)
+    assert replacement[0]["metadata"]["name"] == "llm-r1"
+    notes = [e["note"] for e in kube.list(EVENTS, "default") if e["reason"] == "ReplicaUnavailable"]
+    assert notes and all(name in n for n in notes)

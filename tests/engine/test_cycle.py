@@ -146,6 +146,32 @@ def test_a_stuck_replica_is_placed_again(pending_for_s: float, placed_again: boo
     assert [r.name for r in plan.create] == (["llm-r1"] if placed_again else [])
 
 
+@pytest.mark.parametrize(("replica", "unavailable"), [
+    pytest.param(ObservedReplica("llm-r0", S.LOADING, False, created_s=T0 - 3600, spec_hash=HASH,
+                                 unready_since_s=T0 - 20), False,
+                 id="a replica not ready for less than the grace after it had been ready is waited for"),
+    pytest.param(ObservedReplica("llm-r0", S.LOADING, False, created_s=T0 - 3600, spec_hash=HASH,
+                                 unready_since_s=T0 - 30), True,
+                 id="a replica not ready for the grace after it had been ready is replaced"),
+    pytest.param(ObservedReplica("llm-r0", S.LOADING, False, created_s=T0 - 3600, spec_hash=HASH), False,
+                 id="a replica in its first cold start, however long, is loading"),
+    pytest.param(ready("llm-r0", node="gpu-a", node_problem="deleted"), True,
+                 id="a ready replica whose node is deleted is replaced at once"),
+    pytest.param(ready("llm-r0", node="gpu-a", node_problem="unreachable"), True,
+                 id="a ready replica whose node is unreachable is replaced at once"),
+])
+def test_an_unavailable_replica_is_replaced_make_before_break(replica: ObservedReplica, unavailable: bool) -> None:
+    svc = service(spec__scaling__minReplicas=1)
+    [plan] = run([(T0, observe(svc, replica, rate=5.0, cluster=snapshot()))])
+    assert ("llm-r0" in plan.unavailable) is unavailable
+    assert [r.name for r in plan.create] == (["llm-r1"] if unavailable else [])
+    assert "llm-r0" not in plan.actions.remove  # kept until its replacement is ready
+    if unavailable:  # once it is, the unavailable one goes
+        [later] = run([(T0 + 60, observe(svc, replica, ready("llm-r1"), rate=5.0, now=T0 + 60,
+                                         cluster=snapshot()))])
+        assert later.actions.remove == ("llm-r0",) and not later.create
+
+
 # ----------------------------------------------------------------------------------------------- across cycles
 
 

@@ -47,6 +47,15 @@ CASES = [
                  id="no replacement while a replica is loading"),
     pytest.param([standby("s1"), standby("s2")], 0, 0, ReplicaActions(remove=("s1", "s2")),
                  id="scale to zero removes the standby replicas too"),
+    pytest.param([serving("a"), serving("x", S.UNAVAILABLE)], 2, 0, ReplicaActions(create_serving=1),
+                 id="an unavailable replica is replaced and kept until the replacement is ready"),
+    pytest.param([serving("a"), serving("b", S.LOADING), serving("x", S.UNAVAILABLE)], 2, 0, ReplicaActions(),
+                 id="while its replacement loads the unavailable replica stays"),
+    pytest.param([serving("a"), serving("b"), serving("x", S.UNAVAILABLE)], 2, 0, ReplicaActions(remove=("x",)),
+                 id="once the replacement is ready the unavailable replica goes"),
+    pytest.param([standby("s"), serving("x", S.UNAVAILABLE)], 1, 1,
+                 ReplicaActions(create_standby=1, promote=("s",)),
+                 id="a warm standby takes an unavailable serving replica's place at once"),
 ]
 
 
@@ -54,6 +63,11 @@ CASES = [
 def test_replica_actions(replicas: list[Replica], want_serving: int, want_standby: int,
                          expected: ReplicaActions) -> None:
     assert plan_replicas(replicas, want_serving, want_standby) == expected
+
+
+def test_an_unavailable_replica_goes_first_when_keeping_it_would_exceed_the_budget() -> None:
+    actions = plan_replicas([serving("a"), serving("x", S.UNAVAILABLE)], 2, 0, budget=2)
+    assert actions == ReplicaActions(create_serving=1, remove=("x",))
 
 
 def test_the_cheapest_ready_replica_to_lose_is_removed_first() -> None:
@@ -79,7 +93,11 @@ def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving:
     assert all(by_name[n].state is not S.DRAINING for n in touched), "draining replicas are left alone"
     assert all(by_name[n].standby and by_name[n].state is S.STANDBY for n in actions.promote)
     assert all(not by_name[n].standby and by_name[n].state is S.SERVING for n in actions.demote)
-    live = [r for r in replicas if r.state is not S.DRAINING]
+    live = [r for r in replicas if r.state not in (S.DRAINING, S.UNAVAILABLE)]
+    # unavailable replicas count for nothing; they go once the ready replicas reach the desired counts
+    gone = [n for n in actions.remove if by_name[n].state is S.UNAVAILABLE]
+    actions = ReplicaActions(actions.create_serving, actions.create_standby, actions.promote, actions.demote,
+                             tuple(n for n in actions.remove if n not in gone))
     serving_after = (sum(not r.standby for r in live) + len(actions.promote) - len(actions.demote)
                      - sum(not by_name[n].standby for n in actions.remove) + actions.create_serving)
     loading_serving = sum(not r.standby and r.state is S.LOADING for r in live)

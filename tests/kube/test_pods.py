@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from infer_ctl.core.api import ReplicaState
-from infer_ctl.kube.pods import replica_pod, replica_pods
+from infer_ctl.kube.pods import parse_time, replica_pod, replica_pods, unready_since
 
 
 def pod(name: str = "llm-r0", *, role: str = "serving", ready_at: str | None = None, scheduled: str | None = None,
@@ -57,3 +57,28 @@ def test_replicas_come_sorted_by_name_and_bad_timestamps_are_ignored() -> None:
     broken["metadata"]["creationTimestamp"] = "yesterday"
     assert [r.name for r in replica_pods([broken, pod("llm-r0")])] == ["llm-r0", "llm-r1"]
     assert replica_pods([broken])[0].created is None
+
+
+def unready(ready_at: str, started_at: str, *, restarts: int = 0, waiting: str = "") -> dict[str, Any]:
+    state: dict[str, Any] = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": started_at}}
+    return {"metadata": {"name": "llm-r0", "creationTimestamp": "2026-12-02T12:00:00Z"},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": ready_at}],
+                       "containerStatuses": [{"name": "server", "ready": False, "restartCount": restarts,
+                                              "state": state}]}}
+
+
+@pytest.mark.parametrize(("obj", "since"), [
+    pytest.param(pod(ready_at="2026-12-02T12:01:00Z"), None, id="a ready pod"),
+    pytest.param(unready("2026-12-02T12:00:01Z", "2026-12-02T12:00:01Z"), None,
+                 id="not ready since its container started: its first cold start"),
+    pytest.param(unready("2026-12-02T12:00:00Z", "2026-12-02T12:00:02Z"), None,
+                 id="not ready since before its container started (kubelet's order): its first cold start"),
+    pytest.param(unready("2026-12-02T12:05:00Z", "2026-12-02T12:00:02Z"), "2026-12-02T12:05:00Z",
+                 id="not ready since after its container started: it had been ready"),
+    pytest.param(unready("2026-12-02T12:00:01Z", "2026-12-02T12:00:01Z", restarts=2), "2026-12-02T12:00:01Z",
+                 id="a restarted container"),
+    pytest.param(unready("2026-12-02T12:00:01Z", "", waiting="CrashLoopBackOff"), "2026-12-02T12:00:01Z",
+                 id="a container in CrashLoopBackOff"),
+])
+def test_when_a_replica_stopped_being_ready(obj: dict[str, Any], since: str | None) -> None:
+    assert unready_since(obj) == (parse_time(since) if since else None)
