@@ -30,6 +30,11 @@ from infer_ctl.core.quantity import parse_bytes, parse_quantity
 E = TypeVar("E", bound=StrEnum)
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN_RE = re.compile(api.DNS_SUBDOMAIN_PATTERN)
+# apimachinery's qualified name (a label or annotation key's name part) and label value
+QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all of an object's annotations together
 COMPUTE_CAPABILITY_RE = re.compile(api.COMPUTE_CAPABILITY_PATTERN)
 PARAMETERS_RE = re.compile(api.PARAMETERS_PATTERN)
 _PARAMETER_SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -65,6 +70,8 @@ def _parse_meta(r: FieldReader, obj: Mapping[str, Any]) -> api.ObjectMeta:
                          pattern=DNS_LABEL_RE, max_length=63, what="a DNS label")
     generation = metadata.get("generation", 0)
     labels = metadata.get("labels") or {}
+    _check_labels(r, labels)
+    _check_annotations(r, metadata.get("annotations") or {})
     return api.ObjectMeta(
         namespace=namespace or "default",
         name=name or "<unnamed>",
@@ -72,6 +79,48 @@ def _parse_meta(r: FieldReader, obj: Mapping[str, Any]) -> api.ObjectMeta:
         generation=generation if isinstance(generation, int) else 0,
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if isinstance(labels, Mapping) else (),
     )
+
+
+def qualified_name_error(key: str) -> str:
+    """Why `key` is not a valid label or annotation key ("" when it is), in the API server's terms."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN_RE.match(prefix)):
+        return "its prefix (before '/') must be a DNS subdomain of at most 253 characters"
+    if not name or len(name) > 63 or not QUALIFIED_NAME_RE.match(name):
+        return ("its name (after any '/') must be 1-63 characters of letters, digits, '-', '_' or '.', starting "
+                "and ending with a letter or digit")
+    return ""
+
+
+def _check_labels(r: FieldReader, labels: Any) -> None:
+    """metadata.labels as the API server checks them (it refuses the object otherwise)."""
+    if not isinstance(labels, Mapping):
+        r.error("metadata.labels", f"must be an object of strings, got {type_name(labels)}")
+        return
+    for key, value in labels.items():
+        path = f"metadata.labels[{key!r}]"
+        if why := qualified_name_error(str(key)):
+            r.error(path, f"invalid label key {key!r}: {why}")
+        if not isinstance(value, str):
+            r.error(path, f"must be a string, got {type_name(value)}")
+        elif len(value) > 63 or not LABEL_VALUE_RE.match(value):
+            r.error(path, f"invalid label value {value!r}: at most 63 characters of letters, digits, '-', '_' or "
+                          "'.', starting and ending with a letter or digit (or empty)")
+
+
+def _check_annotations(r: FieldReader, annotations: Any) -> None:
+    if not isinstance(annotations, Mapping):
+        r.error("metadata.annotations", f"must be an object of strings, got {type_name(annotations)}")
+        return
+    size = 0
+    for key, value in annotations.items():
+        if why := qualified_name_error(str(key)):
+            r.error(f"metadata.annotations[{key!r}]", f"invalid annotation key {key!r}: {why}")
+        if not isinstance(value, str):
+            r.error(f"metadata.annotations[{key!r}]", f"must be a string, got {type_name(value)}")
+        size += len(str(key).encode()) + len(str(value).encode())
+    if size > ANNOTATIONS_MAX_BYTES:
+        r.error("metadata.annotations", f"may not be more than {ANNOTATIONS_MAX_BYTES} bytes in all, got {size}")
 
 
 def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceServiceSpec | None:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.kube.client import KubeClient, KubeError
 from infer_ctl.kube.crd import apply_defaults, validate
 from infer_ctl.kube.inferenceservice import load_crd
@@ -115,3 +117,36 @@ def test_every_object_a_cluster_file_publishes_is_accepted_by_the_api_server(
             if e.status != 409:  # the DeviceClasses may exist already (another test's node agent)
                 refused[f"{obj['kind']}/{obj['metadata']['name']}"] = e.message[:300]
     assert refused == {}
+
+
+LABEL_CASES = [
+    pytest.param({"app.kubernetes.io/name": "llama"}, True, id="a prefixed key"),
+    pytest.param({"team": ""}, True, id="an empty value"),
+    pytest.param({"team": "ml_infra.v2"}, True, id="underscores and dots inside"),
+    pytest.param({"team": "ml infra"}, False, id="a space in the value"),
+    pytest.param({"model": "meta-llama/Llama-3.1-8B"}, False, id="a slash in the value"),
+    pytest.param({"team": "-ml"}, False, id="a value starting with a dash"),
+    pytest.param({"team": "x" * 64}, False, id="a value of 64 characters"),
+    pytest.param({"Bad_Prefix/name": "a"}, False, id="a prefix that is not a DNS subdomain"),
+    pytest.param({"a/b/c": "a"}, False, id="two slashes in the key"),
+]
+
+
+@pytest.mark.parametrize(("labels", "accepted"), LABEL_CASES)
+def test_the_parser_refuses_the_label_values_the_server_refuses(kube: KubeClient, namespace: str,
+                                                                labels: dict[str, str], accepted: bool) -> None:
+    manifest = InferenceServiceBuilder("labelled").build()
+    manifest["metadata"]["labels"] = labels
+    try:
+        dry_run_create(kube, namespace, manifest)
+        served = True
+    except KubeError as exc:
+        assert exc.status == 422 and "metadata.labels" in exc.message, exc
+        served = False
+    try:
+        parse_inference_service(apply_defaults(load_crd().storage_version.schema, manifest))
+        parsed = True
+    except SpecError as exc:
+        assert all(e.path.startswith("metadata.labels") for e in exc.errors), exc
+        parsed = False
+    assert served is accepted and parsed is accepted
