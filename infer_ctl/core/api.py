@@ -335,6 +335,9 @@ SCALING_SCHEMA = Prop(
         "metric": Prop("object", "The request-rate metric.", properties={
             "query": Prop("string", "PromQL giving the service's request rate in requests/s. {{name}} and "
                           "{{namespace}} may stand only inside quoted label values and are substituted escaped. "
+                          "Every series selector must match namespace=\"{{namespace}}\" and the service's name "
+                          "(=\"{{name}}\", under any label) by equality; vector(), scalar(), time(), absent() "
+                          "and numbers in arithmetic are refused. "
                           f"Default: {DEFAULT_METRIC_QUERY}.", min_length=1, max_length=4096),
         }),
         "forecast": Prop("object", "Forecasting of the request rate over the cold-start horizon.", properties={

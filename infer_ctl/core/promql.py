@@ -1,15 +1,24 @@
-"""Safe substitution of a service's name and namespace into a PromQL template.
+"""Safe substitution of a service's name and namespace into a PromQL template, and what a template may ask.
 
 A template such as `sum(rate(requests_total{namespace="{{namespace}}",service="{{name}}"}[1m]))` names the
 placeholders `{{name}}` and `{{namespace}}`. They are allowed only inside quoted string literals, and the value is
 escaped for the literal it lands in (and for RE2 when the literal is the right side of `=~` or `!~`), so no name
 can close the string and add selectors or operators: a value can only ever be one label value.
+
+What the query may say is limited too, since the rate it returns sizes the service (up to maxReplicas GPUs): the
+template is parsed with Prometheus' grammar (`promql-parser`), and every series selector must match the
+service's own namespace and name by equality (`namespace="{{namespace}}"` and, under any label name,
+`="{{name}}"`), so a tenant's query reads only its own service's series; and no constant may make the rate: no
+`vector()`, `scalar()`, `time()`, `absent()` or date function, and no number in arithmetic (`x * 1e9`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import promql_parser
 
 PLACEHOLDERS = ("name", "namespace")
 _PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
@@ -70,15 +79,80 @@ def check_template(template: str) -> list[str]:
                 problems.append(f"placeholder {match.group(0)} must stand inside a quoted label value, e.g. {example}")
     if not template.strip():
         problems.append("the query is empty")
-    return problems
+    return problems or _check_query(template)
 
 
-def render(template: str, *, name: str, namespace: str) -> str:
+# Functions whose value does not come from the service's series: a template could make any rate with them.
+CONSTANT_FUNCTIONS = frozenset({"vector", "scalar", "time", "timestamp", "absent", "absent_over_time", "pi",
+                                "minute", "hour", "day_of_month", "day_of_week", "day_of_year", "days_in_month",
+                                "month", "year"})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "^", "atan2"})
+# values no real name or namespace takes, rendered in to find where the placeholders land in the parsed query
+_SENTINELS = {"name": "infer-ctl-sentinel-name-0", "namespace": "infer-ctl-sentinel-namespace-0"}
+
+
+def _parse(template: str) -> Any:
+    """The template's query parsed with the placeholders filled in; raises PromQLTemplateError."""
+    try:
+        return promql_parser.parse(render(template, check=False, **_SENTINELS))
+    except ValueError as exc:
+        raise PromQLTemplateError(f"not a PromQL query: {exc}") from None
+
+
+def _nodes(expr: Any) -> list[Any]:
+    out: list[Any] = []
+
+    def visit(node: Any) -> None:
+        out.append(node)
+
+    promql_parser.walk(expr, visit)
+    return out
+
+
+def _check_query(template: str) -> list[str]:
+    """What the template's query may not do (see the module docstring)."""
+    try:
+        nodes = _nodes(_parse(template))
+    except PromQLTemplateError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    for node in nodes:
+        if isinstance(node, promql_parser.VectorSelector):
+            problems.extend(_selector_problems(node))
+        elif isinstance(node, promql_parser.Call) and node.func.name in CONSTANT_FUNCTIONS:
+            problems.append(f"{node.func.name}() is not allowed: the rate must come from the service's own series")
+        elif isinstance(node, promql_parser.BinaryExpr) and str(node.op) in _ARITHMETIC and any(
+                isinstance(side, promql_parser.NumberLiteral) for side in (_unparen(node.lhs), _unparen(node.rhs))):
+            problems.append(f"arithmetic with a number ({node}) is not allowed: the rate must come from the "
+                            "service's own series")
+    return list(dict.fromkeys(problems))
+
+
+def _unparen(expr: Any) -> Any:
+    while isinstance(expr, promql_parser.ParenExpr):
+        expr = expr.expr
+    return expr
+
+
+def _selector_problems(selector: Any) -> list[str]:
+    shown = str(selector).replace(_SENTINELS["namespace"], "{{namespace}}").replace(_SENTINELS["name"], "{{name}}")
+    if selector.matchers.or_matchers:
+        return [f"selector {shown} uses 'or' between matchers: each selector must match the service's own series"]
+    equal = promql_parser.MatchOp.Equal
+    values = {m.value for m in selector.matchers.matchers if m.op == equal}
+    missing = [f'="{{{{{key}}}}}"' for key in ("namespace", "name") if _SENTINELS[key] not in values]
+    if not missing:
+        return []
+    return [f"selector {shown} must match the service's namespace and name by equality, e.g. "
+            f'{{namespace="{{{{namespace}}}}",service="{{{{name}}}}"}}: it lacks a matcher ' + " and ".join(missing)]
+
+
+def render(template: str, *, name: str, namespace: str, check: bool = True) -> str:
     """The template with placeholders replaced, each escaped for the literal it stands in.
 
     E.g. `up{job="{{name}}"}` with name `a"}or vector(1)#` gives `up{job="a\\"}or vector(1)#"}`: still one value.
     """
-    problems = check_template(template)
+    problems = check_template(template) if check else []
     if problems:
         raise PromQLTemplateError("; ".join(problems))
     values = {"name": name, "namespace": namespace}
@@ -102,20 +176,15 @@ def render(template: str, *, name: str, namespace: str) -> str:
     return "".join(parts)
 
 
-_RANGE_RE = re.compile(r"\[\s*([0-9]+(?:ms|s|m|h|d|w|y))(?:\s*:\s*[0-9a-z]*)?\s*\]")
-_PROM_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
-
-
 def range_window_s(template: str) -> float | None:
-    """The longest range selector of a query (`rate(x[1m])` -> 60.0), outside string literals; None without one.
-    A rate over [t - w, t] measures the traffic around t - w/2: the forecaster books it there."""
-    longest = None
-    for seg in _segments(template):
-        if seg.quote:
-            continue
-        for match in _RANGE_RE.finditer(seg.text):
-            text = match.group(1)
-            unit = "ms" if text.endswith("ms") else text[-1]
-            value = float(text[: -len(unit)]) * _PROM_UNITS_S[unit]
-            longest = value if longest is None else max(longest, value)
-    return longest
+    """The longest range of a query's range selectors and subqueries (`rate(x[1m])` -> 60.0); None without one
+    (or when the template does not parse). A rate over [t - w, t] measures the traffic around t - w/2: the
+    forecaster books it there."""
+    try:
+        nodes = _nodes(_parse(template))
+    except PromQLTemplateError:
+        return None
+    ranges = [node.range.total_seconds() for node in nodes
+              if isinstance(node, promql_parser.MatrixSelector | promql_parser.SubqueryExpr)
+              and node.range is not None]
+    return max(ranges) if ranges else None
