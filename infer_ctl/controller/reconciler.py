@@ -281,7 +281,19 @@ class Reconciler:
 
         # 2. observe
         ns, sel = svc.meta.namespace, selector(svc.meta)
-        pods = [p for p in await self.view.owned(PODS, ns, sel) if _owned_by(p, uid)]
+        labelled = await self.view.owned(PODS, ns, sel)
+        pods = [p for p in labelled if _owned_by(p, uid)]
+        # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
+        # still draining (skipped quietly), or somebody else's (reported once, as a Pod that squats a name)
+        for pod in labelled:
+            if not _owned_by(pod, uid):
+                name = str(pod["metadata"]["name"])
+                if not pod["metadata"].get("deletionTimestamp") and name not in memory.foreign:
+                    owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
+                                       pod["metadata"].get("ownerReferences") or ()) or "no owner"
+                    await self._event(body, "NameTaken", str(NameTaken(PODS, name, owners)), "Warning", "Create",
+                                      now)
+                memory.foreign[name] = (PODS, name)
         claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if _owned_by(c, uid))
         replicas = replica_pods(pods)
         now_s = now.timestamp()

@@ -295,3 +295,27 @@ async def test_the_example_services_get_devices_that_fit_them(cluster: Cluster) 
     assert devices[(share["pool"], share["device"])].get("allowMultipleAllocations") is True
     assert parse_quantity(share["consumedCapacity"]["memory"]) == parse_quantity("10Gi")  # a share, not the GPU
     await reconciler.close()
+
+
+async def test_a_service_recreated_while_its_old_pods_drain_takes_new_names_quietly(cluster: Cluster) -> None:
+    """The Pods of a deleted service of the same name may still be terminating when it is created again: the new
+    service's replicas take the next names, nothing is reported about them, and they are left to finish."""
+    draining = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "llm-r0", "finalizers": ["example.com/hold"],
+                             "labels": {"infer-ctl.io/service": "llm", "app.kubernetes.io/managed-by": "infer-ctl"}},  # holds it terminating until the test lets go
+                "spec": {"schedulerName": "nobody",
+                         "containers": [{"name": "main", "image": "registry.example/model-server:1"}]}}
+    cluster.kube.create(PODS, draining, "default")
+    cluster.kube.delete(PODS, "llm-r0", "default")
+    body = apply(cluster.kube, service("llm", 2))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    result = await cycle(reconciler, body, T0)
+    owned = sorted(p["metadata"]["name"] for p in cluster.kube.list(PODS, "default")
+                   if p["metadata"].get("ownerReferences"))
+    assert owned == ["llm-r1", "llm-r2"], result.actions
+    assert not [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "NameTaken"]
+    cluster.kube.merge_patch(PODS, "llm-r0", {"metadata": {"finalizers": None}}, "default")
+    wait_for("the old Pod gone", lambda: cluster.kube.get(PODS, "llm-r0", "default") is None)
+    await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
+    assert not reconciler.memory[body["metadata"]["uid"]].foreign  # the name is free again
+    await reconciler.close()
