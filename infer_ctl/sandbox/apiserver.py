@@ -1,17 +1,23 @@
 """The sandbox's Kubernetes API server: kmock's HTTP server and discovery over the sandbox `Store`.
 
-What comes from kmock 0.8 (by kopf's author): the aiohttp server (`kmock.Server`), the Status error rendering
-and API discovery of `kmock.KubernetesScaffold` (`/api`, `/apis`, `/apis/GROUP/VERSION`, fed from the store's
-resource types, so CRDs appear when applied), and its request-reaction DSL: user reactions take priority over
-the store, which is how tests inject faults (`server['patch /api/v1/namespaces/ns/pods/p'] << 500`).
+What comes from kmock 0.8 (by kopf's author), through its public names only (`kmock.Server`,
+`kmock.KubernetesScaffold`, `kmock.Request`, `kmock.resource`, `kmock.action`, `kmock.KubernetesError`): the aiohttp
+server, API discovery (`/api`, `/apis`, `/apis/GROUP/VERSION`, fed from the store's resource types, so CRDs appear
+when applied), and its request-reaction DSL: user reactions take priority over the store, which is how tests inject
+faults (`server['patch /api/v1/namespaces/ns/pods/p'] << 500`).
 
 What is written here, and why:
 - `__call__`: kmock's request parser fails on `/api/v1/namespaces` (500) and records every request in memory,
-  which a long-running sandbox cannot afford; the path is parsed here and recording is opt-in.
+  which a long-running sandbox cannot afford; the path is parsed here (`parse_api_path`), the Kubernetes verb that
+  reaction criteria match on is named here (`api_action`), and recording is opt-in.
 - `_serve`: kmock's `KubernetesEmulator` CRUD lacks the semantics listed in `store.py`; every resource request
   that no user reaction answers is served from the `Store`, with kube-apiserver's status codes (201 on create,
-  202 on deferred deletion, 409, 410, 415, 422 with causes) and a watch that honours `resourceVersion`,
-  `timeoutSeconds` and bookmarks, and ends when the server stops (kmock's watch never ends).
+  202 on deferred deletion, 409, 410, 415, 422 with causes, as `Status` bodies rendered here) and a watch that
+  honours `resourceVersion`, `timeoutSeconds` and bookmarks, and ends when the server stops (kmock's watch never
+  ends).
+Still tied to kmock's internals, though not imported: the scaffold's underscored methods this class overrides or
+calls (`_handle`, `_serve_root`, `_serve_api`, `_serve_apis`, `_serve_group`, `_serve_version`), its request log
+and reaction list (`_requests`, `_payloads`) and `Request._raw_request`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
-from kmock._internal import parsing, rendering
 
 from infer_ctl.sandbox import tables
 from infer_ctl.sandbox.resources import ResourceType
@@ -45,11 +50,24 @@ class _ServeFromStore(Exception):
     """Raised by the fallback reaction so that `_handle` serves the request from the store."""
 
 
-def parse_api_path(path: str) -> parsing.ParsedPath:
+@attrs.frozen
+class ApiPath:
+    """A Kubernetes API path's parts; `group` is None for a path that is not a resource path ('' is the core
+    group)."""
+
+    group: str | None = None
+    version: str | None = None
+    plural: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def parse_api_path(path: str) -> ApiPath:
     """`/api/v1/namespaces/ns/pods/p/status` -> group '', version v1, pods, ns, p, status.
 
-    Unlike kmock's parser, `/api/v1/namespaces` and `/api/v1/namespaces/NAME[/status|finalize]` name the
-    namespaces resource itself.
+    `/api/v1/namespaces` and `/api/v1/namespaces/NAME[/status|finalize]` name the namespaces resource itself (kmock's
+    own parser, which this replaces, took them for a namespace's scope and answered 500).
     """
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
@@ -57,7 +75,7 @@ def parse_api_path(path: str) -> parsing.ParsedPath:
     elif len(parts) >= 3 and parts[0] == "apis":
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
-        return parsing.ParsedPath()
+        return ApiPath()
     namespace = None
     if rest and rest[0] == "namespaces" and (len(rest) >= 4 or (len(rest) == 3 and rest[2] not in
                                                                   ("status", "finalize"))):
@@ -65,7 +83,26 @@ def parse_api_path(path: str) -> parsing.ParsedPath:
     plural = rest[0] if rest else None
     name = rest[1] if len(rest) > 1 else None
     subresource = "/".join(rest[2:]) or None
-    return parsing.ParsedPath(group, version, plural, namespace, name, subresource)
+    return ApiPath(group, version, plural, namespace, name, subresource)
+
+
+def api_action(path: ApiPath, method: str, query: Mapping[str, str]) -> kmock.action | None:
+    """The Kubernetes verb of a request, as kmock's reaction criteria match it (`server['list pods']`): watch,
+    list, create, fetch (get), update (patch) or delete; None for the rest and for a path that is not a resource's."""
+    if path.group is None:
+        return None
+    if method == "GET" and query.get("watch") == "true":
+        return kmock.action.WATCH
+    verbs = ({"GET": kmock.action.LIST, "POST": kmock.action.CREATE} if path.name is None else
+             {"GET": kmock.action.FETCH, "PATCH": kmock.action.UPDATE, "DELETE": kmock.action.DELETE})
+    return verbs.get(method.upper())
+
+
+def _prepared_response(error: Exception) -> aiohttp.web.StreamResponse | None:
+    """The response a failed streaming reaction had already started (kmock wraps the reaction's error with it):
+    its headers are sent, so it is ended as it is rather than answered anew with a 500."""
+    response = error.args[0] if error.args else None
+    return response if isinstance(response, aiohttp.web.StreamResponse) and response.prepared else None
 
 
 @attrs.define(kw_only=True)
@@ -93,7 +130,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 kind=rt.kind, namespaced=rt.namespaced, singular=rt.singular, verbs=set(rt.verbs),
                 shortnames=set(rt.short_names), categories=set(rt.categories), subresources=set(rt.subresources))
 
-    async def _serve_version(self, request: rendering.Request) -> Any:
+    async def _serve_version(self, request: kmock.Request) -> Any:
         payload: Any = await super()._serve_version(request)
         if payload.get("groupVersion", "").startswith("/"):  # kmock writes "/v1" for the core group
             payload["groupVersion"] = payload["groupVersion"][1:]
@@ -144,17 +181,16 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         try:
             body = await raw_request.read()
             k8s = parse_api_path(raw_request.path)
-            method = kmock.method(raw_request.method)
             data: Any = None
             if body and raw_request.content_type in _JSON_TYPES:
                 try:
                     data = json.loads(body)
                 except ValueError:
                     data = None
-            request = rendering.Request(
+            request = kmock.Request(
                 id=len(self._requests), raw_request=raw_request, url=raw_request.url, method=raw_request.method,
                 params=dict(raw_request.query), headers=dict(raw_request.headers), data=data, body=body,
-                action=parsing.guess_k8s(k8s, method, dict(raw_request.query)),
+                action=api_action(k8s, raw_request.method, raw_request.query),
                 resource=None if k8s.group is None else kmock.resource(group=k8s.group, version=k8s.version,
                                                                               plural=k8s.plural),
                 namespace=k8s.namespace, name=k8s.name, subresource=k8s.subresource)
@@ -164,23 +200,22 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                 self._requests.append(request)
                 return await self._handle(request)
             return await self._direct(request)
-        except rendering.StreamingError as e:
-            log.warning("stream failed: %r", e.__cause__)
-            response: aiohttp.web.StreamResponse = e.args[0]
-            return response
         except Exception as e:
+            if (response := _prepared_response(e)) is not None:
+                log.warning("stream failed: %r", e.__cause__)
+                return response
             log.exception("internal error serving %s %s", raw_request.method, raw_request.path)
             return _status(ApiError(500, "InternalError", f"an error on the server has prevented the request "
                                                           f"from succeeding: {e!r}"))
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         try:
             response: aiohttp.web.StreamResponse = await super()._handle(request)
             return response
         except _ServeFromStore:
             return await self._direct(request)
 
-    async def _direct(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _direct(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """Serve without kmock's reaction matching: resources from the store, discovery from kmock's methods."""
         raw = request._raw_request
         assert raw is not None
@@ -219,7 +254,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
 
     # ----------------------------------------------------------------------------------------- serving
 
-    async def _serve(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None
         k8s = parse_api_path(raw.path)
@@ -275,7 +310,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return _json(obj, status)
         raise _method_not_allowed(method)
 
-    async def _serve_patch(self, request: rendering.Request, rt: ResourceType, ns: str | None, name: str,
+    async def _serve_patch(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
                            subresource: str | None) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None
@@ -296,7 +331,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                                          field_validation=_field_validation(q), dry_run=_dry_run(q))
         return _json(obj, 200, warnings)
 
-    async def _serve_subresource(self, request: rendering.Request, rt: ResourceType, ns: str | None, name: str,
+    async def _serve_subresource(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
                                  subresource: str) -> aiohttp.web.StreamResponse:
         raw = request._raw_request
         assert raw is not None
@@ -333,7 +368,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return _json(obj)
         raise _method_not_allowed(method)
 
-    def _serve_scale(self, request: rendering.Request, rt: ResourceType, ns: str | None, name: str,
+    def _serve_scale(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
                      method: str) -> aiohttp.web.StreamResponse:
         """GET, PUT or PATCH of the scale subresource."""
         if method == "GET":
@@ -355,7 +390,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             raise ApiError(e.status, "Invalid" if e.status == 422 else "BadRequest", str(e)) from None
         return _json(self.store.update_scale(rt, ns, name, patched, check_rv=False))
 
-    def _body(self, request: rendering.Request, *, yaml_ok: bool = False) -> Any:
+    def _body(self, request: kmock.Request, *, yaml_ok: bool = False) -> Any:
         if request.data is not None:
             return request.data
         if not request.body:
@@ -397,7 +432,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             items = items[start:]
         return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
 
-    def _delete_options(self, request: rendering.Request) -> dict[str, Any]:
+    def _delete_options(self, request: kmock.Request) -> dict[str, Any]:
         q = request.params
         opts: Mapping[str, Any] = {}
         if request.body:
