@@ -1,21 +1,28 @@
 """Request rates of a service: from Prometheus (the service's PromQL template) or a direct scrape of replicas.
 
-Both return `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and an `error` when the
-source could not be read at all. Missing data is a value, not an exception: the decision holds the current
-replicas rather than scaling down on a gap (the engine's rule), and the controller says why in a condition.
+Both return `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the read found
+no rate at all, an `error` (what happened, for people) and a `reason` (`Outage`, for conditions and metrics).
+Missing data is a value, not an exception: the decision holds the current replicas rather than scaling down on a
+gap (the engine's rule), and the controller says why in a condition.
+
+Prometheus is read with httpx (`prometheus-api-client` was dropped: it retried 3 times with backoff on 408/429/5xx
+by default, so a failed read took 6 s and a hanging server 26 s inside a 10 s control period; it reported an HTTP
+error only as a formatted string with the body's bytes, rounded the range's start and end to whole seconds, and let
+a KeyError out on a 200 that was not a query result). Here a read has one deadline, `timeout_s`, for all of its
+requests, and an explicit retry policy: `retries` more attempts, only where the request cannot have been
+answered (connection refused or dropped, HTTP 502/503/504), after `retry_backoff_s`, and only within the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
 
 import httpx
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.core.promql import PromQLTemplateError, render
@@ -23,58 +30,186 @@ from infer_ctl.core.promql import PromQLTemplateError, render
 REQUESTS_METRIC = "infer_ctl_requests_total"
 
 
+class Outage(StrEnum):
+    """Why a read found no rate: the machine-readable side of `RateSamples.error` (a condition's reason)."""
+
+    EMPTY = "Empty"  # Prometheus answered with no series for the whole range (targets down, or nothing matches)
+    NAN = "NaN"  # series, but not one finite value in the range
+    HTTP_ERROR = "HTTPError"  # Prometheus answered with an error status (`RateSamples.http_status`)
+    TIMEOUT = "Timeout"  # no complete answer within the read's deadline
+    REFUSED = "Refused"  # the connection was refused (nothing listens)
+    UNREACHABLE = "Unreachable"  # any other transport failure: name resolution, connection reset, TLS
+    BAD_RESPONSE = "BadResponse"  # a 2xx answer that is not a range query's result
+    INVALID_QUERY = "InvalidQuery"  # the service's template could not be rendered (a spec problem)
+
+
 @dataclass(frozen=True, slots=True)
 class RateSamples:
     samples: tuple[tuple[float, float], ...]
     source: str  # "prometheus" | "scrape"
-    error: str = ""  # why nothing could be read; samples are then empty
+    error: str = ""  # what happened when no rate could be read ("" when the read found one)
+    reason: str = ""  # an `Outage` when `error` is set
+    http_status: int | None = None  # the status of an `Outage.HTTP_ERROR`
 
     @property
     def ok(self) -> bool:
         return not self.error
 
 
-class PrometheusRates:
-    """Range queries of a service's rate template through prometheus-api-client (blocking: call it in a thread
-    from async code). One query per control cycle covers the samples since the previous cycle."""
+DEFAULT_TIMEOUT_S = 3.0  # below the default 10 s control period, with room for the rest of a cycle
+RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy without an upstream, Prometheus not ready, a gateway timeout
+MAX_POINTS_PER_QUERY = 10_000  # below Prometheus's limit of 11,000 points per series in a range query
 
-    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
-        self.url = url
-        self._client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+
+class _ReadFailed(Exception):
+    def __init__(self, reason: Outage, message: str, status: int | None = None, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.status, self.retry = reason, message, status, retry
+
+
+class PrometheusRates:
+    """Range queries of a service's rate template against Prometheus' HTTP API (`/api/v1/query_range`).
+
+    `read` blocks (call it in a thread from async code); `aread` is the same read on the caller's event loop,
+    optionally on the caller's client. A read, all of its requests and retries included, ends within `timeout_s`:
+    a read that cannot finish by then is `Outage.TIMEOUT`. One query per control cycle covers the samples since the
+    previous cycle; a long history is read in parts of at most `MAX_POINTS_PER_QUERY` points.
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 1,
+                 retry_backoff_s: float = 0.2, headers: Mapping[str, str] | None = None,
+                 verify: bool = True) -> None:
+        if timeout_s <= 0 or retries < 0 or retry_backoff_s < 0:
+            raise ValueError("timeout_s must be positive, retries and retry_backoff_s not negative")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.headers = dict(headers or {})
+        # One TLS context for every read: making one per client costs ~20 ms of CPU (the CA bundle).
+        self._tls = httpx.create_ssl_context(verify=verify)
 
     def read(self, *, template: str, name: str, namespace: str, start_s: float, end_s: float,
              step_s: float) -> RateSamples:
+        return asyncio.run(self.aread(template=template, name=name, namespace=namespace, start_s=start_s,
+                                      end_s=end_s, step_s=step_s))
+
+    async def aread(self, *, template: str, name: str, namespace: str, start_s: float, end_s: float,
+                    step_s: float, client: httpx.AsyncClient | None = None) -> RateSamples:
         try:
             query = render(template, name=name, namespace=namespace)
         except PromQLTemplateError as exc:
-            return RateSamples((), "prometheus", f"spec.scaling.metric.query: {exc}")
+            return RateSamples((), "prometheus", f"spec.scaling.metric.query: {exc}", Outage.INVALID_QUERY)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if client is not None:
+                    return await self._read_range(client, query, start_s, end_s, step_s)
+                async with httpx.AsyncClient(verify=self._tls) as own:
+                    return await self._read_range(own, query, start_s, end_s, step_s)
+        except TimeoutError:
+            return RateSamples((), "prometheus", f"Prometheus at {self.url} timed out after {self.timeout_s:g} s "
+                                                 "(no complete answer)", Outage.TIMEOUT)
+        except _ReadFailed as exc:
+            return RateSamples((), "prometheus", exc.message, exc.reason, exc.status)
+
+    async def _read_range(self, client: httpx.AsyncClient, query: str, start_s: float, end_s: float,
+                          step_s: float) -> RateSamples:
         start_s = min(start_s, end_s)
         step_s = max(step_s, 0.001)
         samples: list[tuple[float, float]] = []
+        series = finite = 0
         # Prometheus answers at most 11,000 points per series and query: a long history (a week at 10 s) is read
         # in consecutive ranges on the same grid.
         chunk_start = start_s
         while True:
             chunk_end = min(end_s, chunk_start + (MAX_POINTS_PER_QUERY - 1) * step_s)
-            try:
-                result = self._client.custom_query_range(
-                    query,
-                    start_time=datetime.fromtimestamp(chunk_start, UTC),
-                    end_time=datetime.fromtimestamp(chunk_end, UTC),
-                    step=f"{step_s:g}s",
-                )
-            except PrometheusApiClientException as exc:
-                return RateSamples((), "prometheus", f"Prometheus at {self.url} refused the query: {exc}")
-            except requests.RequestException as exc:
-                return RateSamples((), "prometheus",
-                                   f"Prometheus at {self.url} is unreachable: {type(exc).__name__}")
-            samples.extend(_sum_series(result, chunk_start, chunk_end, step_s))
+            result = await self._query_range(client, query, chunk_start, chunk_end, step_s)
+            chunk = _sum_series(result, chunk_start, chunk_end, step_s)
+            samples.extend(chunk)
+            series += len(result)
+            finite += sum(not math.isnan(v) for _, v in chunk)
             if chunk_end >= end_s:
-                return RateSamples(tuple(samples), "prometheus")
+                break
             chunk_start = chunk_start + MAX_POINTS_PER_QUERY * step_s
+        if not series:
+            return RateSamples(tuple(samples), "prometheus", f"Prometheus at {self.url} has no series for the query "
+                                                             "in the range (empty result)", Outage.EMPTY)
+        if not finite:
+            return RateSamples(tuple(samples), "prometheus", f"Prometheus at {self.url} returned {series} series "
+                                                             "with no finite value in the range (NaN)", Outage.NAN)
+        return RateSamples(tuple(samples), "prometheus")
+
+    async def _query_range(self, client: httpx.AsyncClient, query: str, start_s: float, end_s: float,
+                           step_s: float) -> Sequence[Mapping[str, Any]]:
+        """One `query_range` request, retried as the policy says; the result's series."""
+        params = {"query": query, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
+        attempt = 0
+        while True:
+            try:
+                return await self._get(client, params)
+            except _ReadFailed as exc:
+                if not exc.retry or attempt >= self.retries:
+                    raise
+            attempt += 1
+            await asyncio.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
+
+    async def _get(self, client: httpx.AsyncClient, params: Mapping[str, str]) -> Sequence[Mapping[str, Any]]:
+        try:
+            response = await client.get(f"{self.url}/api/v1/query_range", params=params, headers=self.headers,
+                                        timeout=httpx.Timeout(self.timeout_s))
+        except httpx.TimeoutException:
+            raise TimeoutError from None  # the same outcome as the read's deadline
+        except httpx.TransportError as exc:
+            if _refused(exc):
+                raise _ReadFailed(Outage.REFUSED, f"Prometheus at {self.url} is unreachable: connection refused",
+                                  retry=True) from None
+            raise _ReadFailed(Outage.UNREACHABLE, f"Prometheus at {self.url} is unreachable: {type(exc).__name__}: "
+                                                  f"{exc}", retry=isinstance(exc, httpx.NetworkError)) from None
+        if not response.is_success:
+            raise _ReadFailed(Outage.HTTP_ERROR, f"Prometheus at {self.url} answered HTTP {response.status_code}"
+                                                 f"{_prometheus_error(response)}", response.status_code,
+                              retry=response.status_code in RETRY_STATUSES)
+        return _matrix(response, self.url)
 
 
-MAX_POINTS_PER_QUERY = 10_000  # below Prometheus's limit of 11,000 points per series in a range query
+def _refused(exc: BaseException) -> bool:
+    """Whether a connection was refused: httpx wraps the OS error (through anyio's "All connection attempts
+    failed" when an address has several records)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _prometheus_error(response: httpx.Response) -> str:
+    """Prometheus' own error of an answer (`{"status": "error", "errorType": ..., "error": ...}`), or the start
+    of a body that is not one (a proxy's page)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping) and body.get("status") == "error":
+        return f" ({body.get('errorType', 'error')}): {body.get('error', '')}"
+    text = " ".join(response.text.split())[:200]
+    return f": {text}" if text else ""
+
+
+def _matrix(response: httpx.Response, url: str) -> Sequence[Mapping[str, Any]]:
+    """The series of a range query's answer; anything else is `Outage.BAD_RESPONSE`."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    data = body.get("data") if isinstance(body, Mapping) and body.get("status") == "success" else None
+    result = data.get("result") if isinstance(data, Mapping) and data.get("resultType") == "matrix" else None
+    if not isinstance(result, list) or not all(isinstance(s, Mapping) for s in result):
+        raise _ReadFailed(Outage.BAD_RESPONSE, f"Prometheus at {url} answered HTTP {response.status_code} without "
+                                               f"a range query result: {' '.join(response.text.split())[:200]!r}")
+    return result
 
 
 def _sum_series(result: Sequence[Mapping[str, object]], start_s: float, end_s: float,
@@ -87,12 +222,13 @@ def _sum_series(result: Sequence[Mapping[str, object]], start_s: float, end_s: f
         values = series.get("values")
         if not isinstance(values, list):
             continue
-        for stamp, text in values:
-            index = round((float(stamp) - start_s) / step_s) if step_s > 0 else 0
-            if not 0 <= index < steps:
+        for point in values:
+            try:
+                stamp, value = float(point[0]), float(point[1])
+            except (TypeError, ValueError, IndexError):
                 continue
-            value = float(text)
-            if math.isnan(value) or math.isinf(value):
+            index = round((stamp - start_s) / step_s) if step_s > 0 else 0
+            if not 0 <= index < steps or math.isnan(value) or math.isinf(value):
                 continue
             totals[index] = value if math.isnan(totals[index]) else totals[index] + value
     return tuple(zip(times, totals, strict=True))
@@ -123,6 +259,7 @@ class ScrapeRates:
         """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time."""
         totals: dict[str, float] = {}
         failed: list[str] = []
+        reasons: list[Outage] = []
         for replica, url in endpoints.items():
             try:
                 response = await client.get(url, timeout=self.timeout_s)
@@ -130,9 +267,10 @@ class ScrapeRates:
                 totals[replica] = counter_total(response.text, self.metric)
             except (httpx.HTTPError, ValueError) as exc:
                 failed.append(f"{replica}: {type(exc).__name__}")
+                reasons.append(_scrape_outage(exc))
         rate = self._advance(totals, now_s)
         if failed:
-            return RateSamples(((now_s, math.nan),), "scrape", "cannot scrape " + ", ".join(failed))
+            return RateSamples(((now_s, math.nan),), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
         return RateSamples(((now_s, rate),), "scrape")
 
     def _advance(self, totals: Mapping[str, float], now_s: float) -> float:
@@ -149,6 +287,16 @@ class ScrapeRates:
         for gone in set(self._last) - set(totals):
             del self._last[gone]
         return rate if known and totals else math.nan
+
+
+def _scrape_outage(exc: Exception) -> Outage:
+    if isinstance(exc, httpx.TimeoutException):
+        return Outage.TIMEOUT
+    if isinstance(exc, httpx.HTTPStatusError):
+        return Outage.HTTP_ERROR
+    if isinstance(exc, httpx.TransportError):
+        return Outage.REFUSED if _refused(exc) else Outage.UNREACHABLE
+    return Outage.BAD_RESPONSE  # no counter in the exposition, or not an exposition
 
 
 def counter_total(text: str, metric: str) -> float:

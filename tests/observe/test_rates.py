@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from infer_ctl.core.api import DEFAULT_METRIC_QUERY
-from infer_ctl.observe.rates import PrometheusRates, ScrapeRates, counter_total
+from infer_ctl.observe.rates import Outage, PrometheusRates, ScrapeRates, counter_total
 from tests.prometheus_server import free_port, prometheus
 
 
@@ -65,12 +65,20 @@ def test_a_history_longer_than_one_query_may_return_is_read_in_parts(backfilled_
 
 def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: tuple[str, float]) -> None:
     url, now_s = backfilled_prometheus
-    # An hour before the history starts: Prometheus has nothing, so every step is NaN (the decision holds).
+    # Before the history starts Prometheus has nothing: every step is NaN (the decision holds), and with no series
+    # in the whole range the read is an outage (issue 15: MetricsAvailable=False, reason Empty).
     start = now_s - 4 * 3600
     rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
                                       start_s=start, end_s=start + 300, step_s=60)
-    assert rates.ok
-    assert all(math.isnan(r) for _, r in rates.samples)
+    assert rates.reason == Outage.EMPTY and "empty result" in rates.error
+    assert len(rates.samples) == 6 and all(math.isnan(r) for _, r in rates.samples)
+    # Half of the range before the history: the missing steps are NaN, the rest are read; no outage.
+    history_start = math.floor(now_s) - 120 * 60
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
+                                      start_s=history_start - 600, end_s=history_start + 1200, step_s=60)
+    assert rates.ok, rates.error
+    values = [r for _, r in rates.samples]
+    assert math.isnan(values[0]) and values[-1] == pytest.approx(15.0, rel=0.01)
 
 
 def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: tuple[str, float]) -> None:
@@ -78,21 +86,29 @@ def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: tup
     # Unescaped, this name would close the matcher and select every series of the counter.
     rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name='x"} or infer_ctl_requests_total{a="',
                                       namespace="prod", start_s=now_s - 900, end_s=now_s - 600, step_s=60)
-    assert rates.ok, rates.error
+    assert rates.reason == Outage.EMPTY, rates.error  # not the sum of every series of the counter
     assert all(math.isnan(r) for _, r in rates.samples)
 
 
-def test_an_unreachable_prometheus_is_an_error_value_not_an_exception() -> None:
-    rates = PrometheusRates(f"http://127.0.0.1:{free_port()}", timeout_s=1).read(
-        template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod", start_s=0, end_s=60, step_s=60)
-    assert not rates.ok and "unreachable" in rates.error and rates.samples == ()
+def test_a_query_prometheus_cannot_execute_is_named_with_its_own_message(
+        backfilled_prometheus: tuple[str, float]) -> None:
+    url, now_s = backfilled_prometheus
+    # Valid PromQL that the template rules accept, but both sides have two series per namespace: Prometheus
+    # refuses the many-to-many match when it evaluates the query (422, errorType "execution").
+    selector = 'infer_ctl_requests_total{namespace="{{namespace}}",service="{{name}}"}'
+    template = f"rate({selector}[1m]) / on(namespace) rate({selector}[1m])"
+    rates = PrometheusRates(url).read(template=template, name="llm", namespace="prod", start_s=now_s - 1200,
+                                      end_s=now_s - 600, step_s=60)
+    assert (rates.reason, rates.http_status, rates.samples) == (Outage.HTTP_ERROR, 422, ()), rates.error
+    assert rates.error.startswith(f"Prometheus at {url} answered HTTP 422 (execution): ")
+    assert "many-to-many matching not allowed" in rates.error, rates.error
 
 
-def test_an_invalid_query_is_refused_by_prometheus_and_reported(backfilled_prometheus: tuple[str, float]) -> None:
+def test_a_template_the_rules_refuse_never_reaches_prometheus(backfilled_prometheus: tuple[str, float]) -> None:
     url, now_s = backfilled_prometheus
     rates = PrometheusRates(url).read(template='sum(rate(x{a="{{name}}"}[1m])) +', name="llm", namespace="p",
                                       start_s=now_s - 120, end_s=now_s, step_s=60)
-    assert not rates.ok and "refused the query" in rates.error
+    assert rates.reason == Outage.INVALID_QUERY and rates.error.startswith("spec.scaling.metric.query: ")
 
 
 class _Exporter:
@@ -152,10 +168,11 @@ def test_a_counter_reset_counts_the_new_value_as_the_increase() -> None:
 
 
 async def test_a_replica_that_cannot_be_scraped_makes_the_sample_missing(exporter: _Exporter) -> None:
+    exporter.counter.labels("prod", "llm", "up").inc(0)
     async with httpx.AsyncClient() as client:
         rates = await ScrapeRates(timeout_s=1).read(
             client, {"up": exporter.url, "down": f"http://127.0.0.1:{free_port()}/metrics"}, now_s=5.0)
-    assert not rates.ok and "down: ConnectError" in rates.error
+    assert (rates.error, rates.reason) == ("cannot scrape down: ConnectError", Outage.REFUSED)
     assert math.isnan(rates.samples[0][1])
 
 
@@ -184,7 +201,7 @@ def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: _Ex
         driver.start()
         try:
             source = PrometheusRates(url)
-            template = 'sum(rate(infer_ctl_requests_total{service="{{name}}"}[3s]))'
+            template = 'sum(rate(infer_ctl_requests_total{namespace="{{namespace}}",service="{{name}}"}[3s]))'
             deadline = started + 40
             first_seen = math.inf
             rps = math.nan
@@ -194,6 +211,7 @@ def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: _Ex
                 now = time.time()
                 rates = source.read(template=template, name="llm", namespace="prod", start_s=now - 1,
                                     end_s=now, step_s=1)
+                assert rates.samples, rates.error
                 rps = rates.samples[-1][1]
                 if not math.isnan(rps):
                     first_seen = min(first_seen, time.monotonic())
