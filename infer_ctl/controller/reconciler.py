@@ -73,6 +73,7 @@ from infer_ctl.kube.inferenceservice import check_spec
 from infer_ctl.kube.labels import (
     ANNOTATION_ACCELERATOR,
     ANNOTATION_CACHED,
+    ANNOTATION_PINNED_DEVICES,
     LABEL_REPLICA,
     LABEL_ROLE,
 )
@@ -337,16 +338,16 @@ class Reconciler:
         return frozenset(memory.foreign)
 
     def _pin(self, namespace: str, placements: Sequence[ReplicaPlacement]) -> None:
-        """Hold the placed devices on the shared snapshot until the scheduler allocates the claims."""
+        """Hold the placed devices on the shared snapshot until the scheduler allocates the claims (and write
+        them on each claim, for a controller that starts before that)."""
         for placement in placements:
             if placement.claim is None or placement.decision.placement is None:
                 continue
-            consumed = {k.rpartition("/")[2]: str(math.ceil(v))
-                        for k, v in placement.decision.placement.consumed_capacity.items()}
-            self.view.pin(namespace, placement.claim.claim["metadata"]["name"], [
-                {"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
-                 **({"consumedCapacity": consumed} if consumed else {})}
-                for d in placement.decision.placement.devices])
+            results = pin_results(placement)
+            claim = placement.claim.claim
+            claim["metadata"].setdefault("annotations", {})[ANNOTATION_PINNED_DEVICES] = json.dumps(
+                results, separators=(",", ":"))
+            self.view.pin(namespace, claim["metadata"]["name"], results)
 
     # ------------------------------------------------------------------------------------------- observe
 
@@ -621,6 +622,16 @@ def _conditions_of(body: Mapping[str, Any]) -> tuple[api.Condition, ...]:
                                      last_transition_time=str(c.get("lastTransitionTime", "")),
                                      observed_generation=int(c.get("observedGeneration") or 0)))
     return tuple(out)
+
+
+def pin_results(placement: ReplicaPlacement) -> list[dict[str, Any]]:
+    """The devices a placement chose, as a claim's allocation results would name them."""
+    assert placement.decision.placement is not None
+    consumed = {k.rpartition("/")[2]: str(math.ceil(v))
+                for k, v in placement.decision.placement.consumed_capacity.items()}
+    return [{"request": "gpu", "driver": d.driver, "pool": d.pool, "device": d.name,
+             **({"consumedCapacity": consumed} if consumed else {})}
+            for d in placement.decision.placement.devices]
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +54,27 @@ from infer_ctl.kube.client import (
 )
 from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
 from infer_ctl.kube.informer import Informer
-from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE, ANNOTATION_PINNED_DEVICES
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix, observed_mix
 from infer_ctl.place.framework import CycleInputs
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.state import MILLI, ClusterState
 
 log = logging.getLogger(__name__)
+
+
+def _pinned_by_annotation(claim: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An unallocated claim with the devices its placement chose as its allocation (from the annotation)."""
+    text = ((claim.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PINNED_DEVICES)
+    if not text or (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return claim
+    try:
+        results = json.loads(text)
+    except ValueError:
+        return claim
+    if not isinstance(results, list):
+        return claim
+    return {**claim, "status": {"allocation": {"devices": {"results": results}}}}
 
 API_RECHECK_S = 60.0  # how often to ask whether the cluster serves PodGroups and Kueue Workloads
 PIN_UNSEEN_S = 30.0  # a created claim the cache has not shown for this long was deleted before its event came
@@ -154,6 +169,10 @@ class ClusterView:
         if ready is not None and ready.get("status") != "True":
             return "NotReady"
         return ""
+
+    def unsynced(self) -> list[str]:
+        """The caches opened so far that have not finished their first list (readiness: /readyz)."""
+        return [informer.name for informer in list(self._informers.values()) if not informer.synced.is_set()]
 
     def invalidate(self) -> None:
         """The next `current()` builds the snapshot again (e.g. after a placement the scheduler refused)."""
@@ -263,7 +282,9 @@ class ClusterView:
     def _with_pinned(self, claims: Sequence[Mapping[str, Any]], now: float) -> list[Mapping[str, Any]]:
         """Claims as cached, with this controller's pinned-but-unallocated ones given their chosen devices, and
         those the cache does not show yet (being created, or their event not arrived) added. A pin ends when its
-        claim is allocated, gone after the cache showed it, or still not shown `PIN_UNSEEN_S` after its creation."""
+        claim is allocated, gone after the cache showed it, or still not shown `PIN_UNSEEN_S` after its creation.
+        An unallocated claim this controller did not pin (a controller before a restart did, or a peer) holds
+        the devices its `infer-ctl.io/pinned-devices` annotation names, until it is allocated or deleted."""
         out: list[Mapping[str, Any]] = []
         shown = set()
         for cached in claims:
@@ -276,7 +297,7 @@ class ClusterView:
                 continue
             if key in self._pinned:
                 self._release(key)
-            out.append(cached)
+            out.append(_pinned_by_annotation(cached) if not allocated else cached)
         for key in set(self._pinned) - shown:
             created_at = self._created_at.get(key)
             if key in self._seen or (created_at is not None and now - created_at > PIN_UNSEEN_S):

@@ -11,6 +11,9 @@ ANNOTATION_SPEC_HASH = "infer-ctl.io/spec-hash"
 ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
 ANNOTATION_ACCELERATOR = "infer-ctl.io/accelerator"
 ANNOTATION_CACHED = "infer-ctl.io/model-cached"
+# on a replica's ResourceClaim: the devices its placement chose (JSON, as allocation results), so that any
+# controller (one restarted, a peer) holds them while the scheduler has not allocated the claim yet
+ANNOTATION_PINNED_DEVICES = "infer-ctl.io/pinned-devices"
 MANAGER = "infer-ctl"
 ROLE_SERVING = "serving"
 ROLE_STANDBY = "standby"

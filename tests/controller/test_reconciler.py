@@ -4,7 +4,12 @@ repeats, clear conditions for what cannot run. Time is given to each cycle; the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import signal
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -301,8 +306,9 @@ async def test_a_service_recreated_while_its_old_pods_drain_takes_new_names_quie
     """The Pods of a deleted service of the same name may still be terminating when it is created again: the new
     service's replicas take the next names, nothing is reported about them, and they are left to finish."""
     draining = {"apiVersion": "v1", "kind": "Pod",
+                # the finalizer holds it terminating until the test lets go
                 "metadata": {"name": "llm-r0", "finalizers": ["example.com/hold"],
-                             "labels": {"infer-ctl.io/service": "llm", "app.kubernetes.io/managed-by": "infer-ctl"}},  # holds it terminating until the test lets go
+                             "labels": {"infer-ctl.io/service": "llm", "app.kubernetes.io/managed-by": "infer-ctl"}},
                 "spec": {"schedulerName": "nobody",
                          "containers": [{"name": "main", "image": "registry.example/model-server:1"}]}}
     cluster.kube.create(PODS, draining, "default")
@@ -319,3 +325,48 @@ async def test_a_service_recreated_while_its_old_pods_drain_takes_new_names_quie
     await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
     assert not reconciler.memory[body["metadata"]["uid"]].foreign  # the name is free again
     await reconciler.close()
+
+
+@contextlib.contextmanager
+def scheduler_paused(cluster: Cluster) -> Iterator[None]:
+    """kube-scheduler stopped (SIGSTOP) for the block: claims stay unallocated, as under a slow scheduler."""
+    local = cluster.local
+    assert local is not None and local.workdir is not None
+    config = str(local.workdir / "kube-scheduler.yaml")
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and config in (p / "cmdline").read_bytes().decode(errors="replace") if (p / "cmdline").exists()]
+    assert pids, "kube-scheduler not found"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_restarted_controller_never_places_on_devices_pinned_by_unallocated_claims(cluster: Cluster) -> None:
+    """Claims placed by a controller that stopped before the scheduler allocated them still hold their devices
+    for the next controller (the pin is written on the claim), so two claims never ask for one device."""
+    if cluster.local is None:
+        pytest.skip("the emulator's scheduler allocates at once and cannot be paused")
+    with scheduler_paused(cluster):
+        first = Reconciler(cluster.kube, Settings(cluster.policies))
+        await cycle(first, apply(cluster.kube, service("llm", 2)), T0)
+        await first.close()  # a restart, with the claims unallocated
+        second = Reconciler(cluster.kube, Settings(cluster.policies))
+        result = await cycle(second, apply(cluster.kube, service("other", 2)), T0)
+        await second.close()
+        claims = cluster.kube.list(RESOURCE_CLAIMS, "default")
+        assert len(claims) == 4 and not any((c.get("status") or {}).get("allocation") for c in claims)
+    pinned_first = {(r["pool"], r["device"]) for c in claims if c["metadata"]["name"].startswith("llm-")
+                    for r in json.loads(c["metadata"]["annotations"]["infer-ctl.io/pinned-devices"])}
+    placed_second = {(d.pool, d.name) for p in result.placements if p.decision.placement is not None
+                     for d in p.decision.placement.devices}
+    assert len(pinned_first) == 2 and len(placed_second) == 2 and not pinned_first & placed_second
+    wait_for("all four allocated", lambda: sum(
+        bool((c.get("status") or {}).get("allocation")) for c in cluster.kube.list(RESOURCE_CLAIMS, "default")) == 4,
+        timeout_s=60)
+    devices = [(r["pool"], r["device"]) for c in cluster.kube.list(RESOURCE_CLAIMS, "default")
+               for r in c["status"]["allocation"]["devices"]["results"]]
+    assert len(devices) == 4 and len(set(devices)) == 4
