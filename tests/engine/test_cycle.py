@@ -262,7 +262,8 @@ def test_a_gang_that_fits_is_held_room_and_the_standby_stays() -> None:
     pytest.param({"spec__scaling__preset": "latency-critical"},
                  lambda p: (p.decide.quantile, p.decide.standby_replicas) == (0.99, 1),
                  id="the preset fills what the spec leaves unset"),
-    pytest.param({"spec__scaling__metric": {"query": "sum(rate(x{namespace='{{namespace}}',service='{{name}}'}[30s]))"}},
+    pytest.param({"spec__scaling__metric": {
+        "query": "sum(rate(x{namespace='{{namespace}}',service='{{name}}'}[30s]))"}},
                  lambda p: p.engine.rate_window_s == 30, id="each sample stands for the query's range window"),
 ])
 def test_the_spec_to_policy_function_keeps_every_field(fields: dict[str, Any], check: Any) -> None:
