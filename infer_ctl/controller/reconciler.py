@@ -326,6 +326,7 @@ class Reconciler:
         if plan.scaled:
             await self._event(body, "Scaled", plan.scaled, "Normal", "Scale", now)
         status = self._status(observed, memory.state, plan, refused, conditions)
+        await self._metrics_transition(body, conditions, status, now)
         self._export(observed, plan)
         return CycleResult(status, plan.actions, plan.placements, plan.output)
 
@@ -336,6 +337,19 @@ class Reconciler:
             if obj is None or _owned_by(obj, uid):
                 del memory.foreign[replica]
         return frozenset(memory.foreign)
+
+    async def _metrics_transition(self, body: Mapping[str, Any], before: Sequence[api.Condition],
+                                  status: Mapping[str, Any], now: datetime) -> None:
+        """One Event when the rate becomes unreadable (or unreadable for another reason), one when it is back."""
+        was = next((c for c in before if c.type == "MetricsAvailable"), None)
+        cond = next((c for c in status.get("conditions") or () if c.get("type") == "MetricsAvailable"), None)
+        if cond is None or (was is not None and (was.status, was.reason) == (cond["status"], cond["reason"])):
+            return
+        if cond["status"] == "False":
+            await self._event(body, "MetricsUnavailable", f"{cond['reason']}: {cond['message']}", "Warning",
+                              "ReadMetrics", now)
+        elif was is not None and was.status == "False":
+            await self._event(body, "MetricsAvailable", cond["message"], "Normal", "ReadMetrics", now)
 
     def _pin(self, namespace: str, placements: Sequence[ReplicaPlacement]) -> None:
         """Hold the placed devices on the shared snapshot until the scheduler allocates the claims (and write
@@ -558,7 +572,8 @@ class Reconciler:
                                        reason="NoPendingGang", message="no pending gang needs this service's GPUs",
                                        now=now, generation=g)
         if o.rates.error:
-            conditions = set_condition(conditions, type="MetricsAvailable", status="False", reason="MetricsMissing",
+            conditions = set_condition(conditions, type="MetricsAvailable", status="False",
+                                       reason=o.rates.reason or "MetricsMissing",
                                        message=f"{o.rates.error}; holding replicas (no scale-down on missing data)",
                                        now=now, generation=g)
         else:
@@ -582,7 +597,9 @@ class Reconciler:
         status = api.InferenceServiceStatus(
             observed_generation=g, replicas=counts, desired=api.DesiredReplicas(plan.serving, plan.standby),
             selector=selector(o.svc.meta),
-            observed_rps=None if math.isnan(plan.output.observed_rps) else plan.output.observed_rps, forecast=forecast,
+            # no rate was read this cycle: none is reported (not the last one read)
+            observed_rps=None if o.rates.error or math.isnan(plan.output.observed_rps) else plan.output.observed_rps,
+            forecast=forecast,
             cold_starts=cold, placements=placed,
             last_decision=state.last_decision, conditions=conditions)
         return status.to_dict()
@@ -601,7 +618,7 @@ class Reconciler:
             by_source[gang.source] += gang.gpus
         for source in ("PodGroup", "Workload"):
             self.metrics.gang_demand.labels(source).set(by_source[source])
-        if not math.isnan(plan.output.observed_rps):
+        if not o.rates.error and not math.isnan(plan.output.observed_rps):
             self.metrics.observed_rps.labels(ns, name).set(plan.output.observed_rps)
         else:  # no rate: no series (a stale last value would hide the gap from alerts)
             with contextlib.suppress(KeyError):

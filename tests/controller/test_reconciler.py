@@ -209,7 +209,8 @@ async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> Non
     body = apply(cluster.kube, service("hold", 3).with_("spec.scaling.preset", "cost-saver"))
     gone = Settings(cluster.policies, prometheus_url=f"http://127.0.0.1:{free_port()}")
     reconciler = Reconciler(cluster.kube, gone)
-    await cycle(reconciler, body, T0)
+    first = await cycle(reconciler, body, T0)
+    await reconciler.write_status(body, first.status)  # as the operator does after each cycle
     wait_for("three ready", lambda: sum(
         any(x["type"] == "Ready" and x["status"] == "True" for x in (p.get("status") or {}).get("conditions") or ())
         for p in cluster.kube.list(PODS, "default")) == 3)
@@ -218,7 +219,11 @@ async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> Non
     assert later.actions.remove == ()
     assert later.output is not None and later.output.decision.reason == "HoldMissingMetrics"
     metrics = condition(later.status, "MetricsAvailable")
-    assert metrics["status"] == "False" and "unreachable" in metrics["message"]
+    assert metrics["status"] == "False" and metrics["reason"] == "Refused" and "unreachable" in metrics["message"]
+    assert "observedRps" not in later.status
+    # one Event for the outage, not one per cycle
+    outages = [e for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "MetricsUnavailable"]
+    assert len(outages) == 1 and outages[0]["note"].startswith("Refused: ")
     # No rate, no series: the controller's gauge does not repeat a stale value (alerts see the gap).
     assert reconciler.metrics.registry.get_sample_value(
         "infer_ctl_observed_requests_per_second", {"namespace": "default", "service": "hold"}) is None
