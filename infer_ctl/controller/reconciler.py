@@ -182,7 +182,9 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics or ControllerMetrics()
-        self.prometheus = PrometheusRates(settings.prometheus_url) if settings.prometheus_url else None
+        # a read ends within a third of the control period (at most 3 s), retries included
+        self.prometheus = (PrometheusRates(settings.prometheus_url, timeout_s=min(3.0, settings.period_s / 3))
+                           if settings.prometheus_url else None)
         self.policies = cycle_policies(settings)
         self.memory: dict[str, ServiceMemory] = {}
         self._http = httpx.AsyncClient()
