@@ -8,6 +8,8 @@
 # k8s.io v0.35.x) as bin/kueue, with Kueue's CRDs and webhook manifests from the same module version copied next
 # to bin/ (kueue/crd/*.yaml, kueue/webhook/manifests.yaml) so that tests never need the repository to hold them.
 # Its go.mod/go.sum are part of the cache key too.
+# Fourth, helm from helm.sh/helm/v4/cmd/helm (kubebin/helm, its own module) as bin/helm, for the suite's install
+# of deploy/helm/infer-ctl (tests/realcluster/test_deploy.py); its go.mod/go.sum are in the cache key as well.
 #
 #   scripts/kube-binaries.sh          build if needed, then print the bin directory on stdout (progress on stderr)
 #   scripts/kube-binaries.sh --check  print the bin directory if it is built, else exit 1 without building
@@ -21,6 +23,7 @@ ROOT=$PWD
 K8S_MOD=kubebin/kubernetes
 ETCD_MOD=kubebin/etcd
 KUEUE_MOD=kubebin/kueue
+HELM_MOD=kubebin/helm
 K8S_CMDS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 if ! command -v go >/dev/null 2>&1; then
@@ -34,8 +37,10 @@ pinned() {  # pinned DIR MODULE: the version go.mod requires
 k8s_version=$(pinned "$K8S_MOD" k8s.io/kubernetes)
 etcd_version=$(pinned "$ETCD_MOD" go.etcd.io/etcd/server/v3)
 kueue_version=$(pinned "$KUEUE_MOD" sigs.k8s.io/kueue)
-if [ -z "$k8s_version" ] || [ -z "$etcd_version" ] || [ -z "$kueue_version" ]; then
-  echo "[kube] cannot read the pinned versions from $K8S_MOD/go.mod, $ETCD_MOD/go.mod and $KUEUE_MOD/go.mod" >&2
+helm_version=$(pinned "$HELM_MOD" helm.sh/helm/v4)
+if [ -z "$k8s_version" ] || [ -z "$etcd_version" ] || [ -z "$kueue_version" ] || [ -z "$helm_version" ]; then
+  echo "[kube] cannot read the pinned versions from $K8S_MOD/go.mod, $ETCD_MOD/go.mod, $KUEUE_MOD/go.mod and" \
+       "$HELM_MOD/go.mod" >&2
   exit 2
 fi
 minor=${k8s_version#v1.}; minor=${minor%%.*}
@@ -48,18 +53,20 @@ done
 LDFLAGS="-s -w$stamp"
 # Kueue stamps its own version package (Kueue's Makefile, LD_FLAGS); the Kubernetes stamp above is not for it.
 KUEUE_LDFLAGS="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+# helm stamps its version as helm's Makefile does (`helm version`).
+HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 BUILD_FLAGS="-trimpath"
 
 key=$( { cat "$K8S_MOD/go.mod" "$K8S_MOD/go.sum" "$ETCD_MOD/go.mod" "$ETCD_MOD/go.sum";
-         cat "$KUEUE_MOD/go.mod" "$KUEUE_MOD/go.sum"; go version;
-         echo "$LDFLAGS $KUEUE_LDFLAGS $BUILD_FLAGS"; } | sha256sum | cut -c1-12)
+         cat "$KUEUE_MOD/go.mod" "$KUEUE_MOD/go.sum" "$HELM_MOD/go.mod" "$HELM_MOD/go.sum"; go version;
+         echo "$LDFLAGS $KUEUE_LDFLAGS $HELM_LDFLAGS $BUILD_FLAGS"; } | sha256sum | cut -c1-12)
 CACHE=${INFER_CTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-ctl}/kube
 DEST=$CACHE/$k8s_version-$key
 BIN=$DEST/bin
 
 built() {
   [ -f "$DEST/complete" ] || return 1
-  for b in "${K8S_CMDS[@]}" etcd kueue; do [ -x "$BIN/$b" ] || return 1; done
+  for b in "${K8S_CMDS[@]}" etcd kueue helm; do [ -x "$BIN/$b" ] || return 1; done
   [ -f "$DEST/kueue/webhook/manifests.yaml" ] && [ -f "$DEST/kueue/crd/kueue.x-k8s.io_workloads.yaml" ]
 }
 
@@ -125,6 +132,8 @@ build_with_progress "kubernetes $k8s_version" "$ROOT/$K8S_MOD" "$TMP/bin/" "${pk
 build_with_progress "etcd $etcd_version" "$ROOT/$ETCD_MOD" "$TMP/bin/etcd" go.etcd.io/etcd/server/v3
 LDFLAGS=$KUEUE_LDFLAGS build_with_progress "kueue $kueue_version" "$ROOT/$KUEUE_MOD" "$TMP/bin/kueue" \
   sigs.k8s.io/kueue/cmd/kueue
+LDFLAGS=$HELM_LDFLAGS build_with_progress "helm $helm_version" "$ROOT/$HELM_MOD" "$TMP/bin/helm" \
+  helm.sh/helm/v4/cmd/helm
 # Kueue's CRDs and webhook configurations, from the module version just built (read-only in the module cache).
 kueue_src=$(cd "$KUEUE_MOD" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
 mkdir -p "$TMP/kueue/crd" "$TMP/kueue/webhook"
@@ -140,7 +149,7 @@ rm -rf "$DEST"
 mkdir -p "$DEST"
 mv "$TMP/bin" "$BIN"
 mv "$TMP/kueue" "$DEST/kueue"
-{ echo "kubernetes $k8s_version"; echo "etcd $etcd_version"; echo "kueue $kueue_version"; go version; date -u +%FT%TZ;
+{ echo "kubernetes $k8s_version"; echo "etcd $etcd_version"; echo "kueue $kueue_version"; echo "helm $helm_version"; go version; date -u +%FT%TZ;
   echo "seconds $(( $(date +%s) - overall ))"; } > "$DEST/complete"
-echo "[kube] Kubernetes $k8s_version, etcd $etcd_version and Kueue $kueue_version built in $(( $(date +%s) - overall ))s into $BIN" >&2
+echo "[kube] Kubernetes $k8s_version, etcd $etcd_version, Kueue $kueue_version and helm $helm_version built in $(( $(date +%s) - overall ))s into $BIN" >&2
 echo "$BIN"

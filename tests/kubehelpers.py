@@ -1,5 +1,5 @@
 """Helpers shared by the tests that run on the real control plane (tests/realcluster, tests/controller's `kube`
-backend): deploy/controller's manifests applied as a user applies them."""
+backend): the RBAC pieces of deploy/kustomize applied with kubectl."""
 
 from __future__ import annotations
 
@@ -11,16 +11,20 @@ from infer_ctl.sandbox.localcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# deploy/controller/, in the order a user applies them (the Deployment itself needs a container runtime).
-CONTROLLER_MANIFESTS = ("namespace.yaml", "priorityclasses.yaml", "rbac.yaml", "kopf-peering.yaml")
+# The kopf peering CRD and deploy/kustomize/base's namespace, PriorityClasses, RBAC and peering object, in this
+# order (without the Deployment: these tests run the controller themselves; tests/realcluster/test_deploy.py
+# installs the whole overlay and the Helm chart).
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+CONTROLLER_MANIFESTS = (KUSTOMIZE / "kopf-peering" / "crd.yaml", KUSTOMIZE / "base" / "namespace.yaml",
+                        KUSTOMIZE / "base" / "priorityclasses.yaml", KUSTOMIZE / "base" / "rbac.yaml",
+                        KUSTOMIZE / "base" / "peering.yaml")
 CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT = "infer-ctl-system", "infer-ctl"
 
 
 def apply_in_order(cluster: LocalCluster, path: Path) -> None:
     """kubectl apply, one document at a time, waiting for each CRD to be Established before what follows it
-    (deploy/controller/kopf-peering.yaml has a custom resource after its CRD, which one `kubectl apply -f` of the
-    file refuses on a fresh cluster: "no matches for kind ClusterKopfPeering ... ensure CRDs are installed
-    first"; issue 16 reorganises deploy/)."""
+    (a custom resource cannot be applied before its CRD is served: "no matches for kind ClusterKopfPeering ...
+    ensure CRDs are installed first")."""
     for doc in yaml.safe_load_all(path.read_text()):
         if not doc:
             continue
@@ -31,9 +35,9 @@ def apply_in_order(cluster: LocalCluster, path: Path) -> None:
 
 
 def install_controller(cluster: LocalCluster, kubeconfig: Path) -> Path:
-    """deploy/controller's namespace, PriorityClasses, RBAC and peering applied with kubectl; writes to
+    """deploy/kustomize's peering CRD, namespace, PriorityClasses, RBAC and peering applied with kubectl; writes to
     `kubeconfig` (and returns it) a kubeconfig that acts as the controller's ServiceAccount, so a controller run
     with it has exactly the permissions deploy/ grants, not an admin's."""
-    for name in CONTROLLER_MANIFESTS:
-        apply_in_order(cluster, ROOT / "deploy" / "controller" / name)
+    for path in CONTROLLER_MANIFESTS:
+        apply_in_order(cluster, path)
     return cluster.service_account_kubeconfig(CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, kubeconfig)

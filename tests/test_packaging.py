@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXAMPLE = ROOT / "deploy" / "examples" / "llm-8b.yaml"
-NAMESPACE = ROOT / "deploy" / "controller" / "namespace.yaml"
+NAMESPACE = ROOT / "deploy" / "kustomize" / "base" / "namespace.yaml"
 
 
 def _run(args: list[str | Path], *, cwd: Path = ROOT, timeout: float = 300,

@@ -13,7 +13,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
     parser.add_argument("--prometheus-url", default=None,
-                        help="Prometheus to read request rates from; without it replicas' /metrics are scraped")
+                        help="Prometheus to read request rates from; without it (or empty) the replicas' /metrics "
+                             "are scraped")
     parser.add_argument("--namespace", action="append", default=[], metavar="NS",
                         help="watch only this namespace (repeatable; default: cluster-wide)")
     parser.add_argument("--peering", default=None, metavar="NAME",
@@ -24,7 +25,18 @@ def register(sub: Any) -> None:
                              "Deployment never tie; kopf pauses every peer of a tie)")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve the controller's /metrics here")
     parser.add_argument("--metrics-address", default="127.0.0.1", help="address for --metrics-port")
-    parser.add_argument("--policies", type=Path, default=None, help="policies folder (default: policies/)")
+    parser.add_argument("--liveness-port", type=int, default=None,
+                        help="serve kopf's liveness endpoint GET /healthz here (200 while the operator runs)")
+    parser.add_argument("--readiness-port", type=int, default=None,
+                        help="serve GET /readyz here: 200 once kopf's operator runs and every watch-fed cache "
+                             "has synced, else 503 naming what is missing")
+    parser.add_argument("--health-address", default="127.0.0.1",
+                        help="address for --liveness-port and --readiness-port")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="json: one JSON object per line (time, level, logger, message, and kopf's object "
+                             "reference when the line is about one resource)")
+    parser.add_argument("--policies", type=Path, default=None,
+                        help="policies folder (default: $INFER_CTL_POLICIES, else the shipped policies/)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 
@@ -36,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from infer_ctl.config.policies import load_policies
+    from infer_ctl.controller.health import configure_logging
     from infer_ctl.controller.operator import OperatorConfig, random_priority
     from infer_ctl.controller.operator import run as run_operator
     from infer_ctl.controller.reconciler import Settings
     from infer_ctl.core.errors import SpecError
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, verbose=args.verbose)
     for chatty in ("httpx", "urllib3"):  # one line per scrape and per API call is noise at INFO
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
@@ -50,9 +62,10 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(f"infer-ctl controller: the policies are invalid: {exc}", file=sys.stderr)
         return 2
-    config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url), kubeconfig=args.kubeconfig,
+    config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url or None), kubeconfig=args.kubeconfig,
                             namespaces=tuple(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
-                            metrics_address=args.metrics_address,
+                            metrics_address=args.metrics_address, liveness_port=args.liveness_port,
+                            readiness_port=args.readiness_port, health_address=args.health_address,
                             priority=args.priority if args.priority is not None else random_priority())
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: kopf has already stopped its tasks
         asyncio.run(run_operator(config))

@@ -31,6 +31,7 @@ from typing import Any
 
 import kopf
 
+from infer_ctl.controller.health import ReadinessServer, liveness_endpoint
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core import api
 from infer_ctl.kube.client import KubeClient
@@ -49,6 +50,9 @@ class OperatorConfig:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     priority: int = 0  # peering priority: the highest live peer is the active one
+    liveness_port: int | None = None  # kopf's liveness endpoint (/healthz) on health_address
+    readiness_port: int | None = None  # /readyz (infer_ctl.controller.health) on health_address
+    health_address: str = "127.0.0.1"
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
 
@@ -146,6 +150,12 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     if config.metrics_port is not None:
         reconciler.metrics.serve(config.metrics_port, config.metrics_address)
     registry = build_registry(config, kube, reconciler)
+    started = asyncio.Event()  # kopf sets it once its operator runs; readiness and the caller's ready_flag follow
+    relay = asyncio.create_task(_relay(started, ready_flag))
+    readiness = (ReadinessServer(lambda: not_ready(started, reconciler), config.readiness_port,
+                                 config.health_address) if config.readiness_port is not None else None)
+    liveness = (liveness_endpoint(config.health_address, config.liveness_port)
+                if config.liveness_port is not None else None)
     restarts = 0
     try:
         while True:
@@ -156,8 +166,9 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
                     namespaces=config.namespaces,
                     standalone=config.peering is None,
                     peering_name=config.peering,
+                    liveness_endpoint=liveness,
                     stop_flag=stop_flag,
-                    ready_flag=ready_flag,
+                    ready_flag=started,
                 )
                 return  # stopped: the stop flag, or a signal
             except Exception as exc:  # kopf ends on a failed watch: start it again, keep the services' memory
@@ -170,6 +181,23 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
                           type(exc).__name__, exc, delay, restarts, exc_info=exc)
                 await asyncio.sleep(delay)
     finally:
+        relay.cancel()
+        if readiness is not None:
+            readiness.close()
         reconciler.metrics.stop_serving()
         await reconciler.close()
         kube.close()
+
+
+async def _relay(started: asyncio.Event, ready_flag: asyncio.Event | threading.Event | None) -> None:
+    await started.wait()
+    if ready_flag is not None:
+        ready_flag.set()
+
+
+def not_ready(started: asyncio.Event, reconciler: Reconciler) -> list[str]:
+    """What keeps the controller from being ready (empty: ready): kopf's operator not yet running, or a
+    watch-fed cache that has not finished its first list (or lost its watch and is listing again)."""
+    missing = [] if started.is_set() else ["kopf's operator has not started"]
+    missing += [f"the {name} cache has not synced" for name in reconciler.view.unsynced()]
+    return missing

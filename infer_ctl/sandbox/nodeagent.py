@@ -32,6 +32,11 @@ Per-Pod knobs (annotations, all optional): `sandbox.infer-ctl.io/service-time-ms
 catalog's relative throughput), `.../concurrency`, `.../cold-start-seconds` (default: the owning
 InferenceService's `spec.runtime.coldStartSeconds`, else 5), `.../warm-start-seconds` (cached model; default a
 fifth of the cold start), and `.../runtime: pause` for a Pod that needs no process (Ready at once).
+
+A Pod of infer-ctl's own image (`ghcr.io/infer-ctl/infer-ctl`, the controller of deploy/'s kustomize overlays and
+Helm chart) is not a model server: it runs as the image's entrypoint, `infer-ctl <args>`, with its env, its
+ServiceAccount's token, its ConfigMap volumes, remapped ports and its HTTP probes (`controllerpod.py`; on the real
+control plane only, the emulator has no TokenRequest). Its output is in `pod_logs[(namespace, name)]`.
 """
 
 from __future__ import annotations
@@ -44,14 +49,18 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
+from infer_ctl.sandbox import controllerpod
 from infer_ctl.sandbox.cluster import SandboxNode
 from infer_ctl.sandbox.store import Obj, rfc3339
 from infer_ctl.sandbox.view import ClusterView
@@ -187,7 +196,7 @@ class _Running:
     namespace: str
     name: str
     node: str
-    child: Child | None = None
+    child: Child | controllerpod.ControllerProcess | None = None
     port: int | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
@@ -219,6 +228,8 @@ class NodeAgent:
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _node_uids: dict[str, str] = field(default_factory=dict)
     _registered_at: str = ""
+    pod_logs: dict[tuple[str, str], Path] = field(default_factory=dict)  # infer-ctl's own Pods' output
+    _workdir: Path | None = None
 
     def __post_init__(self) -> None:
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
@@ -337,6 +348,10 @@ class NodeAgent:
         if self._knob(pod, "runtime") == "pause":
             await self._report(running, started=True, ready=True)
             return
+        image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+        if controllerpod.is_controller_image(image):
+            await self._run_controller(running, pod)
+            return
         model = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_CACHE_KEY) or running.name
         node_cache = self._cache.setdefault(running.node, set())
         cold = float(self._knob(pod, "cold-start-seconds") or await self._owner_cold_start(pod) or
@@ -378,6 +393,70 @@ class NodeAgent:
             await asyncio.sleep(backoff_s)  # kubelet's CrashLoopBackOff, doubling up to 10 s
             backoff_s = min(backoff_s * 2, 10.0)
 
+    async def _run_controller(self, running: _Running, pod: Obj) -> None:
+        """infer-ctl's own image as a local process, restarted with kubelet's back-off when it exits."""
+        client = getattr(self.view, "client", None)
+        if client is None:
+            self._event(running, "Failed", "infer-ctl's image runs on the real control plane only (TokenRequest)")
+            return
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="infer-ctl-pods-"))
+        log_path = self._workdir / f"{running.namespace}_{running.name}.log"
+        self.pod_logs[(running.namespace, running.name)] = log_path
+        backoff_s = 1.0
+        while not running.stopping:
+            try:
+                prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir)
+            except (KubeError, OSError) as e:
+                self._event(running, "Failed", f"Error: {e}")
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+                continue
+            child = await controllerpod.start(prepared, log_path)
+            running.child = child
+            self._event(running, "Started", f"Started container {prepared.container.get('name', 'main')} "
+                                            f"(infer-ctl, pid {child.pid})")
+            await self._report(running, started=True, ready=False)
+            prober = asyncio.ensure_future(self._probe(running, child, prepared))
+            try:
+                code = await asyncio.shield(child.exited)
+            finally:
+                prober.cancel()
+                controllerpod.cleanup(prepared)
+            if running.stopping:
+                return
+            running.restarts += 1
+            await self._report(running, started=False, ready=False, exit_code=code)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 10.0)
+
+    async def _probe(self, running: _Running, child: controllerpod.ControllerProcess,
+                     prepared: controllerpod.Prepared) -> None:
+        """kubelet's HTTP probes: readiness sets Ready (no readiness probe: Ready once started); liveness failing
+        `failureThreshold` times in a row (after `initialDelaySeconds`) stops the process, which restarts it."""
+        container = prepared.container
+        readiness, liveness = container.get("readinessProbe") or {}, container.get("livenessProbe") or {}
+        ready_url = controllerpod.probe_url(readiness, container, prepared.ports)
+        live_url = controllerpod.probe_url(liveness, container, prepared.ports)
+        period_s = float(readiness.get("periodSeconds", 10))
+        loop = asyncio.get_running_loop()
+        started, ready, failures = loop.time(), False, 0
+        while not child.exited.done():
+            ok = await controllerpod.http_ok(ready_url, float(readiness.get("timeoutSeconds", 1))) \
+                if ready_url else True
+            if ok != ready:
+                ready = ok
+                await self._report(running, started=True, ready=ok)
+            if live_url and loop.time() - started >= float(liveness.get("initialDelaySeconds", 0)):
+                alive = await controllerpod.http_ok(live_url, float(liveness.get("timeoutSeconds", 1)))
+                failures = 0 if alive else failures + 1
+                if failures >= int(liveness.get("failureThreshold", 3)):
+                    self._event(running, "Unhealthy", f"Liveness probe failed {failures} times: {live_url}")
+                    await child.stop(30.0)
+                    return
+            await asyncio.sleep(min(period_s, float(liveness.get("periodSeconds", period_s))) if live_url
+                                else period_s)
+
     async def _zygote_ready(self) -> Zygote:
         async with self._zygote_lock:  # pods bound together must share one zygote
             if self._zygote is None or not self._zygote.alive:
@@ -416,6 +495,9 @@ class NodeAgent:
         if self._zygote is not None:
             await self._zygote.stop()
             self._zygote = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     # ------------------------------------------------------------------------------------------ status
 

@@ -65,8 +65,8 @@ class Cluster:
         return self.sandbox.local if isinstance(self.sandbox, KubeSandbox) else None
 
     def controller_kubeconfig(self) -> Path:
-        """The kubeconfig `infer-ctl controller` runs with: on `kube`, deploy/controller/ applied with kubectl (once
-        per cluster) and its ServiceAccount's token; on the emulator (no RBAC), the admin kubeconfig."""
+        """The kubeconfig `infer-ctl controller` runs with: on `kube`, deploy/kustomize's RBAC applied with kubectl
+        (once per cluster) and its ServiceAccount's token; on the emulator (no RBAC), the admin kubeconfig."""
         local = self.local
         if local is None:
             return self.kubeconfig

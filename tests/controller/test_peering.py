@@ -1,5 +1,6 @@
-"""Two controllers with peering, as deploy/controller/ runs them (cluster-wide, `--peering infer-ctl`): only the
-higher-priority one works; when it stops, the other takes over. What each did is read from its own /metrics."""
+"""Two controllers with peering, as deploy/kustomize and the Helm chart run them (cluster-wide, `--peering
+infer-ctl`): only the higher-priority one works; when it stops, the other takes over. What each did is read from
+its own /metrics."""
 
 from __future__ import annotations
 
@@ -40,12 +41,14 @@ def replicas(cluster: Cluster) -> int:
 
 
 def install_peering(cluster: Cluster) -> None:
-    """deploy/controller/kopf-peering.yaml: on `kube` applied with the rest of deploy/controller/ (kubectl, in
+    """deploy/kustomize's peering CRD and object: on `kube` applied with the base's RBAC (kubectl, in
     order); the emulator has no RBAC objects to apply, so its CRD and peering object are posted as they are."""
     if cluster.local is not None:
         cluster.controller_kubeconfig()
         return
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "controller" / "kopf-peering.yaml").read_text()):
+    kustomize = ROOT / "deploy" / "kustomize"
+    for doc in [*yaml.safe_load_all((kustomize / "kopf-peering" / "crd.yaml").read_text()),
+                *yaml.safe_load_all((kustomize / "base" / "peering.yaml").read_text())]:
         if doc["kind"] == "CustomResourceDefinition":
             cluster.kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=doc)
         else:

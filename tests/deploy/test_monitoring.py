@@ -1,6 +1,6 @@
 """deploy/monitoring/: the PrometheusRule passes promtool (check and unit tests), every PromQL expression of the
 rules and the Grafana dashboard parses in a real Prometheus and reads only series the controller exports, and
-the ServiceMonitor scrapes the port deploy/controller/controller.yaml exposes."""
+the ServiceMonitor scrapes the port deploy/kustomize/base/controller.yaml exposes."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.prometheus_server import prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
-CONTROLLER_MANIFEST = ROOT / "deploy" / "controller" / "controller.yaml"
+CONTROLLER_MANIFEST = ROOT / "deploy" / "kustomize" / "base" / "controller.yaml"
 RULES_UNIT_TESTS = Path(__file__).with_name("monitoring_rules_test.yaml")
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install "

@@ -94,25 +94,27 @@ def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 30.
 
 # ------------------------------------------------------------------------------------------------ the controller
 
-CONTROLLER_MANIFESTS = ("namespace.yaml", "priorityclasses.yaml", "rbac.yaml", "kopf-peering.yaml")
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+CONTROLLER_MANIFESTS = (KUSTOMIZE / "kopf-peering" / "crd.yaml", KUSTOMIZE / "base" / "namespace.yaml",
+                        KUSTOMIZE / "base" / "priorityclasses.yaml", KUSTOMIZE / "base" / "rbac.yaml",
+                        KUSTOMIZE / "base" / "peering.yaml")
 
 
 @pytest.fixture(scope="session")
 def controller_kubeconfig(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/controller's namespace, PriorityClasses, RBAC and peering applied with kubectl as a user would (the
-    Deployment itself needs a container runtime), and a kubeconfig that acts as its ServiceAccount: the controller
-    in these tests has exactly the permissions deploy/ grants, not an admin's."""
-    for name in CONTROLLER_MANIFESTS:
-        apply_in_order(local_cluster, ROOT / "deploy" / "controller" / name)
+    """deploy/kustomize's peering CRD and the base's namespace, PriorityClasses, RBAC and peering applied with
+    kubectl (the Deployment is installed whole by test_deploy.py), and a kubeconfig that acts as its
+    ServiceAccount: the controller in these tests has exactly the permissions deploy/ grants, not an admin's."""
+    for path in CONTROLLER_MANIFESTS:
+        apply_in_order(local_cluster, path)
     return local_cluster.service_account_kubeconfig("infer-ctl-system", "infer-ctl",
                                                     tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
 def apply_in_order(cluster: LocalCluster, path: Path) -> None:
     """kubectl apply, one document at a time, waiting for each CRD to be Established before what follows it
-    (deploy/controller/kopf-peering.yaml has a custom resource after its CRD, which one `kubectl apply -f` of the
-    file refuses on a fresh cluster: "no matches for kind ClusterKopfPeering ... ensure CRDs are installed
-    first"; issue 16 reorganises deploy/)."""
+    (a custom resource cannot be applied before its CRD is served: "no matches for kind ClusterKopfPeering ...
+    ensure CRDs are installed first")."""
     for doc in yaml.safe_load_all(path.read_text()):
         if not doc:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,12 @@ def test_the_beta_apis_the_project_uses_are_served(local_cluster: LocalCluster) 
     assert {"podgroups", "workloads"} <= served
     dra = {r["name"] for r in local_cluster.request("GET", "/apis/resource.k8s.io/v1")["resources"]}
     assert {"resourceclaims", "resourceslices", "deviceclasses", "resourceclaimtemplates"} <= dra
+
+
+def test_helm_is_the_pinned_release() -> None:
+    go_mod = (Path(__file__).resolve().parents[2] / "kubebin" / "helm" / "go.mod").read_text()
+    pinned = re.search(r"helm\.sh/helm/v4 (v\S+)", go_mod)
+    assert pinned is not None
+    result = subprocess.run([str(kube_binaries() / "helm"), "version", "--short"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.stdout.strip() == pinned.group(1)

@@ -1,0 +1,134 @@
+"""deploy/'s two installers on the real control plane: `kubectl apply -k deploy/kustomize/...` and `helm install
+deploy/helm/infer-ctl` (kubectl and helm built from their Go modules, scripts/kube-binaries.sh).
+
+Each installs on a fresh cluster state (the sandbox's nodes, kube-controller-manager making the Deployment's
+Pod, kube-scheduler binding it), and the controller comes up from what was installed: the node agent runs a Pod
+of infer-ctl's image as `infer-ctl <the Deployment's args>` with the Pod's env, its ServiceAccount's token (so
+deploy/'s RBAC is what the controller really has), its policies ConfigMap as files and its probes
+(infer_ctl/sandbox/controllerpod.py); the Pod turns Ready from the readiness probe. The controller then
+reconciles deploy/examples/llm-8b.yaml (cold start shortened) to a serving replica, logs JSON lines, and an
+uninstall leaves the shared kopf peering CRD (and, for Helm, the InferenceService CRD) in place.
+
+The local overlay and the test's Helm values run one replica: two would each get their own ports (the node agent
+remaps them) but would add nothing here that tests/controller/test_peering.py does not check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infer_ctl.config.policies import load_policies
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, KubeClient, Resource
+from infer_ctl.sandbox.cluster import load_cluster
+from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
+from infer_ctl.sandbox.localcluster import LocalCluster
+from tests.realcluster.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+CHART = ROOT / "deploy" / "helm" / "infer-ctl"
+EXAMPLE = ROOT / "deploy" / "examples" / "llm-8b.yaml"
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+PEERING_CRD, SERVICE_CRD = "clusterkopfpeerings.kopf.dev", "inferenceservices.infer-ctl.io"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSandbox]:
+    policies = load_policies(ROOT / "policies")
+    topology = load_cluster(ROOT / "deploy" / "sandbox" / "small.yaml", policies.catalog)
+    with kube_sandbox_in_thread(topology, policies.catalog, workdir=tmp_path_factory.mktemp("deploy")) as s:
+        yield s
+
+
+@pytest.fixture
+def kube(sandbox: KubeSandbox) -> Iterator[KubeClient]:
+    client = KubeClient.from_config(str(sandbox.local.kubeconfig))
+    try:
+        # deploy/ installs the PriorityClasses itself; the sandbox's (another preemptionPolicy, immutable) go
+        for name in ("infer-ctl-serving", "infer-ctl-standby"):
+            client.delete(PRIORITY_CLASSES, name)
+        yield client
+    finally:
+        client.close()
+
+
+def helm(local: LocalCluster, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert local.bin_dir is not None
+    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+           "HELM_DATA_HOME": str(home / "data")}
+    result = subprocess.run([str(local.bin_dir / "helm"), f"--kubeconfig={local.kubeconfig}", *args], env=env,
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+    return result
+
+
+def controller_pod(kube: KubeClient, namespace: str) -> dict[str, Any] | None:
+    for pod in kube.list(PODS, namespace, label_selector="app.kubernetes.io/component=controller"):
+        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+        if conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp"):
+            return dict(pod)
+    return None
+
+
+def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: str) -> None:
+    """The controller from `namespace` is Ready (its readiness probe), serves llm-8b to a ready replica, and its
+    log is JSON lines."""
+    started = time.monotonic()
+    pod = wait_for(lambda: controller_pod(kube, namespace), what=f"a Ready controller Pod in {namespace}",
+                   timeout_s=120)
+    print(f"controller Pod {pod['metadata']['name']} Ready after {time.monotonic() - started:.1f} s")
+    service = yaml.safe_load(EXAMPLE.read_text())
+    service["spec"]["runtime"]["coldStartSeconds"] = 3  # 180 s in the example
+    kube.create(INFERENCE_SERVICES, service, "default")
+    try:
+        wait_for(lambda: ((kube.get(INFERENCE_SERVICES, "llama-8b", "default") or {}).get("status") or {})
+                 .get("replicas", {}).get("serving", 0) >= 1, what="a serving replica of llama-8b", timeout_s=90)
+        print(f"llama-8b serving after {time.monotonic() - started:.1f} s")
+    finally:
+        kube.delete(INFERENCE_SERVICES, "llama-8b", "default")
+    log_path = sandbox.side.agent.pod_logs[(namespace, pod["metadata"]["name"])]
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines), lines[:3]
+    assert any((line.get("object") or {}).get("name") == "llama-8b" for line in lines), "no line names the object"
+    wait_for(lambda: not kube.list(PODS, "default", label_selector="infer-ctl.io/service=llama-8b"),
+             what="llama-8b's replicas to go", timeout_s=60)
+
+
+def crd_exists(kube: KubeClient, name: str) -> bool:
+    return kube.get(CRDS, name) is not None
+
+
+def test_kubectl_apply_k_installs_a_controller_that_reconciles_and_delete_k_keeps_the_shared_crd(
+        sandbox: KubeSandbox, kube: KubeClient) -> None:
+    local = sandbox.local
+    local.kubectl("apply", "-k", str(KUSTOMIZE / "kopf-peering"))
+    local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PEERING_CRD}")
+    applied = local.kubectl("apply", "-k", str(KUSTOMIZE / "overlays" / "local"))  # once, on a fresh namespace
+    assert "deployment.apps/infer-ctl created" in applied.stdout, applied.stdout
+    reconciles_the_example(sandbox, kube, "infer-ctl-local")
+    local.kubectl("delete", "-k", str(KUSTOMIZE / "overlays" / "local"), "--wait=true", "--timeout=120s")
+    assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
+    wait_for(lambda: not kube.list(PODS, "infer-ctl-local"), what="the controller Pod to go", timeout_s=60)
+
+
+def test_helm_install_brings_its_crds_and_a_controller_and_uninstall_keeps_the_crds(
+        sandbox: KubeSandbox, kube: KubeClient, tmp_path: Path) -> None:
+    local = sandbox.local
+    if crd_exists(kube, PEERING_CRD):  # so that the chart's crds/ must create it
+        local.kubectl("delete", f"crd/{PEERING_CRD}", "--wait=true", "--timeout=60s")
+    helm(local, tmp_path, "install", "infer-ctl", str(CHART), "--namespace", "infer-ctl-helm", "--create-namespace",
+         "--set", "replicas=1", "--set", "prometheusUrl=", "--set", "image.tag=dev")
+    assert crd_exists(kube, PEERING_CRD)
+    reconciles_the_example(sandbox, kube, "infer-ctl-helm")
+    helm(local, tmp_path, "uninstall", "infer-ctl", "--namespace", "infer-ctl-helm", "--wait", "--timeout=120s")
+    assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
+    wait_for(lambda: not kube.list(PODS, "infer-ctl-helm"), what="the controller Pod to go", timeout_s=60)
