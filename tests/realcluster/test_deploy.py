@@ -9,8 +9,8 @@ deploy/'s RBAC is what the controller really has), its policies ConfigMap as fil
 reconciles deploy/examples/llm-8b.yaml (cold start shortened) to a serving replica, logs JSON lines, and an
 uninstall leaves the shared kopf peering CRD (and, for Helm, the InferenceService CRD) in place.
 
-The local overlay and the test's Helm values run one replica: two would each get their own ports (the node agent
-remaps them) but would add nothing here that tests/controller/test_peering.py does not check.
+The local overlay runs one replica; the chart its default two, peered (each Pod's ports remapped by the node
+agent): both turn Ready (the standby too), and the PodDisruptionBudget then allows one disruption.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
 CHART = ROOT / "deploy" / "helm" / "infer-ctl"
 EXAMPLE = ROOT / "deploy" / "examples" / "llm-8b.yaml"
+PDBS = Resource("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget")
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 PEERING_CRD, SERVICE_CRD = "clusterkopfpeerings.kopf.dev", "inferenceservices.infer-ctl.io"
 
@@ -71,21 +72,25 @@ def helm(local: LocalCluster, home: Path, *args: str) -> subprocess.CompletedPro
     return result
 
 
-def controller_pod(kube: KubeClient, namespace: str) -> dict[str, Any] | None:
+def ready_controller_pods(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    out = []
     for pod in kube.list(PODS, namespace, label_selector="app.kubernetes.io/component=controller"):
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
         if conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp"):
-            return dict(pod)
-    return None
+            out.append(dict(pod))
+    return out
 
 
-def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: str) -> None:
-    """The controller from `namespace` is Ready (its readiness probe), serves llm-8b to a ready replica, and its
-    log is JSON lines."""
+def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: str, replicas: int) -> None:
+    """The controller's `replicas` Pods in `namespace` are Ready (their readiness probes), one of them serves
+    llm-8b to a ready replica, and their logs are JSON lines."""
     started = time.monotonic()
-    pod = wait_for(lambda: controller_pod(kube, namespace), what=f"a Ready controller Pod in {namespace}",
-                   timeout_s=120)
-    print(f"controller Pod {pod['metadata']['name']} Ready after {time.monotonic() - started:.1f} s")
+    def all_ready() -> list[dict[str, Any]] | None:
+        pods = ready_controller_pods(kube, namespace)
+        return pods if len(pods) == replicas else None
+
+    pods = wait_for(all_ready, what=f"{replicas} Ready controller Pods in {namespace}", timeout_s=120)
+    print(f"{replicas} controller Pod(s) Ready after {time.monotonic() - started:.1f} s")
     service = yaml.safe_load(EXAMPLE.read_text())
     service["spec"]["runtime"]["coldStartSeconds"] = 3  # 180 s in the example
     kube.create(INFERENCE_SERVICES, service, "default")
@@ -95,8 +100,9 @@ def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: st
         print(f"llama-8b serving after {time.monotonic() - started:.1f} s")
     finally:
         kube.delete(INFERENCE_SERVICES, "llama-8b", "default")
-    log_path = sandbox.side.agent.pod_logs[(namespace, pod["metadata"]["name"])]
-    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for pod in pods
+             for line in sandbox.side.agent.pod_logs[(namespace, pod["metadata"]["name"])].read_text().splitlines()
+             if line.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines), lines[:3]
     assert any((line.get("object") or {}).get("name") == "llama-8b" for line in lines), "no line names the object"
     wait_for(lambda: not kube.list(PODS, "default", label_selector="infer-ctl.io/service=llama-8b"),
@@ -114,7 +120,7 @@ def test_kubectl_apply_k_installs_a_controller_that_reconciles_and_delete_k_keep
     local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PEERING_CRD}")
     applied = local.kubectl("apply", "-k", str(KUSTOMIZE / "overlays" / "local"))  # once, on a fresh namespace
     assert "deployment.apps/infer-ctl created" in applied.stdout, applied.stdout
-    reconciles_the_example(sandbox, kube, "infer-ctl-local")
+    reconciles_the_example(sandbox, kube, "infer-ctl-local", replicas=1)
     local.kubectl("delete", "-k", str(KUSTOMIZE / "overlays" / "local"), "--wait=true", "--timeout=120s")
     assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
     wait_for(lambda: not kube.list(PODS, "infer-ctl-local"), what="the controller Pod to go", timeout_s=60)
@@ -126,9 +132,11 @@ def test_helm_install_brings_its_crds_and_a_controller_and_uninstall_keeps_the_c
     if crd_exists(kube, PEERING_CRD):  # so that the chart's crds/ must create it
         local.kubectl("delete", f"crd/{PEERING_CRD}", "--wait=true", "--timeout=60s")
     helm(local, tmp_path, "install", "infer-ctl", str(CHART), "--namespace", "infer-ctl-helm", "--create-namespace",
-         "--set", "replicas=1", "--set", "prometheusUrl=", "--set", "image.tag=dev")
+         "--set", "prometheusUrl=", "--set", "image.tag=dev")  # replicas: the default, 2
     assert crd_exists(kube, PEERING_CRD)
-    reconciles_the_example(sandbox, kube, "infer-ctl-helm")
+    reconciles_the_example(sandbox, kube, "infer-ctl-helm", replicas=2)
+    wait_for(lambda: ((kube.get(PDBS, "infer-ctl", "infer-ctl-helm") or {}).get("status") or {})
+             .get("disruptionsAllowed") == 1, what="the PodDisruptionBudget to allow one disruption")
     helm(local, tmp_path, "uninstall", "infer-ctl", "--namespace", "infer-ctl-helm", "--wait", "--timeout=120s")
     assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
     wait_for(lambda: not kube.list(PODS, "infer-ctl-helm"), what="the controller Pod to go", timeout_s=60)
