@@ -36,7 +36,8 @@ fifth of the cold start), and `.../runtime: pause` for a Pod that needs no proce
 A Pod of infer-ctl's own image (`ghcr.io/infer-ctl/infer-ctl`, the controller of deploy/'s kustomize overlays and
 Helm chart) is not a model server: it runs as the image's entrypoint, `infer-ctl <args>`, with its env, its
 ServiceAccount's token, its ConfigMap volumes, remapped ports and its HTTP probes (`controllerpod.py`; on the real
-control plane only, the emulator has no TokenRequest). Its output is in `pod_logs[(namespace, name)]`.
+control plane only, the emulator has no TokenRequest). Its output is in `pod_logs[(namespace, name)]`, its
+probes' local URLs in `pod_probes`.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class NodeAgent:
     _node_uids: dict[str, str] = field(default_factory=dict)
     _registered_at: str = ""
     pod_logs: dict[tuple[str, str], Path] = field(default_factory=dict)  # infer-ctl's own Pods' output
+    pod_probes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # their probes' local URLs
     _workdir: Path | None = None
 
     def __post_init__(self) -> None:
@@ -438,6 +440,8 @@ class NodeAgent:
         readiness, liveness = container.get("readinessProbe") or {}, container.get("livenessProbe") or {}
         ready_url = controllerpod.probe_url(readiness, container, prepared.ports)
         live_url = controllerpod.probe_url(liveness, container, prepared.ports)
+        self.pod_probes[(running.namespace, running.name)] = {
+            kind: url for kind, url in (("readiness", ready_url), ("liveness", live_url)) if url}
         period_s = float(readiness.get("periodSeconds", 10))
         loop = asyncio.get_running_loop()
         started, ready, failures = loop.time(), False, 0

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,12 @@ def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: st
 
     pods = wait_for(all_ready, what=f"{replicas} Ready controller Pods in {namespace}", timeout_s=120)
     print(f"{replicas} controller Pod(s) Ready after {time.monotonic() - started:.1f} s")
+    for pod in pods:  # what the probes answer: kopf's liveness endpoint and infer-ctl's readiness
+        probes = sandbox.side.agent.pod_probes[(namespace, pod["metadata"]["name"])]
+        with urllib.request.urlopen(probes["liveness"], timeout=5) as answer:
+            assert answer.status == 200
+        with urllib.request.urlopen(probes["readiness"], timeout=5) as answer:
+            assert answer.status == 200 and json.loads(answer.read())["ready"] is True
     service = yaml.safe_load(EXAMPLE.read_text())
     service["spec"]["runtime"]["coldStartSeconds"] = 3  # 180 s in the example
     kube.create(INFERENCE_SERVICES, service, "default")
