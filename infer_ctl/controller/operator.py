@@ -175,6 +175,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
                 if stop_flag is not None and stop_flag.is_set():
                     return
                 restarts += 1
+                started.clear()  # not ready (/readyz) until kopf's operator runs again
                 delay = RESTART_DELAYS_S[min(restarts, len(RESTART_DELAYS_S)) - 1]
                 reconciler.metrics.operator_restarts.inc()
                 log.error("kopf's operator stopped on %s: %s; starting it again in %.0f s (restart %d)",

@@ -199,3 +199,9 @@ def test_the_dockerfile_installs_from_the_lock_as_a_non_root_user_in_two_stages(
     assert text.count("\nFROM ") + text.startswith("FROM ") >= 2
     assert "uv sync --frozen --no-dev --no-editable" in text and "uv.lock" in text.split("RUN uv sync")[0]
     assert "USER 65532" in text and "COPY --from=builder /opt/venv /opt/venv" in text
+
+
+def test_helm_lint_finds_nothing_but_the_missing_icon() -> None:
+    out = run(str(bin_dir() / "helm"), "lint", str(CHART))
+    assert "0 chart(s) failed" in out, out
+    assert [line for line in out.splitlines() if line.startswith("[") and "icon is recommended" not in line] == []
