@@ -1,8 +1,8 @@
 """No module of ours imports a private part of a dependency (a module path with a component starting with `_`,
-or a private name taken from a module: `from kmock import _internal`), nor reaches one through an imported name
-(`kmock._internal.parsing`): those change in any release without notice. Our own packages may use each other's
-private names. (Private attributes of a dependency's *instances*, such as `request._raw_request`, are beyond what
-a static walk can tell; infer_ctl/sandbox/apiserver.py lists the kmock ones it still uses.)"""
+or a private name taken from a module: `from kopf import _core`), nor reaches one through an imported name
+(`kopf._core.engines`): those change in any release without notice. Our own packages may use each other's
+private names. (Private attributes of a dependency's *instances*, such as `request._payload`, are beyond what a
+static walk can tell.)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _private(dotted: str) -> bool:
 
 def private_imports(source: str, filename: str = "<source>") -> list[str]:
     """`line: what` for each import of a dependency's private module or name in a module's source, and each private
-    attribute reached through a name an import of a dependency bound (`kmock._internal.parsing`; the standard
+    attribute reached through a name an import of a dependency bound (`kopf._core.engines`; the standard
     library's documented underscored functions, such as `os._exit`, are not dependencies' internals)."""
     tree = ast.parse(source, filename)
     found, bound = [], {}
@@ -71,25 +71,25 @@ def test_no_module_imports_a_private_part_of_a_dependency() -> None:
 
 
 @pytest.mark.parametrize(("source", "caught"), [
-    ("from kmock._internal import parsing, rendering", True),
-    ("from kmock import _internal", True),
-    ("import kmock._internal.rendering", True),
-    ("import kmock._internal as k", True),
+    ("from kopf._cogs import parsing, rendering", True),
+    ("from kopf import _core", True),
+    ("import kopf._cogs.rendering", True),
+    ("import kopf._cogs as k", True),
     ("from requests.packages.urllib3._collections import HTTPHeaderDict", True),
     ("from prometheus_client.parser import _parse_sample", True),
-    ("def f():\n    from kmock._internal import parsing", True),  # nested in a function
+    ("def f():\n    from kopf._cogs import parsing", True),  # nested in a function
     ("try:\n    import _thread\nexcept ImportError:\n    pass", True),  # a private top-level module
     ("from __future__ import annotations", False),
-    ("import kmock\nfrom kmock import Request", False),
+    ("import kopf\nfrom kopf import Memo", False),
     ("from infer_ctl.core.api import _private_helper", False),  # ours
     ("from tests.prometheus_server import free_port", False),
     ("from . import _sibling", False),  # relative: ours
     ("import collections.abc", False),
     ("from yaml import *", False),
-    ("import kmock\nkmock._internal.parsing.parse_path('/')", True),  # reached through an attribute
-    ("import kmock as k\nx = k._internal", True),
-    ("from kmock import Request\nRequest._parse", True),
-    ("import kmock\nprint(kmock.__version__)", False),  # dunders are public
+    ("import kopf\nkopf._cogs.parsing.parse_path('/')", True),  # reached through an attribute
+    ("import kopf as k\nx = k._core", True),
+    ("from kopf import Memo\nMemo._parse", True),
+    ("import kopf\nprint(kopf.__version__)", False),  # dunders are public
     ("import os\nos._exit(0)", False),  # the standard library's documented underscored functions
     ("from infer_ctl.sandbox import apiserver\napiserver._status", False),  # ours
 ])

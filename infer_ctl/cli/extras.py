@@ -1,8 +1,8 @@
 """The optional parts of infer-ctl (pyproject's extras: `sandbox`, `plot`, `validate`) and a clear error when a
 command needs one that is not installed.
 
-What each extra holds is read from the installed distribution's metadata (`Requires-Dist: kmock==0.8; extra ==
-"sandbox"`), so pyproject.toml stays the one list. The controller needs none of them.
+What each extra holds is read from the installed distribution's metadata (`Requires-Dist: matplotlib<4,>=3.9;
+extra == "plot"`), so pyproject.toml stays the one list. The controller needs none of them.
 """
 
 from __future__ import annotations

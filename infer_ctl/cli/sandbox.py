@@ -42,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from infer_ctl.sandbox.runtime import Sandbox, load
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("aiohttp.access", "kmock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     try:
         cluster, catalog = load(args.cluster, args.policies)
     except SpecError as e:

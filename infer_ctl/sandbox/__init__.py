@@ -2,11 +2,10 @@
 node agent that runs model servers.
 
 The emulator:
-- `apiserver.SandboxApiServer`: a `kmock.KubernetesScaffold` subclass (kmock's HTTP server, discovery and
-  fault-injection reactions) over `store.Store`, which implements kube-apiserver's semantics (see its module
-  docstring for why kmock's own object store is not used). Built-ins are validated with the Kubernetes 1.37
-  schemas of kubernetes-validate (`validation`), custom resources with `infer_ctl.kube.crd`. Held against the
-  real kube-apiserver by tests/realcluster/test_emulator_agrees.py.
+- `apiserver.SandboxApiServer`: an aiohttp application (discovery, resources, injected faults) over `store.Store`,
+  which implements kube-apiserver's semantics; `apiserver.ApiServerSite` serves it on 127.0.0.1. Built-ins are
+  validated with the Kubernetes 1.37 schemas of kubernetes-validate (`validation`), custom resources with
+  `infer_ctl.kube.crd`. Held against the real kube-apiserver by tests/realcluster/test_emulator_agrees.py.
 - `scheduler` + `allocator`: kube-scheduler for what the project uses, with DRA allocation on top of the
   placement engine's device inventory and CEL.
 - `runtime.Sandbox`: all of it on one event loop; `infer-ctl sandbox up` (`infer_ctl.cli.sandbox`).

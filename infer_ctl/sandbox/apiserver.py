@@ -1,23 +1,19 @@
-"""The sandbox's Kubernetes API server: kmock's HTTP server and discovery over the sandbox `Store`.
+"""The sandbox's Kubernetes API server: an aiohttp application over the sandbox `Store`.
 
-What comes from kmock 0.8 (by kopf's author), through its public names only (`kmock.Server`,
-`kmock.KubernetesScaffold`, `kmock.Request`, `kmock.resource`, `kmock.action`, `kmock.KubernetesError`): the aiohttp
-server, API discovery (`/api`, `/apis`, `/apis/GROUP/VERSION`, fed from the store's resource types, so CRDs appear
-when applied), and its request-reaction DSL: user reactions take priority over the store, which is how tests inject
-faults (`server['patch /api/v1/namespaces/ns/pods/p'] << 500`).
+On aiohttp's public server API (`web.Application`, `web.AppRunner`, `web.TCPSite` on 127.0.0.1,
+`web.StreamResponse` for watches); what makes it a Kubernetes API server is written here:
+- resources: every resource request is served from the `Store` (see `store.py` for the semantics), with
+  kube-apiserver's status codes (201 on create, 202 on deferred deletion, 409, 410, 415, 422 with causes, as `Status`
+  bodies rendered here) and a watch that honours `resourceVersion`, `timeoutSeconds` and bookmarks, and ends when
+  the server stops;
+- discovery: `/`, `/api`, `/apis`, `/apis/GROUP`, `/api/v1`, `/apis/GROUP/VERSION`, `/version` and a minimal
+  `/openapi/v3`, computed from the store's resource types on each request, so a CRD's resources appear when it is
+  applied and go when it is deleted; versions in kube-apiserver's priority order (GA, beta, alpha; the highest
+  first), the first one preferred;
+- faults: `add_fault(Fault(...))` (the fault proxy's rule, `faultproxy.Fault`) answers matching requests ahead
+  of the store with a `Status` error in kube-apiserver's form, or delays them; tests inject API failures so.
 
-What is written here, and why:
-- `__call__`: kmock's request parser fails on `/api/v1/namespaces` (500) and records every request in memory,
-  which a long-running sandbox cannot afford; the path is parsed here (`parse_api_path`), the Kubernetes verb that
-  reaction criteria match on is named here (`api_action`), and recording is opt-in.
-- `_serve`: kmock's `KubernetesEmulator` CRUD lacks the semantics listed in `store.py`; every resource request
-  that no user reaction answers is served from the `Store`, with kube-apiserver's status codes (201 on create,
-  202 on deferred deletion, 409, 410, 415, 422 with causes, as `Status` bodies rendered here) and a watch that
-  honours `resourceVersion`, `timeoutSeconds` and bookmarks, and ends when the server stops (kmock's watch never
-  ends).
-Still tied to kmock's internals, though not imported: the scaffold's underscored methods this class overrides or
-calls (`_handle`, `_serve_root`, `_serve_api`, `_serve_apis`, `_serve_group`, `_serve_version`), its request log
-and reaction list (`_requests`, `_payloads`) and `Request._raw_request`.
+`ApiServerSite(api, port)` serves it on 127.0.0.1 (`await site.start()`, `site.url`, `await site.stop()`).
 """
 
 from __future__ import annotations
@@ -26,16 +22,17 @@ import asyncio
 import base64
 import json
 import logging
+import random
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp.web
-import attrs
-import kmock
 import yaml
 
 from infer_ctl.sandbox import tables
+from infer_ctl.sandbox.faultproxy import Fault, status_body
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
 from infer_ctl.sandbox.store import ApiError, Gone, Obj, Store, bad_request, delete_returns_object, details
@@ -46,11 +43,7 @@ _JSON_TYPES = ("application/json", "application/json-patch+json", "application/m
                "application/strategic-merge-patch+json")
 
 
-class _ServeFromStore(Exception):
-    """Raised by the fallback reaction so that `_handle` serves the request from the store."""
-
-
-@attrs.frozen
+@dataclass(frozen=True)
 class ApiPath:
     """A Kubernetes API path's parts; `group` is None for a path that is not a resource path ('' is the core
     group)."""
@@ -66,8 +59,8 @@ class ApiPath:
 def parse_api_path(path: str) -> ApiPath:
     """`/api/v1/namespaces/ns/pods/p/status` -> group '', version v1, pods, ns, p, status.
 
-    `/api/v1/namespaces` and `/api/v1/namespaces/NAME[/status|finalize]` name the namespaces resource itself (kmock's
-    own parser, which this replaces, took them for a namespace's scope and answered 500).
+    `/api/v1/namespaces` and `/api/v1/namespaces/NAME[/status|finalize]` name the namespaces resource itself, not
+    a namespace's scope.
     """
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
@@ -86,55 +79,118 @@ def parse_api_path(path: str) -> ApiPath:
     return ApiPath(group, version, plural, namespace, name, subresource)
 
 
-def api_action(path: ApiPath, method: str, query: Mapping[str, str]) -> kmock.action | None:
-    """The Kubernetes verb of a request, as kmock's reaction criteria match it (`server['list pods']`): watch,
-    list, create, fetch (get), update (patch) or delete; None for the rest and for a path that is not a resource's."""
-    if path.group is None:
-        return None
-    if method == "GET" and query.get("watch") == "true":
-        return kmock.action.WATCH
-    verbs = ({"GET": kmock.action.LIST, "POST": kmock.action.CREATE} if path.name is None else
-             {"GET": kmock.action.FETCH, "PATCH": kmock.action.UPDATE, "DELETE": kmock.action.DELETE})
-    return verbs.get(method.upper())
+@dataclass(frozen=True)
+class _Call:
+    """One request as the serving methods read it: the aiohttp request, its parsed path, query and body."""
+
+    raw: aiohttp.web.BaseRequest
+    path: ApiPath
+    params: Mapping[str, str]
+    body: bytes
+    data: Any  # the body decoded from JSON, when it is JSON; else None
 
 
-def _prepared_response(error: Exception) -> aiohttp.web.StreamResponse | None:
-    """The response a failed streaming reaction had already started (kmock wraps the reaction's error with it):
-    its headers are sent, so it is ended as it is rather than answered anew with a 500."""
-    response = error.args[0] if error.args else None
-    return response if isinstance(response, aiohttp.web.StreamResponse) and response.prepared else None
+# ------------------------------------------------------------------------------------------------ discovery
+
+_KUBE_VERSION = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
 
 
-@attrs.define(kw_only=True)
-class SandboxApiServer(kmock.KubernetesScaffold):
-    """A kmock handler whose Kubernetes resources live in a `Store`. Serve it with `kmock.Server(handler)`."""
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """kube-apiserver's order of an API group's versions (the first is preferred): GA, then beta, then alpha, each
+    with the highest number first (v2, v1, v1beta2, v1beta1, v1alpha1); names not of that form last, by name."""
+    m = _KUBE_VERSION.fullmatch(version)
+    if m is None:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (stage, -int(m.group(1)), -int(m.group(3) or 0), "")
 
-    store: Store = attrs.field(factory=Store)
-    record_requests: bool = False
+
+def _not_found(what: str = "") -> ApiError:
+    suffix = f" ({what})" if what else ""
+    return ApiError(404, "NotFound", f"the server could not find the requested resource{suffix}")
+
+
+def group_versions(types: Iterable[ResourceType]) -> dict[str, list[str]]:
+    """Served group -> its versions by priority ('' is the core group), groups by name."""
+    versions: dict[str, set[str]] = {}
+    for rt in types:
+        versions.setdefault(rt.group, set()).add(rt.version)
+    return {group: sorted(versions[group], key=version_priority) for group in sorted(versions)}
+
+
+def _api_group(group: str, versions: list[str]) -> dict[str, Any]:
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": listed, "preferredVersion": listed[0]}
+
+
+def discovery_root(types: Iterable[ResourceType]) -> dict[str, Any]:
+    """`/`: the paths the server serves."""
+    paths = {"/", "/api", "/apis", "/version"}
+    for group, versions in group_versions(types).items():
+        if group:
+            paths.add(f"/apis/{group}")
+        paths.update(f"/apis/{group}/{v}" if group else f"/api/{v}" for v in versions)
+    return {"paths": sorted(paths)}
+
+
+def discovery_core() -> dict[str, Any]:
+    """`/api`: the core group's versions."""
+    return {"kind": "APIVersions", "versions": ["v1"]}
+
+
+def discovery_groups(types: Iterable[ResourceType]) -> dict[str, Any]:
+    """`/apis`: every named group with its versions."""
+    return {"apiVersion": "v1", "kind": "APIGroupList",
+            "groups": [_api_group(g, vs) for g, vs in group_versions(types).items() if g]}
+
+
+def discovery_group(types: Iterable[ResourceType], group: str) -> dict[str, Any]:
+    """`/apis/GROUP`: one group's versions; 404 for a group that is not served."""
+    versions = group_versions(types).get(group) if group else None
+    if not versions:
+        raise _not_found()
+    return {"apiVersion": "v1", "kind": "APIGroup", **_api_group(group, versions)}
+
+
+def discovery_version(types: Iterable[ResourceType], group: str, version: str) -> dict[str, Any]:
+    """`/api/v1`, `/apis/GROUP/VERSION`: the resources of one group-version, each followed by its subresources
+    (which name the resource's kind and verbs); 404 for a group-version that is not served."""
+    served = sorted((rt for rt in types if (rt.group, rt.version) == (group, version)), key=lambda rt: rt.plural)
+    if not served:
+        raise _not_found()
+    resources = [{"name": f"{rt.plural}/{sub}" if sub else rt.plural, "kind": rt.kind,
+                  "singularName": rt.singular, "shortNames": list(rt.short_names),
+                  "categories": list(rt.categories), "verbs": list(rt.verbs), "namespaced": rt.namespaced}
+                 for rt in served for sub in ["", *sorted(rt.subresources)]]
+    return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources}
+
+
+# ------------------------------------------------------------------------------------------------ the server
+
+
+@dataclass(kw_only=True)
+class SandboxApiServer:
+    """A Kubernetes API server whose resources live in a `Store`: `handle` is its aiohttp handler,
+    `application()` the aiohttp application; serve it with `ApiServerSite(api, port)`."""
+
+    store: Store = field(default_factory=Store)
     bookmark_interval_s: float = 60.0
-    _builtin_reactions: int = attrs.field(default=0, init=False)
+    faults: list[Fault] = field(default_factory=list)
+    _rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
 
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        self.fallback[re.compile(r"/api/v1/.+")] << self._route_to_store
-        self.fallback[re.compile(r"/apis/[^/]+/[^/]+/.+")] << self._route_to_store
-        self.fallback["get /version"] ** 1 << self._serve_kube_version
-        self.store.on_types_changed(self._sync_discovery)
-        self._sync_discovery()
-        self._builtin_reactions = len(self._payloads)
+    def add_fault(self, fault: Fault) -> Fault:
+        """Answer the requests `fault` matches (method, a regex searched in the path with its query, watch or not,
+        how many times, with what probability) with its `Status` error, after its delay, ahead of the store; with
+        `status` None, only delay them. `fault.injected` counts the requests it answered. Remove it from
+        `faults` to end it before its `times` run out."""
+        self.faults.append(fault)
+        return fault
 
-    def _sync_discovery(self) -> None:
-        self.resources.clear()
-        for rt in self.store.types():
-            self.resources[kmock.resource(group=rt.group, version=rt.version, plural=rt.plural)] = kmock.ResourceInfo(
-                kind=rt.kind, namespaced=rt.namespaced, singular=rt.singular, verbs=set(rt.verbs),
-                shortnames=set(rt.short_names), categories=set(rt.categories), subresources=set(rt.subresources))
-
-    async def _serve_version(self, request: kmock.Request) -> Any:
-        payload: Any = await super()._serve_version(request)
-        if payload.get("groupVersion", "").startswith("/"):  # kmock writes "/v1" for the core group
-            payload["groupVersion"] = payload["groupVersion"][1:]
-        return payload
+    def application(self) -> aiohttp.web.Application:
+        app = aiohttp.web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
 
     def _openapi_v3_root(self) -> dict[str, Any]:
         """`/openapi/v3`: one document per group-version, as kube-apiserver lists them."""
@@ -170,94 +226,84 @@ class SandboxApiServer(kmock.KubernetesScaffold):
         return {"openapi": "3.0.0", "info": {"title": "Kubernetes (infer-ctl sandbox)", "version": "v1.37.0"},
                 "paths": paths, "components": {"schemas": {}}}
 
-    async def _serve_kube_version(self) -> dict[str, str]:
+    def _kube_version(self) -> dict[str, str]:
         return {"major": "1", "minor": "37", "gitVersion": "v1.37.0-infer-ctl-sandbox", "gitTreeState": "clean",
                 "goVersion": "n/a", "compiler": "python", "platform": "linux/amd64"}
 
-    async def _route_to_store(self) -> None:
-        raise _ServeFromStore
-
-    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+    async def handle(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Answer one request: an injected fault, else discovery or a resource from the store."""
         try:
+            if self.faults and (response := await self._fault(raw_request)) is not None:
+                return response
             body = await raw_request.read()
-            k8s = parse_api_path(raw_request.path)
             data: Any = None
             if body and raw_request.content_type in _JSON_TYPES:
                 try:
                     data = json.loads(body)
                 except ValueError:
                     data = None
-            request = kmock.Request(
-                id=len(self._requests), raw_request=raw_request, url=raw_request.url, method=raw_request.method,
-                params=dict(raw_request.query), headers=dict(raw_request.headers), data=data, body=body,
-                action=api_action(k8s, raw_request.method, raw_request.query),
-                resource=None if k8s.group is None else kmock.resource(group=k8s.group, version=k8s.version,
-                                                                              plural=k8s.plural),
-                namespace=k8s.namespace, name=k8s.name, subresource=k8s.subresource)
-            if len(self._payloads) > self._builtin_reactions or self.record_requests:
-                # kmock's views match a request by finding it among the recorded ones, so user reactions
-                # (fault injection in tests) need recording; without them the server records nothing.
-                self._requests.append(request)
-                return await self._handle(request)
+            request = _Call(raw_request, parse_api_path(raw_request.path), dict(raw_request.query), body, data)
             return await self._direct(request)
         except Exception as e:
-            if (response := _prepared_response(e)) is not None:
-                log.warning("stream failed: %r", e.__cause__)
-                return response
             log.exception("internal error serving %s %s", raw_request.method, raw_request.path)
             return _status(ApiError(500, "InternalError", f"an error on the server has prevented the request "
                                                           f"from succeeding: {e!r}"))
 
-    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        try:
-            response: aiohttp.web.StreamResponse = await super()._handle(request)
-            return response
-        except _ServeFromStore:
-            return await self._direct(request)
+    async def _fault(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse | None:
+        """The answer of the first fault that matches the request (after its delay), or None to serve it."""
+        path_qs = raw.rel_url.raw_path_qs
+        is_watch = raw.method == "GET" and raw.query.get("watch") in ("true", "1")
+        for fault in tuple(self.faults):  # tests add and remove faults from other threads
+            if fault.matches(raw.method, path_qs, is_watch, self._rng):
+                fault.injected += 1
+                if fault.delay_s:
+                    await asyncio.sleep(fault.delay_s)
+                if fault.status is None:
+                    return None
+                return _json(status_body(fault.status, f"injected by a fault of the sandbox API server: "
+                                                       f"{fault.method or '*'} {fault.path}"), fault.status)
+        return None
 
-    async def _direct(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        """Serve without kmock's reaction matching: resources from the store, discovery from kmock's methods."""
-        raw = request._raw_request
-        assert raw is not None
+    async def _direct(self, request: _Call) -> aiohttp.web.StreamResponse:
+        """Serve a request: resources from the store, discovery from the store's resource types."""
+        raw = request.raw
         path = raw.path.rstrip("/") or "/"
         try:
-            if request.resource is not None and request.resource.plural is not None:
+            if request.path.plural is not None:
                 return await self._serve(request)
             if raw.method != "GET":
                 raise _method_not_allowed(raw.method)
-            payload: Any
-            if path == "/":
-                payload = await self._serve_root(request)
-            elif path == "/version":
-                payload = await self._serve_kube_version()
-            elif path == "/api":
-                payload = await self._serve_api(request)
-            elif path == "/apis":
-                payload = await self._serve_apis(request)
-            elif path == "/openapi/v3":
-                payload = self._openapi_v3_root()
-            elif match := re.fullmatch(r"/openapi/v3/apis/([^/]+)/([^/]+)|/openapi/v3/api/([^/]+)", path):
-                group, version = (match.group(1), match.group(2)) if match.group(1) else ("", match.group(3))
-                payload = self._openapi_v3_group(group, version)
-            elif match := re.fullmatch(r"/apis/([^/]+)", path):
-                request = attrs.evolve(request, resource=kmock.resource(group=match.group(1)))
-                payload = await self._serve_group(request)
-            elif request.resource is not None:
-                payload = await self._serve_version(request)
-            else:
-                raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-            return _json(payload)
+            return _json(self._discovery(path, request.path))
         except ApiError as e:
             return _status(e)
-        except kmock.KubernetesError as e:
-            return _status(ApiError(e.status, e.reason or "NotFound", e.message or ""))
+
+    def _discovery(self, path: str, api_path: ApiPath) -> dict[str, Any]:
+        """The discovery document (or OpenAPI, or version) at `path`."""
+        types = self.store.types()
+        if path == "/":
+            return discovery_root(types)
+        if path == "/version":
+            return self._kube_version()
+        if path == "/api":
+            return discovery_core()
+        if path == "/apis":
+            return discovery_groups(types)
+        if path == "/openapi/v3":
+            return self._openapi_v3_root()
+        if match := re.fullmatch(r"/openapi/v3/apis/([^/]+)/([^/]+)|/openapi/v3/api/([^/]+)", path):
+            group, version = (match.group(1), match.group(2)) if match.group(1) else ("", match.group(3))
+            return self._openapi_v3_group(group, version)
+        if match := re.fullmatch(r"/apis/([^/]+)", path):
+            return discovery_group(types, match.group(1))
+        if api_path.group is not None and api_path.version is not None:
+            return discovery_version(types, api_path.group, api_path.version)
+        raise _not_found(path)
 
     # ----------------------------------------------------------------------------------------- serving
 
-    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        raw = request._raw_request
-        assert raw is not None
-        k8s = parse_api_path(raw.path)
+    async def _serve(self, request: _Call) -> aiohttp.web.StreamResponse:
+        raw = request.raw
+        k8s = request.path
         assert k8s.group is not None and k8s.version is not None and k8s.plural is not None
         rt = self.store.type(k8s.group, k8s.version, k8s.plural)
         if k8s.namespace is not None and not rt.namespaced:
@@ -310,10 +356,9 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return _json(obj, status)
         raise _method_not_allowed(method)
 
-    async def _serve_patch(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
+    async def _serve_patch(self, request: _Call, rt: ResourceType, ns: str | None, name: str,
                            subresource: str | None) -> aiohttp.web.StreamResponse:
-        raw = request._raw_request
-        assert raw is not None
+        raw = request.raw
         q = request.params
         patch_type = raw.content_type
         if patch_type == "application/apply-patch+yaml" and not q.get("fieldManager"):
@@ -331,10 +376,9 @@ class SandboxApiServer(kmock.KubernetesScaffold):
                                          field_validation=_field_validation(q), dry_run=_dry_run(q))
         return _json(obj, 200, warnings)
 
-    async def _serve_subresource(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
+    async def _serve_subresource(self, request: _Call, rt: ResourceType, ns: str | None, name: str,
                                  subresource: str) -> aiohttp.web.StreamResponse:
-        raw = request._raw_request
-        assert raw is not None
+        raw = request.raw
         method = raw.method
         if subresource not in rt.subresources:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource "
@@ -368,7 +412,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return _json(obj)
         raise _method_not_allowed(method)
 
-    def _serve_scale(self, request: kmock.Request, rt: ResourceType, ns: str | None, name: str,
+    def _serve_scale(self, request: _Call, rt: ResourceType, ns: str | None, name: str,
                      method: str) -> aiohttp.web.StreamResponse:
         """GET, PUT or PATCH of the scale subresource."""
         if method == "GET":
@@ -377,8 +421,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             return _json(self.store.update_scale(rt, ns, name, self._body(request), check_rv=True))
         from infer_ctl.sandbox import patch as patching
 
-        raw = request._raw_request
-        assert raw is not None
+        raw = request.raw
         current = self.store.scale_of(rt, self.store.get(rt, ns, name))
         body = self._body(request)
         try:
@@ -390,7 +433,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             raise ApiError(e.status, "Invalid" if e.status == 422 else "BadRequest", str(e)) from None
         return _json(self.store.update_scale(rt, ns, name, patched, check_rv=False))
 
-    def _body(self, request: kmock.Request, *, yaml_ok: bool = False) -> Any:
+    def _body(self, request: _Call, *, yaml_ok: bool = False) -> Any:
         if request.data is not None:
             return request.data
         if not request.body:
@@ -432,7 +475,7 @@ class SandboxApiServer(kmock.KubernetesScaffold):
             items = items[start:]
         return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
 
-    def _delete_options(self, request: kmock.Request) -> dict[str, Any]:
+    def _delete_options(self, request: _Call) -> dict[str, Any]:
         q = request.params
         opts: Mapping[str, Any] = {}
         if request.body:
@@ -588,3 +631,44 @@ def _dry_run(q: Mapping[str, str]) -> bool:
     if value not in (None, "", "All"):
         raise bad_request(f"dryRun: Unsupported value: {value!r}: supported values: \"All\"")
     return value == "All"
+
+
+class ApiServerSite:
+    """`api` served over HTTP on 127.0.0.1 (aiohttp's `AppRunner` and `TCPSite`): `port` None picks a free port.
+    `stop()` ends the watches still open (the store's) before it closes the server."""
+
+    def __init__(self, api: SandboxApiServer, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.api = api
+        self.host = host
+        self._port = port
+        self._runner: aiohttp.web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        if self._runner is None:
+            raise RuntimeError("the API server is not serving")
+        return int(self._runner.addresses[0][1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            raise RuntimeError("the API server is already serving")
+        # handler_cancellation: a client that goes away ends its watch at once, not at the watch's next event
+        runner = aiohttp.web.AppRunner(self.api.application(), handler_cancellation=True)
+        await runner.setup()
+        try:
+            await aiohttp.web.TCPSite(runner, self.host, self._port or 0, reuse_address=True).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+
+    async def stop(self) -> None:
+        if self._runner is None:
+            return
+        self.api.store.close_watches()
+        runner, self._runner = self._runner, None
+        await runner.cleanup()

@@ -10,10 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import kmock
-
 from infer_ctl.core.policy import AcceleratorCatalog
-from infer_ctl.sandbox.apiserver import SandboxApiServer
+from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
 from infer_ctl.sandbox.cluster import Cluster
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.nodeagent import NodeAgent
@@ -38,7 +36,7 @@ class Sandbox:
     kubeconfig: Path | None = None
     run_processes: bool = True
     store: Store = field(default_factory=Store)
-    _server: kmock.Server | None = None
+    _server: ApiServerSite | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -57,8 +55,8 @@ class Sandbox:
         for name, value, description in PRIORITY_CLASSES:
             self.store.create(pc_rt, None, {"metadata": {"name": name}, "value": value, "description": description})
         self.handler = SandboxApiServer(store=self.store)
-        self._server = kmock.Server(self.handler, port=self.port)
-        await self._server.__aenter__()
+        self._server = ApiServerSite(self.handler, port=self.port)
+        await self._server.start()
         self.scheduler = Scheduler(self.store)
         view = StoreView(self.store)
         self._router = Router(view)
@@ -80,7 +78,7 @@ class Sandbox:
         self._tasks.clear()
         self.store.close_watches()
         if self._server is not None:
-            await self._server.__aexit__(None, None, None)
+            await self._server.stop()
             self._server = None
 
     def endpoints(self) -> dict[str, str]:

@@ -1,10 +1,8 @@
 """The object store behind the sandbox API server: kube-apiserver's semantics over an in-memory dict.
 
-Why not kmock's own object store (`KubernetesEmulator`): it keeps no resourceVersion, uid, generation or
-creation time, has no event history (so no watch resumption or 410 Gone), treats every patch as a merge patch
-and status as part of the main object. Those are the semantics controllers rely on, so the store is written
-here and kmock supplies the HTTP server, request parsing, discovery and its request-reaction DSL (see
-`apiserver.py`).
+It keeps what controllers rely on: resourceVersion, uid, generation and creation time, an event history (watch
+resumption, 410 Gone), each patch type with its own semantics, status as a subresource apart from the main object.
+`apiserver.py` serves it over HTTP, with discovery.
 
 All methods are synchronous and run on the API server's event loop: a write is one step with no await inside,
 which gives the single total order of writes (one monotonic resourceVersion) that etcd gives a real cluster.
@@ -182,7 +180,6 @@ class Store:
         self._history: deque[Event] = deque(maxlen=self.history_events)
         self._compacted_rv = 0
         self._watches: dict[tuple[str, str], set[Watch]] = {}
-        self._type_listeners: list[Callable[[], None]] = []
         self._listeners: list[Callable[[Event], None]] = []
         for rt in BUILTIN_TYPES:
             self.register_type(rt)
@@ -194,19 +191,12 @@ class Store:
     def register_type(self, rt: ResourceType) -> None:
         self._types[(rt.group, rt.version, rt.plural)] = rt
         self._objects.setdefault(rt.key, {})
-        for listener in self._type_listeners:
-            listener()
 
     def unregister_type(self, rt: ResourceType) -> None:
         self._types.pop((rt.group, rt.version, rt.plural), None)
         if not any(t.key == rt.key for t in self._types.values()):
             for watch in self._watches.pop(rt.key, set()):
                 watch.close()
-        for listener in self._type_listeners:
-            listener()
-
-    def on_types_changed(self, listener: Callable[[], None]) -> None:
-        self._type_listeners.append(listener)
 
     def subscribe(self, listener: Callable[[Event], None]) -> None:
         """Call `listener` after every write (in-process controllers: scheduler, node agent, router)."""

@@ -8,9 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import kmock
-
-from infer_ctl.sandbox.apiserver import SandboxApiServer
+from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
 from infer_ctl.sandbox.store import Store
 from infer_ctl.sandbox.threaded import LoopThread
 
@@ -37,20 +35,14 @@ def api_server_in_thread(handler: SandboxApiServer | None = None, port: int | No
                          ) -> Iterator[RunningApiServer]:
     """Start the API server on 127.0.0.1 in a thread; stop it (and every open watch) on exit."""
     thread = LoopThread("sandbox-api")
-    api = handler if handler is not None else SandboxApiServer()  # kmock views are falsy when idle
-
-    async def start() -> kmock.Server:
-        server = kmock.Server(api, port=port)
-        await server.__aenter__()
-        return server
-
-    server = thread.call(start)
+    api = handler if handler is not None else SandboxApiServer()
+    server = ApiServerSite(api, port=port)
+    thread.call(server.start)
     try:
-        yield RunningApiServer(f"http://127.0.0.1:{server.port}", api, thread)
+        yield RunningApiServer(server.url, api, thread)
     finally:
         async def stop() -> None:
-            api.store.close_watches()
-            await server.__aexit__(None, None, None)
+            await server.stop()  # ends every open watch first
 
         thread.call(stop)
         thread.stop()

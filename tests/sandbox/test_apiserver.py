@@ -17,6 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from infer_ctl.sandbox.apiserver import version_priority
+from infer_ctl.sandbox.faultproxy import Fault
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.testing import RunningApiServer, config_map, owner_reference, pod, widget, widget_crd
 
@@ -528,14 +530,47 @@ def test_the_inference_service_crd_serves_objects_with_its_defaults(http: httpx.
     assert stored["metadata"]["generation"] == 1
 
 
-# ------------------------------------------------------------------------------------------ kmock reactions
+# ------------------------------------------------------------------------------------------ injected faults
 
 
-def test_a_kmock_reaction_injects_a_fault_ahead_of_the_store(api: RunningApiServer, http: httpx.Client) -> None:
+def test_an_injected_fault_answers_ahead_of_the_store(api: RunningApiServer, http: httpx.Client) -> None:
     http.post(CM, json=config_map("a"))
-    api.handler["get /api/v1/namespaces/default/configmaps/a"] << 503
-    assert http.get(f"{CM}/a").status_code == 503
-    assert http.get(CM).status_code == 200
+    fault = api.handler.add_fault(Fault("GET", r"^/api/v1/namespaces/default/configmaps/a$", status=503, times=None))
+    for _ in range(2):
+        response = http.get(f"{CM}/a")
+        assert response.status_code == 503
+        assert response.json()["kind"] == "Status" and response.json()["reason"] == "ServiceUnavailable"
+    assert http.get(CM).status_code == 200  # the list does not match
+    assert fault.injected == 2
+    api.handler.faults.remove(fault)
+    assert http.get(f"{CM}/a").status_code == 200
+
+
+def test_an_injected_fault_runs_out_after_its_times_and_a_delay_only_delays(api: RunningApiServer,
+                                                                         http: httpx.Client) -> None:
+    conflict = api.handler.add_fault(Fault("POST", r"/configmaps(\?|$)", status=409, times=1))
+    assert http.post(CM, json=config_map("a")).status_code == 409
+    assert http.post(CM, json=config_map("a")).status_code == 201
+    assert conflict.injected == 1
+    api.handler.add_fault(Fault("GET", r"/configmaps/a$", delay_s=0.3, times=1))
+    started = time.monotonic()
+    assert http.get(f"{CM}/a").status_code == 200
+    assert time.monotonic() - started >= 0.3
+
+
+def test_discovery_orders_versions_as_kube_apiserver_and_404s_what_is_not_served(http: httpx.Client) -> None:
+    group = http.get("/apis/scheduling.k8s.io").json()
+    assert [v["version"] for v in group["versions"]] == ["v1", "v1beta1"]
+    assert group["preferredVersion"] == {"groupVersion": "scheduling.k8s.io/v1", "version": "v1"}
+    assert version_priority("v2") < version_priority("v1") < version_priority("v1beta2") \
+        < version_priority("v1beta1") < version_priority("v1alpha1") < version_priority("custom")
+    paths = http.get("/").json()["paths"]
+    assert {"/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/version"} <= set(paths)
+    for path in ("/apis/nope", "/apis/nope/v1", "/apis/apps/v9", "/api/v2"):
+        response = http.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["reason"] == "NotFound"
+    assert http.post("/apis").status_code == 405
 
 
 # ------------------------------------------------------------------------------------------ kubectl

@@ -26,6 +26,7 @@ from infer_ctl.kube.client import (
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.sandbox.apiserver import SandboxApiServer
 from infer_ctl.sandbox.cluster import Cluster, load_cluster
+from infer_ctl.sandbox.faultproxy import Fault
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, LEASES, NODE_LEASE_NAMESPACE, NodeAgent
@@ -248,20 +249,11 @@ async def test_a_bound_pod_with_an_allocated_claim_runs_serves_and_is_deleted(
 async def test_a_status_write_that_conflicts_is_computed_again_from_a_fresh_read(
         api: RunningApiServer, side: KubeSide, api_kubeconfig: tuple[Path, KubeClient]) -> None:
     kube = api_kubeconfig[1]
-    conflicts = 2
-    refused: list[str] = []
-
-    def conflict(_request: object) -> bool:
-        nonlocal conflicts
-        conflicts -= 1
-        if conflicts >= 0:
-            refused.append("status")
-        return conflicts >= 0
-
-    api.handler["patch /api/v1/namespaces/default/pods/c0/status"][conflict] << 409
+    conflicts = api.handler.add_fault(Fault("PATCH", r"^/api/v1/namespaces/default/pods/c0/status(\?|$)",
+                                            status=409, times=2))
     await asyncio.to_thread(kube.create, PODS, replica("c0", node="h100-1"), "default")
     ready = await until(side.view, PODS, lambda: is_ready(p := cached_pod(side.view, "default", "c0")) and p)
-    assert refused == ["status", "status"]
+    assert conflicts.injected == 2  # both refused, and the third write (from a fresh read) went through
     assert_kubelet_status(ready, scheduled=False)
 
 

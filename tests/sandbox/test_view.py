@@ -16,6 +16,7 @@ from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, KubeClient, KubeErro
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.kube.informer import Informer
 from infer_ctl.sandbox.apiserver import SandboxApiServer
+from infer_ctl.sandbox.faultproxy import Fault
 from infer_ctl.sandbox.store import Store
 from infer_ctl.sandbox.testing import RunningApiServer, api_server_in_thread, config_map, pod
 from infer_ctl.sandbox.view import ClusterView, KubeView, StoreView
@@ -188,11 +189,9 @@ async def test_the_kube_view_serves_inference_services_once_their_crd_is_applied
 async def test_a_broken_watch_is_logged_and_resumed_and_a_too_old_one_relists(
         api: RunningApiServer, view: KubeView, kube: KubeClient, caplog: pytest.LogCaptureFixture) -> None:
     informer = view.informer(PODS)
-    broken = False
-    api.handler["get /api/v1/pods"][lambda _request: broken] << 503
     await asyncio.to_thread(kube.create, PODS, pod("first"), "default")
     await changed(view, PODS, lambda: names(view.pods()) == ["first"])
-    broken = True
+    outage = api.handler.add_fault(Fault("GET", r"^/api/v1/pods(\?|$)", status=503, times=None))  # lists, watches
     api.in_loop(api.store.close_watches)  # the server ends every watch; the informer's next watch fails
     with caplog.at_level(logging.WARNING, logger="infer_ctl.sandbox.view"):
         await failed(informer, 2)
@@ -200,7 +199,7 @@ async def test_a_broken_watch_is_logged_and_resumed_and_a_too_old_one_relists(
     for i in range(25):  # more writes than the server's history keeps: resuming from the old version is 410
         await asyncio.to_thread(kube.create, PODS, pod(f"p{i:02}"), "default")
     await asyncio.to_thread(kube.delete, PODS, "first", "default")
-    broken = False
+    api.handler.faults.remove(outage)
     await changed(view, PODS, lambda: len(view.pods()) == 25, timeout_s=20)
     assert "first" not in names(view.pods())
     assert informer.relists == 2  # the first list, and the one after 410 Gone
