@@ -9,6 +9,12 @@ What it does, all on 127.0.0.1:
    pinned to the same client core) against the same endpoint, for the endpoint's and the machine's ceiling;
 4. optionally (--memory-minutes) runs loadgen for minutes at a constant rate, sampling its resident memory.
 
+With `--clients aiohttp,httpx` it instead compares loadgen's HTTP clients (its --transport values): each at each
+of --rates, --repeat times, interleaved so that all see the same machine state, and prints medians with their
+spread (min-max) and, per client, the highest sustained rate (the median run achieves >= 99 % of the target,
+error-free, with a send-lag p99 <= 10 ms). A run still going a minute past its shape gets Ctrl-C (and is killed
+20 s later, counting as sending nothing).
+
 It prints a table and, with --json, every figure as one JSON object. Figures depend on the machine and on what
 else runs on it (the load average is printed); run it on an otherwise idle machine for numbers to quote.
 """
@@ -21,6 +27,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +106,11 @@ def start_server(core: int | None) -> tuple[subprocess.Popen[str], int]:
     return proc, int(m.group(1))
 
 
+def _time_limit_s(shape: str) -> float:
+    """The shape's length (sum of the `@...s` steps) plus a minute for start-up and the drain."""
+    return sum(float(x) for x in re.findall(r"@([\d.]+)s", shape)) + 60.0
+
+
 def run_loadgen(
     url: str, shape: str, core: int | None, extra: list[str] | None = None, sample_every_s: float = 0.0
 ) -> LoadgenRun:
@@ -118,6 +131,13 @@ def run_loadgen(
                 if rss is not None:
                     samples.append((round(time.monotonic() - started, 1), round(rss, 1)))
 
+        # An overloaded client may take long to drain: past the time limit it gets Ctrl-C (loadgen then stops,
+        # prints its summary and exits 130), and is killed 20 s later.
+        limit_s = _time_limit_s(shape)
+        interrupt = threading.Timer(limit_s, proc.send_signal, (signal.SIGINT,))
+        kill = threading.Timer(limit_s + 20, proc.kill)
+        interrupt.start()
+        kill.start()
         sampler = threading.Thread(target=sample, daemon=True) if sample_every_s > 0 else None
         if sampler is not None:
             sampler.start()
@@ -125,6 +145,8 @@ def run_loadgen(
         out = proc.stdout.read()
         err = proc.stderr.read()
         _, status, usage = os.wait4(proc.pid, 0)
+        interrupt.cancel()
+        kill.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - started
         done.set()
@@ -177,6 +199,72 @@ def step_accuracy(run: LoadgenRun, steps: list[tuple[float, float]]) -> list[dic
     return out
 
 
+LAG_P99_BOUND_MS = 10.0  # a rate is sustained when the median run meets it within 1 %, error-free, under this
+
+
+def _median_spread(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[0], ordered[-1]
+
+
+def _point(rate: float, runs: list[LoadgenRun]) -> dict[str, Any]:
+    """One (client, rate) point over its repeats: medians and spreads (min, max) of what matters."""
+    achieved = _median_spread([r.achieved for r in runs])
+    lag = _median_spread([float(r.summary.get("send_lag_ms_p99") or 0.0) for r in runs])
+    latency = _median_spread([float(r.summary.get("p99_ms") or 0.0) for r in runs])
+    cpu = _median_spread([r.cpu_us_per_request for r in runs])
+    errors = sum(int(r.summary["errors"]) for r in runs)
+    sustained = achieved[0] >= 0.99 * rate and errors == 0 and lag[0] <= LAG_P99_BOUND_MS
+    return {"rate": rate, "achieved": achieved, "lag_p99_ms": lag, "latency_p99_ms": latency,
+            "cpu_us_per_request": cpu, "errors": errors, "sustained": sustained,
+            "preempted": [r.preempted for r in runs]}  # fmt: skip
+
+
+def _fmt(ms: tuple[float, float, float], digits: int) -> str:
+    return f"{ms[0]:.{digits}f} ({ms[1]:.{digits}f}-{ms[2]:.{digits}f})"
+
+
+def _run_or_fail(url: str, shape: str, core: int | None, client: str) -> LoadgenRun:
+    """A run; one that printed no summary (killed past its time limit) counts as sending nothing, one error."""
+    try:
+        return run_loadgen(url, shape, core, ["--transport", client])
+    except RuntimeError as exc:
+        print(f"  {client} {shape}: {str(exc)[:200]}", flush=True)
+        target = float(shape.split("@", maxsplit=1)[0])
+        failed = {"target_rps": target, "achieved_rps": 0.0, "sent": 0, "errors": 1, "no_summary": str(exc)[:200]}
+        return LoadgenRun(shape=shape, summary=failed, cpu_s=0.0, wall_s=0.0, max_rss_mib=0.0)
+
+
+def compare_clients(url: str, clients: list[str], rates: list[float], *, repeat: int, d: int,
+                    core: int | None) -> dict[str, Any]:  # fmt: skip
+    """Every client at every rate, `repeat` times, interleaved (rate by rate, repeat by repeat, client by
+    client) so that all clients see the same machine state; a client stops after two unsustained rates."""
+    points: dict[str, list[dict[str, Any]]] = {c: [] for c in clients}
+    misses = dict.fromkeys(clients, 0)
+    print(f"\nclients {', '.join(clients)}: {repeat} runs of {d} s per rate, interleaved; sustained = median "
+          f"achieved >= 99 % of target, no errors, median send-lag p99 <= {LAG_P99_BOUND_MS:g} ms")  # fmt: skip
+    print(f"  {'client':>8} {'target/s':>8}  {'achieved/s median (min-max)':>30}  {'send-lag p99 ms':>22}  "
+          f"{'latency p99 ms':>22}  {'CPU us/req':>16}  {'errors':>6}  sustained")  # fmt: skip
+    for rate in rates:
+        active = [c for c in clients if misses[c] < 2]
+        if not active:
+            break
+        runs: dict[str, list[LoadgenRun]] = {c: [] for c in active}
+        for _ in range(repeat):
+            for c in active:
+                runs[c].append(_run_or_fail(url, f"{rate:g}@{d}s", core, c))
+        for c in active:
+            pt = _point(rate, runs[c])
+            points[c].append(pt)
+            misses[c] = 0 if pt["sustained"] else misses[c] + 1
+            print(f"  {c:>8} {rate:>8.0f}  {_fmt(pt['achieved'], 1):>30}  {_fmt(pt['lag_p99_ms'], 2):>22}  "
+                  f"{_fmt(pt['latency_p99_ms'], 2):>22}  {_fmt(pt['cpu_us_per_request'], 0):>16}  "
+                  f"{pt['errors']:>6}  {'yes' if pt['sustained'] else 'NO'}", flush=True)  # fmt: skip
+    best = {c: max((p["rate"] for p in points[c] if p["sustained"]), default=0.0) for c in clients}
+    print("  highest sustained rate: " + ", ".join(f"{c} {best[c]:.0f}/s" for c in clients), flush=True)
+    return {"points": points, "highest_sustained_rps": best, "lag_p99_bound_ms": LAG_P99_BOUND_MS}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m loadgen.bench", description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
@@ -189,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-only", action="store_true", help="only the memory run (with --memory-minutes)")
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to cores (on a busy shared machine)")
     p.add_argument("--json", action="store_true", help="print every figure as one JSON object at the end")
+    p.add_argument("--clients", default="", help="compare these --transport values (e.g. aiohttp,httpx) instead")
+    p.add_argument("--repeat", type=int, default=3, help="runs per client and rate with --clients (default 3)")
     args = p.parse_args(argv)
     cores = os.sched_getaffinity(0)
     server_core = args.server_core if args.server_core in cores and not args.no_pin else None
@@ -210,7 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"endpoint {url} (benchserver on core {server_core}); clients on core {client_core}; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
 
-        if not args.memory_only:
+        if args.clients:
+            rates = [float(r) for r in args.rates.split(",")]
+            clients = args.clients.split(",")
+            report["clients"] = compare_clients(url, clients, rates, repeat=args.repeat, d=d, core=client_core)
+        elif not args.memory_only:
             print(f"\nopen loop, loadgen, deterministic arrivals, {d} s per run", flush=True)
             header = (f"  {'target/s':>9} {'achieved/s':>11} {'±1%':>4}  {'lag p50':>8} {'lag p99':>8} "
                       f"{'worst-s p99':>11}  {'lat p50':>8} {'lat p99':>8}  {'errors':>6}  {'CPU':>5} "

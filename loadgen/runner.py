@@ -6,14 +6,8 @@ earlier responses: a slow server shows up as latency and in-flight growth, not a
 optional in-flight cap binds, due requests queue (FIFO) and still count their latency from the scheduled time;
 the summary reports how many waited.
 
-Senders (--transport):
-* fast (default): loadgen.transport's connection pool driven directly with a request head rendered once;
-  per request only the body and Content-Length are joined on. No httpx Request/Response objects: profiling
-  showed httpx's client layer (headers, cookies, response objects) costing about two thirds of the CPU per
-  request, which is what bounds an open loop on one core.
-* httpx-fast: httpx.AsyncClient over loadgen.transport (the same pool, with httpx's request/response objects).
-* httpx: httpx.AsyncClient with its stock transport (httpcore): HTTP proxies, HTTP/2 with `h2` installed.
-All three raise httpx's exception types, classified the same way.
+The client (loadgen.client, --transport): aiohttp's client by default, httpx's own transport on request; both
+are configured there on purpose (timeouts, connection limit, no retries) and their failures named alike.
 """
 
 from __future__ import annotations
@@ -21,38 +15,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
-
-from loadgen.body import BodyTemplate
+from loadgen.client import ClientConfig, Sender, classify, make_sender
 from loadgen.schedule import ArrivalChunk
 from loadgen.stats import RunStats
-from loadgen.transport import FastTransport
 
-USER_AGENT = "loadgen/0.1 (infer-ctl)"
 EARLY_S = 1e-6  # a request may go out this much before its time (below the clock's practical resolution)
 START_DELAY_S = 0.1  # between setting up and t = 0, so the first requests are not late by construction
-
-
-@dataclass(frozen=True, slots=True)
-class ClientConfig:
-    url: str
-    method: str = "GET"
-    headers: tuple[tuple[str, str], ...] = ()
-    body: BodyTemplate | None = None
-    default_tokens: tuple[int, int] = (512, 128)
-    timeout_s: float = 30.0
-    connect_timeout_s: float = 5.0
-    connections: int = 512
-    max_in_flight: int | None = None
-    transport: str = "fast"  # "fast" (loadgen.transport) or "httpx" (httpx's stock transport)
-    verify_tls: bool = True
-    http2: bool = False
 
 
 @dataclass(slots=True)
@@ -65,131 +38,6 @@ class RunOutcome:
     interrupted: bool = False
     cancelled_at_end: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def classify(exc: BaseException) -> str:
-    """A short, stable error kind for the summary and metrics."""
-    text = str(exc)
-    if isinstance(exc, httpx.ConnectTimeout):
-        return "connect_timeout"
-    if isinstance(exc, httpx.PoolTimeout):
-        return "pool_timeout"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout"
-    if isinstance(exc, httpx.ConnectError):
-        lowered = text.lower()
-        if "refused" in lowered or f"[errno {errno.ECONNREFUSED}]" in lowered:
-            return "connect_refused"
-        if "name or service" in lowered or "nodename" in lowered or "no address" in lowered:
-            return "dns"
-        if "tls" in lowered or "ssl" in lowered or "certificate" in lowered:
-            return "tls"
-        return "connect"
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return "protocol"
-    if isinstance(exc, httpx.ReadError | httpx.WriteError):
-        return "disconnect"
-    if isinstance(exc, httpx.HTTPError):
-        return type(exc).__name__.lower()
-    return "client_" + type(exc).__name__.lower()
-
-
-def request_headers(cfg: ClientConfig) -> dict[str, str]:
-    """Headers every request carries (lower-case names); the user's -H values override the defaults."""
-    headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": "identity"}
-    if cfg.body is not None:
-        headers["content-type"] = "application/json"
-    for name, value in cfg.headers:
-        headers[name.lower()] = value
-    return headers
-
-
-class Sender(Protocol):
-    """Sends one request with `body`; stores the loop time it was written in `written[0]`; returns the status.
-    Failures raise (httpx exception types)."""
-
-    async def send(self, body: bytes | None, written: list[float]) -> int: ...
-
-    async def aclose(self) -> None: ...
-
-
-class DirectSender:
-    """The default hot path: FastTransport.exchange with a request head rendered once per run."""
-
-    def __init__(self, cfg: ClientConfig) -> None:
-        self._transport = FastTransport(cfg.connections, verify=cfg.verify_tls)
-        url = httpx.URL(cfg.url)
-        self._pool = self._transport.pool_for(url)
-        headers = {"host": url.netloc.decode("ascii"), **request_headers(cfg)}
-        lines = [f"{cfg.method} {url.raw_path.decode('ascii')} HTTP/1.1\r\n"]
-        lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
-        self._prefix = "".join(lines).encode("latin-1")
-        # A bodyless POST/PUT/PATCH still says Content-Length: 0 (servers may answer 411 otherwise).
-        empty = "content-length: 0\r\n\r\n" if cfg.method in ("POST", "PUT", "PATCH") else "\r\n"
-        self._bodyless = self._prefix + empty.encode()
-        self._is_head = cfg.method == "HEAD"
-        self._timeouts = (cfg.timeout_s, cfg.connect_timeout_s, cfg.timeout_s)
-
-    async def send(self, body: bytes | None, written: list[float]) -> int:
-        if body is None:
-            payload = self._bodyless
-        else:
-            payload = b"".join((self._prefix, b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body))
-        pool_s, connect_s, read_s = self._timeouts
-        result = await self._transport.exchange(
-            self._pool,
-            payload,
-            is_head=self._is_head,
-            pool_timeout_s=pool_s,
-            connect_timeout_s=connect_s,
-            read_timeout_s=read_s,
-            sent=written,
-        )
-        return result[0]
-
-    async def aclose(self) -> None:
-        await self._transport.aclose()
-
-
-class HttpxSender:
-    """httpx.AsyncClient.request per request; `client` defaults to make_client(cfg)."""
-
-    def __init__(self, cfg: ClientConfig, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client if client is not None else make_client(cfg)
-        self._method = cfg.method
-        self._url = httpx.URL(cfg.url)
-        self._stock = cfg.transport == "httpx"
-
-    async def send(self, body: bytes | None, written: list[float]) -> int:
-        if self._stock:
-            extensions: dict[str, Any] = {"trace": _tracer(asyncio.get_running_loop(), written)}
-        else:
-            extensions = {"loadgen_sent": written}
-        response = await self._client.request(self._method, self._url, content=body, extensions=extensions)
-        return response.status_code
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-def make_sender(cfg: ClientConfig) -> Sender:
-    if cfg.transport == "fast":
-        return DirectSender(cfg)
-    return HttpxSender(cfg)
-
-
-def make_client(cfg: ClientConfig) -> httpx.AsyncClient:
-    """httpx.AsyncClient for --transport httpx-fast (loadgen's transport) or httpx (the stock one)."""
-    headers = request_headers(cfg)
-    timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
-    if cfg.transport == "httpx-fast":
-        return httpx.AsyncClient(
-            transport=FastTransport(cfg.connections, verify=cfg.verify_tls), headers=headers, timeout=timeout
-        )
-    limits = httpx.Limits(max_connections=cfg.connections, max_keepalive_connections=cfg.connections)
-    return httpx.AsyncClient(
-        headers=headers, timeout=timeout, limits=limits, verify=cfg.verify_tls, http2=cfg.http2, trust_env=False
-    )
 
 
 class Runner:
@@ -401,13 +249,3 @@ class Runner:
             if self.on_tick is not None:
                 self.on_tick(self, k + 1)
             k += 1
-
-
-def _tracer(loop: asyncio.AbstractEventLoop, box: list[float]) -> Callable[[str, dict[str, Any]], Any]:
-    """httpcore's trace hook, for the stock transport: the time the request headers start going out."""
-
-    async def trace(event: str, info: dict[str, Any]) -> None:
-        if event in ("http11.send_request_headers.started", "http2.send_request_headers.started"):
-            box[0] = loop.time()
-
-    return trace

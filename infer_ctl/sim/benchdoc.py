@@ -106,6 +106,12 @@ def _autoscaling_runs(args: argparse.Namespace) -> list[Run]:
                                    "--bank", str(traces / "bank_calls_5min.csv")))]
 
 
+def _loadgen_runs(args: argparse.Namespace) -> list[Run]:
+    return [Run("aiohttp's client and httpx's own transport, one core each, 3 runs per rate",
+                ("loadgen.bench", "--clients", "aiohttp,httpx", "--repeat", "3", "--duration", "10",
+                 "--rates", "800,2000,3000,4000,5000,6000,8000"))]
+
+
 def parse_openb_table(text: str) -> list[dict[str, str]]:
     """The rows of `infer-ctl bench placement`'s table: a header line of column names, then one line per run."""
     rows: list[dict[str, str]] = []
@@ -186,6 +192,13 @@ SECTIONS: tuple[Section, ...] = (
         "The Azure code trace, bank_calls x200 and the step profile, each policy simulated over seeds "
         "(`infer_ctl/sim/bench_autoscaling.py`); takes long (bank_calls is 8 months per policy and seed).",
         _autoscaling_runs),
+    Section(
+        "loadgen", "loadgen's open-loop rate and send lag on one core, per HTTP client",
+        "`python -m loadgen.bench --clients`: the benchmark endpoint (`loadgen/benchserver.py`) pinned to one core, "
+        "loadgen pinned to the other, each client at each constant rate 3 times, interleaved; medians and "
+        "(min-max). Sustained: the median run achieves at least 99 % of the target, without errors, with a send-lag "
+        "p99 of at most 10 ms. Which client loadgen uses, and why, is in `loadgen/README.md`.",
+        _loadgen_runs),
 )
 BY_NAME = {s.name: s for s in SECTIONS}
 

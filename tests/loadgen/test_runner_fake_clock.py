@@ -9,7 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from loadgen.runner import ClientConfig, HttpxSender, Runner, Sender
+from loadgen.client import ClientConfig, HttpxSender, Sender
+from loadgen.runner import Runner
 from loadgen.schedule import Arrivals, curve_arrivals
 from loadgen.shapes import parse_shape
 
