@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 import aiohttp
 import httpx
-from yarl import URL
 
 from loadgen.body import BodyTemplate
 
@@ -139,7 +138,7 @@ class AiohttpSender:
             trace_configs=[_tracing(asyncio.get_running_loop())],
         )
         self._method = cfg.method
-        self._url = URL(cfg.url)
+        self._url = cfg.url  # aiohttp parses it per request through yarl's cache (~0.1 us)
         self._connections = cfg.connections
 
     async def send(self, body: bytes | None, written: list[float]) -> int:
