@@ -81,11 +81,15 @@ def test_limiting_a_schedule_stops_at_the_limit() -> None:
     assert t.size == 250 and t[-1] < 2.5
 
 
+# Subnormal floats (below 2.2e-308) are left out: with a segment that wide, or a target that small, the
+# interpolation's rounding is larger than the value itself (Hypothesis found 0.333 against a target of 5e-324);
+# loadgen's targets are whole requests and its segments milliseconds or more.
 @settings(max_examples=150, deadline=None)
 @given(
-    rates=st.lists(st.floats(min_value=0.0, max_value=5000.0), min_size=2, max_size=8),
-    widths=st.lists(st.floats(min_value=0.0, max_value=30.0), min_size=7, max_size=7),
-    fractions=st.lists(st.floats(min_value=0.0, max_value=0.999), min_size=1, max_size=20),
+    rates=st.lists(st.floats(min_value=0.0, max_value=5000.0, allow_subnormal=False), min_size=2, max_size=8),
+    widths=st.lists(st.floats(min_value=0.0, max_value=30.0, allow_subnormal=False), min_size=7, max_size=7),
+    fractions=st.lists(st.floats(min_value=0.0, max_value=0.999, allow_subnormal=False), min_size=1,
+                       max_size=20),
 )
 def test_inverting_the_cumulative_curve_lands_on_the_target_for_any_piecewise_linear_rate(
     rates: list[float], widths: list[float], fractions: list[float]
