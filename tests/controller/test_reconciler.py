@@ -338,8 +338,14 @@ def scheduler_paused(cluster: Cluster) -> Iterator[None]:
     local = cluster.local
     assert local is not None and local.workdir is not None
     config = str(local.workdir / "kube-scheduler.yaml")
-    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-            and config in (p / "cmdline").read_bytes().decode(errors="replace") if (p / "cmdline").exists()]
+
+    def cmdline(proc: Path) -> str:
+        try:
+            return (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            return ""
+
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and config in cmdline(p)]
     assert pids, "kube-scheduler not found"
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)

@@ -386,7 +386,10 @@ def bookmarks_come_when_allowed_and_end_the_initial_events(api: Backend, ns: str
     rv = api.ok("GET", base)["metadata"]["resourceVersion"]
     out: dict[str, Any] = {}
     status, events = api.watch(base, count=1, timeout_s=5, resourceVersion=rv, allowWatchBookmarks="true")
-    out["idle watch with bookmarks"] = (status, _event_summary(events))
+    # When kube-apiserver sends a periodic bookmark on an idle watch is not specified (it "may"; here it came
+    # within 5 s in some runs and not in others): the answer compared is that no object event comes. The
+    # emulator's periodic bookmarks are tested in tests/sandbox/test_apiserver.py.
+    out["idle watch with bookmarks"] = (status, [e for e in _event_summary(events) if e[0] != "BOOKMARK"])
     status, events = api.watch(base, count=3, timeout_s=5, sendInitialEvents="true",
                                resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true")
     out["initial events"] = (status, _event_summary(events))
