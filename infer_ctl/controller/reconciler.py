@@ -145,6 +145,7 @@ class ServiceMemory:
     invalid_message: str = ""
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
+    rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)
     # replica name -> (resource, object name) of an object of somebody else's that holds that name
     foreign: dict[str, tuple[Resource, str]] = field(default_factory=dict)
     failures: int = 0  # failed cycles in a row: the retry's backoff
@@ -387,8 +388,11 @@ class Reconciler:
             rates = await memory.scrape.read(self._http, endpoints, now_s)
         if rates.samples:
             memory.last_sample_s = max(t for t, _ in rates.samples)
-        if rates.error:
-            log.warning("%s: request rate unavailable: %s", svc.meta.key, rates.error)
+        if rates.error and rates.reason != memory.rate_outage:
+            log.warning("%s: request rate unavailable: %s", svc.meta.key, rates.error)  # once per outage
+        elif not rates.error and memory.rate_outage:
+            log.info("%s: request rate readable again", svc.meta.key)
+        memory.rate_outage = rates.reason if rates.error else ""
         return rates
 
     # ------------------------------------------------------------------------------------------- write
