@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,15 +208,19 @@ class ControllerProcess:
                 self.process.send_signal(sig)
 
     async def stop(self, grace_s: float) -> None:
-        if self.exited.done():
-            return
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(self.exited), timeout=max(grace_s, 0.1))
-        except TimeoutError:
-            self.signal(signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.exited), timeout=5)
+        if not self.exited.done():
+            await terminate(self.signal, self.exited, grace_s)
+
+
+async def terminate(send: Callable[[int], None], exited: asyncio.Future[Any], grace_s: float) -> None:
+    """As kubelet ends a container: SIGTERM, then SIGKILL once `grace_s` has passed (and 5 s more to see it go)."""
+    send(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), timeout=max(grace_s, 0.1))
+    except TimeoutError:
+        send(signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(exited), timeout=5)
 
 
 async def start(prepared: Prepared, log_path: Path) -> ControllerProcess:

@@ -108,13 +108,7 @@ class Child:
         await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters - {self.exited}:
             waiter.cancel()
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(self.exited), timeout=max(grace_s, 0.1))
-        except TimeoutError:
-            self.signal(signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.exited), timeout=5)
+        await controllerpod.terminate(self.signal, self.exited, grace_s)
 
 
 @dataclass(eq=False)
