@@ -288,23 +288,25 @@ class Reconciler:
         labelled = await self.view.owned(PODS, ns, sel)
         pods = [p for p in labelled if _owned_by(p, uid)]
         # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
-        # still draining (skipped quietly), or somebody else's (reported once, as a Pod that squats a name)
+        # still draining (skipped quietly), or somebody else's (reported; the Event is aggregated, so once). The
+        # cache shows them every cycle: only names found by a refused create are read again (`_foreign`).
+        labelled_foreign: set[str] = set()
         for pod in labelled:
             if not _owned_by(pod, uid):
                 name = str(pod["metadata"]["name"])
-                if not pod["metadata"].get("deletionTimestamp") and name not in memory.foreign:
+                labelled_foreign.add(name)
+                if not pod["metadata"].get("deletionTimestamp"):
                     owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
                                        pod["metadata"].get("ownerReferences") or ()) or "no owner"
                     await self._event(body, "NameTaken", str(NameTaken(PODS, name, owners)), "Warning", "Create",
                                       now)
-                memory.foreign[name] = (PODS, name)
         claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if _owned_by(c, uid))
         replicas = replica_pods(pods)
         now_s = now.timestamp()
         rates = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
-                              foreign=await self._foreign(memory, ns, uid))
+                              foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid))
 
         # 3. plan, on one snapshot, and pin what it placed
         if stuck_replicas(observation.replicas, now_s, self.settings.period_s):
