@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp.web
 import yaml
 
-from infer_ctl.sandbox import tables
+from infer_ctl.sandbox import conversion, tables
 from infer_ctl.sandbox.faultproxy import Fault, status_body
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -152,16 +152,36 @@ def discovery_group(types: Iterable[ResourceType], group: str) -> dict[str, Any]
     return {"apiVersion": "v1", "kind": "APIGroup", **_api_group(group, versions)}
 
 
+# subresource -> (its kind, None for the resource's own; its (group, version), None for the resource's; verbs)
+_SUBRESOURCES: dict[str, tuple[str | None, tuple[str, str] | None, tuple[str, ...]]] = {
+    "status": (None, None, ("get", "patch", "update")),
+    "scale": ("Scale", ("autoscaling", "v1"), ("get", "patch", "update")),
+    "binding": ("Binding", None, ("create",)),
+    "eviction": ("Eviction", ("policy", "v1"), ("create",)),
+    "finalize": (None, None, ("update",)),
+}
+
+
 def discovery_version(types: Iterable[ResourceType], group: str, version: str) -> dict[str, Any]:
     """`/api/v1`, `/apis/GROUP/VERSION`: the resources of one group-version, each followed by its subresources
     (which name the resource's kind and verbs); 404 for a group-version that is not served."""
     served = sorted((rt for rt in types if (rt.group, rt.version) == (group, version)), key=lambda rt: rt.plural)
     if not served:
         raise _not_found()
-    resources = [{"name": f"{rt.plural}/{sub}" if sub else rt.plural, "kind": rt.kind,
-                  "singularName": rt.singular, "shortNames": list(rt.short_names),
-                  "categories": list(rt.categories), "verbs": list(rt.verbs), "namespaced": rt.namespaced}
-                 for rt in served for sub in ["", *sorted(rt.subresources)]]
+    resources: list[dict[str, Any]] = []
+    for rt in served:
+        resources.append({"name": rt.plural, "kind": rt.kind, "singularName": rt.singular,
+                          "shortNames": list(rt.short_names), "categories": list(rt.categories),
+                          "verbs": list(rt.verbs), "namespaced": rt.namespaced})
+        for sub in sorted(rt.subresources):
+            # as kube-apiserver lists them: no singular or short names (kubectl would warn that a short name "could
+            # also match" each), and the kind (and group-version) the subresource takes
+            kind, gv, verbs = _SUBRESOURCES.get(sub, (None, None, ("get", "patch", "update")))
+            entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
+                                     "kind": kind or rt.kind, "verbs": list(verbs)}
+            if gv is not None:
+                entry["group"], entry["version"] = gv
+            resources.append(entry)
     return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}" if group else version,
             "resources": resources}
 
@@ -446,7 +466,7 @@ class SandboxApiServer:
     def _list(self, rt: ResourceType, ns: str | None, q: Mapping[str, str]) -> Obj:
         try:
             labels = parse_label_selector(q.get("labelSelector"))
-            fields = parse_field_selector(q.get("fieldSelector"), rt.kind)
+            fields = parse_field_selector(q.get("fieldSelector"), rt.kind, conversion.field_labels(rt))
         except SelectorError as e:
             raise bad_request(str(e)) from None
         items = self.store.list_objects(rt, ns, labels, fields)
@@ -506,7 +526,7 @@ class SandboxApiServer:
                            q: Mapping[str, str]) -> aiohttp.web.StreamResponse:
         try:
             labels = parse_label_selector(q.get("labelSelector"))
-            fields = parse_field_selector(q.get("fieldSelector"), rt.kind)
+            fields = parse_field_selector(q.get("fieldSelector"), rt.kind, conversion.field_labels(rt))
         except SelectorError as e:
             raise bad_request(str(e)) from None
         timeout_s = _number(q, "timeoutSeconds")

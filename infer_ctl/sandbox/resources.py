@@ -31,6 +31,9 @@ class ResourceType:
     # For custom resources: the CRD object, whose schema validates and defaults the objects.
     crd: Mapping[str, Any] | None = field(default=None, compare=False)
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    # The (group, plural) whose objects this resource serves, converted (`conversion.py`), when it is another's:
+    # kube-apiserver keeps events.k8s.io/v1 Events as core/v1 Events, one resource read through both APIs.
+    stored_as: tuple[str, str] | None = None
 
     @property
     def api_version(self) -> str:
@@ -43,16 +46,18 @@ class ResourceType:
 
     @property
     def key(self) -> tuple[str, str]:
-        """Objects are stored per (group, plural): every served version of a CRD shares one store."""
-        return (self.group, self.plural)
+        """Objects are stored per (group, plural): every served version of a CRD shares one store, and so do the
+        two Event APIs (`stored_as`)."""
+        return self.stored_as or (self.group, self.plural)
 
 
 def _t(api_version: str, plural: str, kind: str, *, namespaced: bool = True, subresources: tuple[str, ...] = (),
-       short_names: tuple[str, ...] = (), scale: ScaleSpec | None = None) -> ResourceType:
+       short_names: tuple[str, ...] = (), scale: ScaleSpec | None = None,
+       stored_as: tuple[str, str] | None = None) -> ResourceType:
     group, _, version = api_version.rpartition("/")
     return ResourceType(group=group, version=version, plural=plural, kind=kind, namespaced=namespaced,
                         singular=kind.lower(), subresources=frozenset(subresources), short_names=short_names,
-                        scale=scale)
+                        scale=scale, stored_as=stored_as)
 
 
 _APPS_SCALE = ScaleSpec(".spec.replicas", ".status.replicas", None)
@@ -67,7 +72,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("v1", "secrets", "Secret"),
     _t("v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
     _t("v1", "events", "Event", short_names=("ev",)),
-    _t("events.k8s.io/v1", "events", "Event", short_names=("ev",)),
+    _t("events.k8s.io/v1", "events", "Event", short_names=("ev",), stored_as=("", "events")),
     _t("apps/v1", "deployments", "Deployment", subresources=("status", "scale"), short_names=("deploy",),
        scale=_APPS_SCALE),
     _t("apps/v1", "statefulsets", "StatefulSet", subresources=("status", "scale"), short_names=("sts",),

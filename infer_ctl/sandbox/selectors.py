@@ -135,8 +135,7 @@ _FIELDS_BY_KIND: dict[str, frozenset[str]] = {
                       "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"}),
     "Event": frozenset({"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
                         "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
-                        "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"}),
+                        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"}),
     "Node": frozenset({"spec.unschedulable"}),
     "Secret": frozenset({"type"}),
     "Namespace": frozenset({"status.phase"}),
@@ -165,8 +164,10 @@ def _field_value(obj: Mapping[str, Any], path: str) -> str:
 FieldPredicate = Callable[[Mapping[str, Any]], bool]
 
 
-def parse_field_selector(text: str | None, kind: str) -> FieldPredicate:
-    """Parse `spec.nodeName=n1,status.phase!=Failed` for `kind`; unsupported fields are an error."""
+def parse_field_selector(text: str | None, kind: str, labels: Mapping[str, str] | None = None) -> FieldPredicate:
+    """Parse `spec.nodeName=n1,status.phase!=Failed` for `kind`; unsupported fields are an error. With `labels`
+    (a resource served from another's storage: `conversion.field_labels`), only its keys are supported, each
+    evaluated as the stored kind's label it maps to."""
     if text is None or not text.strip():
         return lambda _obj: True
     allowed = _FIELDS_BY_KIND.get(kind, frozenset()) | {"metadata.name", "metadata.namespace"}
@@ -177,6 +178,10 @@ def parse_field_selector(text: str | None, kind: str) -> FieldPredicate:
         if match is None:
             raise SelectorError(f"invalid field selector requirement {part!r}")
         field, op, value = match.groups()
+        if labels is not None:
+            if field not in labels:
+                raise SelectorError(f'field label not supported: {field}')
+            field = labels[field]
         if field not in allowed:
             raise SelectorError(f'field label not supported: {field}')
         terms.append((field, op != "!=", value))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infer_ctl.core.errors import FieldError
+from infer_ctl.sandbox import conversion
 from infer_ctl.sandbox import patch as patching
 from infer_ctl.sandbox.resources import BUILTIN_TYPES, ResourceType, crd_version_schema, types_from_crd
 from infer_ctl.sandbox.selectors import FieldPredicate, LabelSelector
@@ -108,6 +109,7 @@ class Watch:
     labels: LabelSelector
     fields: FieldPredicate
     queue: asyncio.Queue[tuple[str, Obj] | None] = field(default_factory=asyncio.Queue)
+    view: Callable[[Obj], Obj] = field(default=lambda obj: obj)  # a stored object as the watched API serves it
 
     def matches(self, obj: Mapping[str, Any] | None) -> bool:
         if obj is None:
@@ -118,17 +120,18 @@ class Watch:
         return self.labels.matches(meta.get("labels")) and self.fields(obj)
 
     def translate(self, event: Event) -> tuple[str, Obj] | None:
-        """kube-apiserver's filtered watch: an object moving into the selection is ADDED, out of it DELETED."""
+        """kube-apiserver's filtered watch: an object moving into the selection is ADDED, out of it DELETED.
+        Selectors apply to the stored form (field selectors are converted to its labels, as kube's are)."""
         now = self.matches(event.obj)
         before = self.matches(event.old) if event.type == "MODIFIED" else now
         if event.type == "MODIFIED" and now != before:
             if now:
-                return ("ADDED", event.obj)
+                return ("ADDED", self.view(event.obj))
             assert event.old is not None  # the previous content, at the event's resourceVersion, as the cacher does
             gone = {**event.old, "metadata": {**event.old["metadata"],
                                               "resourceVersion": event.obj["metadata"]["resourceVersion"]}}
-            return ("DELETED", gone)
-        return (event.type, event.obj) if now else None
+            return ("DELETED", self.view(gone))
+        return (event.type, self.view(event.obj)) if now else None
 
     def close(self) -> None:
         self.queue.put_nowait(None)
@@ -228,17 +231,20 @@ class Store:
         return self._objects.get(rt.key, {}).get((namespace or "" if rt.namespaced else "", name))
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
-        """The stored object (shared, never mutated in place by the store: copy before changing it)."""
+        """The stored object as `rt` serves it (shared, never mutated in place by the store: copy before changing
+        it)."""
         obj = self._peek(rt, namespace, name)
         if obj is None:
             raise not_found(rt, name)
-        return obj
+        return conversion.from_storage(rt, obj)
 
     def find(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
-        return self._peek(rt, namespace, name)
+        obj = self._peek(rt, namespace, name)
+        return None if obj is None else conversion.from_storage(rt, obj)
 
     def list_objects(self, rt: ResourceType, namespace: str | None = None, labels: LabelSelector | None = None,
              fields: FieldPredicate | None = None) -> list[Obj]:
+        """The objects as `rt` serves them; `fields` applies to the stored form (see `Watch.translate`)."""
         items = []
         for (ns, _name), obj in self._objects.get(rt.key, {}).items():
             if namespace is not None and rt.namespaced and ns != namespace:
@@ -248,7 +254,7 @@ class Store:
                 continue
             if fields is not None and not fields(obj):
                 continue
-            items.append(obj)
+            items.append(conversion.from_storage(rt, obj))
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items
 
@@ -260,7 +266,8 @@ class Store:
     def watch(self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldPredicate,
               resource_version: str | None) -> tuple[Watch, list[tuple[str, Obj]]]:
         """Open a watch: the events to send first (state or replay) and the live queue after them."""
-        watch = Watch(rt.key, namespace if rt.namespaced else None, labels, fields)
+        watch = Watch(rt.key, namespace if rt.namespaced else None, labels, fields,
+                      view=lambda obj: conversion.from_storage(rt, obj))
         initial: list[tuple[str, Obj]] = []
         if resource_version in (None, "", "0"):
             initial = [("ADDED", obj) for obj in self.list_objects(rt, namespace, labels, fields)]
@@ -379,14 +386,15 @@ class Store:
                            details=details(name, rt.group, rt.plural))
         if rt.plural == "pods" and validate:
             self._admit_pod_priority(obj)
+        stored = conversion.to_storage(rt, obj)
         if dry_run:
-            return obj, warnings
-        self._insert(rt, namespace, name, obj)
+            return conversion.from_storage(rt, stored), warnings
+        self._insert(rt, namespace, name, stored)
         refs = meta.get("ownerReferences") or []
         if validate and refs and not any(self.exists_uid(str(r.get("uid"))) for r in refs):
             # The garbage collector deletes a dependent none of whose owners exist (kube does it moments later).
-            self._gc_delete(rt, obj, "Background")
-        return obj, warnings
+            self._gc_delete(rt, stored, "Background")
+        return conversion.from_storage(rt, stored), warnings
 
     def _creation_namespace(self, rt: ResourceType, namespace: str | None, meta: dict[str, Any]) -> str | None:
         """The namespace a new object goes in: the request's, else the body's; it must agree with the body's,
@@ -569,19 +577,22 @@ class Store:
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         _drop_empty_meta(meta)
         meta["resourceVersion"] = old_meta["resourceVersion"]
-        if new == old:
+        # `old` is in the form `rt` serves (which the caller read); the store compares and keeps the stored form
+        key = (meta.get("namespace", "") if rt.namespaced else "", name)
+        stored_old = self._objects[rt.key].get(key, old)
+        stored = conversion.to_storage(rt, new)
+        if stored == stored_old:
             return old, warnings  # a no-op write changes nothing and sends no event, as in kube-apiserver
         if dry_run:
-            return new, warnings
-        meta["resourceVersion"] = self._next_rv()
-        key = (meta.get("namespace", "") if rt.namespaced else "", name)
-        self._objects[rt.key][key] = new
-        self._commit(rt, "MODIFIED", new, old)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not _graceful_pending(rt, new):
-            self._remove(rt, new)
-            return new, warnings
-        self._after_write(rt, new, old)
-        return new, warnings
+            return conversion.from_storage(rt, stored), warnings
+        stored["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects[rt.key][key] = stored
+        self._commit(rt, "MODIFIED", stored, stored_old)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not _graceful_pending(rt, stored):
+            self._remove(rt, stored)
+            return conversion.from_storage(rt, stored), warnings
+        self._after_write(rt, stored, stored_old)
+        return conversion.from_storage(rt, stored), warnings
 
     def _check_pod_update(self, rt: ResourceType, old: Obj, new: Obj) -> None:
         """Pod specs are immutable except a few fields; nodeName is set only through binding."""
@@ -625,13 +636,22 @@ class Store:
                propagation: str | None = None, preconditions: Mapping[str, Any] | None = None,
                dry_run: bool = False) -> tuple[Obj, bool]:
         """Delete as kube-apiserver does; returns (object, removed now). Finalizers and graceful pods defer."""
+        obj, removed = self._delete(rt, namespace, name, grace_period_s=grace_period_s, propagation=propagation,
+                                    preconditions=preconditions, dry_run=dry_run)
+        return conversion.from_storage(rt, obj), removed
+
+    def _delete(self, rt: ResourceType, namespace: str | None, name: str, *, grace_period_s: int | None,
+                propagation: str | None, preconditions: Mapping[str, Any] | None, dry_run: bool) -> tuple[Obj, bool]:
+        """`delete` on the stored form."""
         if propagation not in (None, "Background", "Foreground", "Orphan"):
             raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported '
                                            f'value: "{propagation}": supported values: "Foreground", "Background", '
                                            '"Orphan"', details=details("", "meta.k8s.io", "DeleteOptions", causes=[
                                                {"reason": "FieldValueNotSupported", "field": "propagationPolicy",
                                                 "message": f'Unsupported value: "{propagation}"'}]))
-        obj = self.get(rt, namespace, name)
+        obj = self._peek(rt, namespace, name)
+        if obj is None:
+            raise not_found(rt, name)
         meta = obj["metadata"]
         pre = preconditions or {}
         if pre.get("uid") and pre["uid"] != meta["uid"]:
@@ -666,7 +686,7 @@ class Store:
             if "foregroundDeletion" in finalizers:
                 for dep_rt, dep in self._dependents(meta["uid"]):
                     self._gc_delete(dep_rt, dep, "Foreground")
-            return self.find(rt, namespace, name) or marked, False
+            return self._peek(rt, namespace, name) or marked, False
         self._remove(rt, obj)
         return obj, True
 
@@ -704,7 +724,7 @@ class Store:
     # ----------------------------------------------------------------------------------------- GC
 
     def _all_objects(self) -> Iterator[tuple[ResourceType, Obj]]:
-        by_key = {rt.key: rt for rt in self._types.values()}
+        by_key = {rt.key: rt for rt in self._types.values() if rt.stored_as is None}  # the stored form's own
         for key, objs in self._objects.items():
             rt = by_key.get(key)
             if rt is not None:
@@ -750,7 +770,7 @@ class Store:
                 continue
             rt_key, key = located
             owner = self._objects[rt_key].get(key)
-            rt = next((t for t in self._types.values() if t.key == rt_key), None)
+            rt = next((t for t in self._types.values() if t.key == rt_key and t.stored_as is None), None)
             if owner is None or rt is None:
                 continue
             fins = owner["metadata"].get("finalizers") or []

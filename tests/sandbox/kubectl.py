@@ -1,0 +1,18 @@
+"""The kubectl the sandbox tests run: the project's 1.37 build (scripts/kube-binaries.sh), else one on PATH."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from infer_ctl.sandbox.localcluster import LocalClusterError, kube_binaries
+
+
+def kubectl_binary() -> Path | None:
+    """The built kubectl 1.37 when the Kubernetes binaries are built, else `kubectl` on PATH, else None (the
+    test that needs it is skipped)."""
+    try:
+        return kube_binaries(build=False) / "kubectl"
+    except LocalClusterError:
+        found = shutil.which("kubectl")
+        return Path(found) if found else None
