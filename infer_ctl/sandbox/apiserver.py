@@ -6,10 +6,11 @@ On aiohttp's public server API (`web.Application`, `web.AppRunner`, `web.TCPSite
   kube-apiserver's status codes (201 on create, 202 on deferred deletion, 409, 410, 415, 422 with causes, as `Status`
   bodies rendered here) and a watch that honours `resourceVersion`, `timeoutSeconds` and bookmarks, and ends when
   the server stops;
-- discovery: `/`, `/api`, `/apis`, `/apis/GROUP`, `/api/v1`, `/apis/GROUP/VERSION`, `/version` and a minimal
-  `/openapi/v3`, computed from the store's resource types on each request, so a CRD's resources appear when it is
-  applied and go when it is deleted; versions in kube-apiserver's priority order (GA, beta, alpha; the highest
-  first), the first one preferred;
+- discovery: `/`, `/api`, `/apis`, `/apis/GROUP`, `/api/v1`, `/apis/GROUP/VERSION`, `/version`, computed from
+  the store's resource types on each request, so a CRD's resources appear when it is applied and go when it is
+  deleted; versions in kube-apiserver's priority order (GA, beta, alpha; the highest first), the first one
+  preferred; and OpenAPI v3 (`/openapi/v3` and one document per group-version, `openapi.py`), which `kubectl
+  explain` reads;
 - faults: `add_fault(Fault(...))` (the fault proxy's rule, `faultproxy.Fault`) answers matching requests ahead
   of the store with a `Status` error in kube-apiserver's form, or delays them; tests inject API failures so.
 
@@ -31,7 +32,7 @@ from typing import Any
 import aiohttp.web
 import yaml
 
-from infer_ctl.sandbox import conversion, tables
+from infer_ctl.sandbox import conversion, openapi, tables
 from infer_ctl.sandbox.faultproxy import Fault, status_body
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -198,6 +199,8 @@ class SandboxApiServer:
     bookmark_interval_s: float = 60.0
     faults: list[Fault] = field(default_factory=list)
     _rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
+    # (group, version) -> (hash, OpenAPI v3 document)
+    _openapi_documents: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def add_fault(self, fault: Fault) -> Fault:
         """Answer the requests `fault` matches (method, a regex searched in the path with its query, watch or not,
@@ -212,39 +215,18 @@ class SandboxApiServer:
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
-    def _openapi_v3_root(self) -> dict[str, Any]:
-        """`/openapi/v3`: one document per group-version, as kube-apiserver lists them."""
-        paths = {}
-        for gv in sorted({(rt.group, rt.version) for rt in self.store.types()}):
-            prefix = f"apis/{gv[0]}/{gv[1]}" if gv[0] else f"api/{gv[1]}"
-            paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self.store.resource_version}"}
-        return {"paths": paths}
-
-    def _openapi_v3_group(self, group: str, version: str) -> dict[str, Any]:
-        """A minimal OpenAPI 3 document of one group-version: enough for kubectl to see, per kind, that PATCH
-        takes `fieldValidation` (so it validates on the server, which this server does, with the 1.37 schemas,
-        instead of downloading OpenAPI v2 schemas to validate on the client)."""
-        query = [{"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
-                 for name in ("dryRun", "fieldManager", "fieldValidation", "force")]
-        paths: dict[str, Any] = {}
-        for rt in self.store.types():
-            if (rt.group, rt.version) != (group, version):
-                continue
-            base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            scope = "/namespaces/{namespace}" if rt.namespaced else ""
-            gvk = {"group": group, "version": version, "kind": rt.kind}
-            ok = {"200": {"description": "OK"}}
-            paths[f"{base}{scope}/{rt.plural}/{{name}}"] = {
-                "get": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "get", "responses": ok},
-                "patch": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch",
-                          "parameters": query, "responses": ok},
-            }
-            paths[f"{base}{scope}/{rt.plural}"] = {
-                "post": {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "post",
-                         "parameters": query, "responses": ok},
-            }
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes (infer-ctl sandbox)", "version": "v1.37.0"},
-                "paths": paths, "components": {"schemas": {}}}
+    def _openapi_v3(self, group: str, version: str) -> dict[str, Any]:
+        """One group-version's OpenAPI v3 document, built again only when its hash changes (a CRD applied)."""
+        types = self.store.types()
+        digest = openapi.document_hash(types, group, version)
+        cached = self._openapi_documents.get((group, version))
+        if cached is not None and cached[0] == digest:
+            return cached[1]
+        document = openapi.group_version_document(types, group, version)
+        if document is None:
+            raise _not_found()
+        self._openapi_documents[(group, version)] = (digest, document)
+        return document
 
     def _kube_version(self) -> dict[str, str]:
         return {"major": "1", "minor": "37", "gitVersion": "v1.37.0-infer-ctl-sandbox", "gitTreeState": "clean",
@@ -309,10 +291,10 @@ class SandboxApiServer:
         if path == "/apis":
             return discovery_groups(types)
         if path == "/openapi/v3":
-            return self._openapi_v3_root()
+            return openapi.discovery(types)
         if match := re.fullmatch(r"/openapi/v3/apis/([^/]+)/([^/]+)|/openapi/v3/api/([^/]+)", path):
             group, version = (match.group(1), match.group(2)) if match.group(1) else ("", match.group(3))
-            return self._openapi_v3_group(group, version)
+            return self._openapi_v3(group, version)
         if match := re.fullmatch(r"/apis/([^/]+)", path):
             return discovery_group(types, match.group(1))
         if api_path.group is not None and api_path.version is not None:
