@@ -13,6 +13,7 @@ default, that default is used, and the docstrings say where it comes from.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -66,29 +67,328 @@ class SimPolicy(Protocol):
     def decide(self, obs: Observation, state: Any) -> tuple[int, Any]: ...
 
 
-# --- Kubernetes HPA v2 --------------------------------------------------------------------------------------------
+# --- Kubernetes HPA (autoscaling/v2) -----------------------------------------------------------------------------
+#
+# Ported from k8s.io/kubernetes v1.37.2, pkg/controller/podautoscaler: replica_calculator.go (the per-metric
+# replica counts) and horizontal.go (reconcileAutoscaler, the normalisation with and without `behavior`). Each
+# function below is one upstream function, named in its docstring; tests/sim/test_peers_upstream.py replays the
+# upstream test tables through them.
+
+
+class HpaMetricError(ValueError):
+    """The replica calculator could not compute a count (upstream returns an error: the controller sets
+    ScalingActive=False and does not rescale)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerances:
+    """replica_calculator.go `Tolerances`: no change while 1 - scale_down <= usage ratio <= 1 + scale_up
+    (`--horizontal-pod-autoscaler-tolerance` 0.1 both ways, or per direction from `behavior.*.tolerance`)."""
+
+    scale_down: float = 0.1
+    scale_up: float = 0.1
+
+    def within(self, usage_ratio: float) -> bool:
+        return 1.0 - self.scale_down <= usage_ratio <= 1.0 + self.scale_up
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    """One Pod as the replica calculator sees it: its phase, whether it is being deleted, and its metric value
+    (None when the metrics API returned none for it)."""
+
+    name: str
+    metric: float | None
+    phase: str = "Running"  # Pending | Running | Succeeded | Failed
+    deleting: bool = False
+
+
+def hpa_pod_metric_replicas(
+    current: int, target_per_pod: float, pods: Sequence[PodSample], tolerances: Tolerances = Tolerances()
+) -> tuple[int, float]:
+    """`calcPlainMetricReplicas` (a Pods metric, AverageValue target) with `groupPods` for a non-resource metric:
+    returns (replicas, average usage of the Pods with a metric). Deleted or Failed Pods are ignored, Pending ones
+    are unready, Running ones without a metric are missing (readiness is only looked at for CPU). On a scale-up
+    missing and unready Pods count as using 0, on a scale-down missing ones as using exactly the target; if that
+    changes the direction, or brings the ratio within the tolerance, the current count stays.
+
+    E.g. 5 replicas, metrics 20000/19000/21000 for three, target 20000: ratio 1.0 with two missing, the missing
+    ones are not filled (neither above nor below 1), the recomputed ratio is within the tolerance: 5 stay.
+    Upstream averages integer milli-values (truncating); this works in floats."""
+    if not pods:
+        raise HpaMetricError("no pods returned by selector while calculating replica count")
+    ready_count = 0
+    unready: list[str] = []
+    missing: list[str] = []
+    metrics: dict[str, float] = {}
+    for pod in pods:
+        if pod.deleting or pod.phase == "Failed":
+            continue
+        if pod.phase == "Pending":
+            unready.append(pod.name)
+            continue
+        if pod.metric is None:
+            missing.append(pod.name)
+            continue
+        metrics[pod.name] = pod.metric
+        ready_count += 1
+    if not metrics:
+        raise HpaMetricError("did not receive metrics for targeted pods (pods might be unready)")
+    usage = sum(metrics.values()) / len(metrics)
+    ratio = usage / target_per_pod
+    scale_up_with_unready = bool(unready) and ratio > 1.0
+    if not scale_up_with_unready and not missing:
+        if tolerances.within(ratio):
+            return current, usage
+        return math.ceil(ratio * ready_count), usage
+    if missing and ratio != 1.0:
+        fill = target_per_pod if ratio < 1.0 else 0.0
+        metrics.update((name, fill) for name in missing)
+    if scale_up_with_unready:
+        metrics.update((name, 0.0) for name in unready)
+    new_ratio = sum(metrics.values()) / len(metrics) / target_per_pod
+    if tolerances.within(new_ratio) or (ratio < 1.0 < new_ratio) or (new_ratio < 1.0 < ratio):
+        return current, usage
+    replicas = math.ceil(new_ratio * len(metrics))
+    if (new_ratio < 1.0 and replicas > current) or (new_ratio > 1.0 and replicas < current):
+        return current, usage
+    return replicas, usage
+
+
+def hpa_external_per_pod_replicas(
+    status_replicas: int, target_per_pod: float, usage: float, tolerances: Tolerances = Tolerances()
+) -> tuple[int, float]:
+    """`GetExternalPerPodMetricReplicas` (an External metric with an AverageValue target, what KEDA creates):
+    ratio = usage / (target x status replicas, loading Pods included); outside the tolerance, ceil(usage /
+    target). Returns (replicas, usage per replica). E.g. usage 8600, target 2150, 3 replicas: ratio 1.33 -> 4."""
+    replicas = status_replicas
+    if not tolerances.within(usage / (target_per_pod * status_replicas)):
+        replicas = math.ceil(usage / target_per_pod)
+    return replicas, usage / status_replicas
+
+
+@dataclass(frozen=True, slots=True)
+class HpaScalingPolicy:
+    """`HPAScalingPolicy`: at most `value` Pods (kind Pods) or `value` percent (kind Percent) per `period_s`."""
+
+    kind: str  # Pods | Percent
+    value: int
+    period_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class HpaScalingRules:
+    """`HPAScalingRules`; a field left None takes the API default (`GenerateHPAScaleUpRules` /
+    `GenerateHPAScaleDownRules`, pkg/apis/autoscaling/v2/defaults.go)."""
+
+    stabilization_window_s: float | None = None
+    select_policy: str | None = None  # Max | Min | Disabled
+    policies: tuple[HpaScalingPolicy, ...] | None = None
+    tolerance: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HpaBehavior:
+    scale_up: HpaScalingRules | None = None
+    scale_down: HpaScalingRules | None = None
+
+
+DEFAULT_SCALE_UP = HpaScalingRules(
+    0.0, "Max", (HpaScalingPolicy("Pods", 4, 15.0), HpaScalingPolicy("Percent", 100, 15.0))
+)
+DEFAULT_SCALE_DOWN = HpaScalingRules(None, "Max", (HpaScalingPolicy("Percent", 100, 15.0),))
+
+
+def _with_defaults(rules: HpaScalingRules | None, default: HpaScalingRules) -> HpaScalingRules:
+    """`copyHPAScalingRules(rules, default)`: the given fields over the defaults."""
+    if rules is None:
+        return default
+    return HpaScalingRules(
+        default.stabilization_window_s if rules.stabilization_window_s is None else rules.stabilization_window_s,
+        rules.select_policy or default.select_policy,
+        default.policies if rules.policies is None else rules.policies,
+        default.tolerance if rules.tolerance is None else rules.tolerance,
+    )
+
+
+def hpa_scale_up_rules(rules: HpaScalingRules | None) -> HpaScalingRules:
+    """`GenerateHPAScaleUpRules`: no stabilization, Max of 4 Pods and 100 % per 15 s."""
+    return _with_defaults(rules, DEFAULT_SCALE_UP)
+
+
+def hpa_scale_down_rules(rules: HpaScalingRules | None) -> HpaScalingRules:
+    """`GenerateHPAScaleDownRules`: 100 % per 15 s; the stabilization window is left to the controller's
+    `--horizontal-pod-autoscaler-downscale-stabilization` (`maybeInitScaleDownStabilizationWindow`)."""
+    return _with_defaults(rules, DEFAULT_SCALE_DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleEvent:
+    """`timestampedScaleEvent`: replicas added (scale-up list) or removed (scale-down list) at `time_s`."""
+
+    change: int
+    time_s: float
+    outdated: bool = False
+
+
+Recommendation = tuple[int, float]  # (replicas, time_s): `timestampedRecommendation`
+
+
+def hpa_replicas_change_per_period(period_s: float, events: Sequence[ScaleEvent], now: float) -> int:
+    """`getReplicasChangePerPeriod`: the changes strictly after now - period."""
+    return sum(e.change for e in events if e.time_s > now - period_s)
+
+
+def hpa_store_scale_event(
+    events: Sequence[ScaleEvent], change: int, rules: HpaScalingRules, now: float
+) -> tuple[ScaleEvent, ...]:
+    """`storeScaleEvent` for one direction (only with a `behavior`): events older than the longest policy
+    period are marked outdated, and the new event takes the place of the last outdated one (or is appended)."""
+    longest = max((p.period_s for p in rules.policies or ()), default=0.0)
+    marked = [replace(e, outdated=True) if e.time_s < now - longest else e for e in events]
+    new = ScaleEvent(change, now)
+    old = [i for i, e in enumerate(marked) if e.outdated]
+    if old:
+        marked[old[-1]] = new
+    else:
+        marked.append(new)
+    return tuple(marked)
+
+
+def hpa_scale_up_limit(
+    current: int, up: Sequence[ScaleEvent], down: Sequence[ScaleEvent], rules: HpaScalingRules, now: float
+) -> int:
+    """`calculateScaleUpLimitWithScalingRules`: each policy's limit from the replicas at the start of its period
+    (current - added + removed in that period); Max takes the largest, Min the smallest, Disabled none.
+    E.g. Pods 4 and Percent 100 per 15 s from 10 replicas with no recent events: max(14, 20) = 20."""
+    if rules.select_policy == "Disabled":
+        return current
+    proposals = []
+    for p in rules.policies or ():
+        start = current - hpa_replicas_change_per_period(p.period_s, up, now) + hpa_replicas_change_per_period(
+            p.period_s, down, now)
+        proposals.append(start + p.value if p.kind == "Pods" else math.ceil(start * (1 + p.value / 100)))
+    return min(proposals) if rules.select_policy == "Min" else max(proposals)
+
+
+def hpa_scale_down_limit(
+    current: int, up: Sequence[ScaleEvent], down: Sequence[ScaleEvent], rules: HpaScalingRules, now: float
+) -> int:
+    """`calculateScaleDownLimitWithBehaviors`: the mirror image (Percent truncates: int(start x (1 - v/100)))."""
+    if rules.select_policy == "Disabled":
+        return current
+    proposals = []
+    for p in rules.policies or ():
+        start = current - hpa_replicas_change_per_period(p.period_s, up, now) + hpa_replicas_change_per_period(
+            p.period_s, down, now)
+        proposals.append(start - p.value if p.kind == "Pods" else int(start * (1 - p.value / 100)))
+    return max(proposals) if rules.select_policy == "Min" else min(proposals)
+
+
+def hpa_convert_with_behavior_rate(
+    current: int, desired: int, *, min_replicas: int, max_replicas: int, up: Sequence[ScaleEvent],
+    down: Sequence[ScaleEvent], up_rules: HpaScalingRules, down_rules: HpaScalingRules, now: float,
+) -> tuple[int, str]:
+    """`convertDesiredReplicasWithBehaviorRate`: the rate limits and the bounds; returns (replicas, the
+    ScalingLimited reason)."""
+    if desired > current:
+        limit = max(hpa_scale_up_limit(current, up, down, up_rules, now), current)
+        allowed, reason = (limit, "ScaleUpLimit") if max_replicas > limit else (max_replicas, "TooManyReplicas")
+        if desired > allowed:
+            return allowed, reason
+    elif desired < current:
+        limit = min(hpa_scale_down_limit(current, up, down, down_rules, now), current)
+        allowed, reason = (limit, "ScaleDownLimit") if min_replicas < limit else (min_replicas, "TooFewReplicas")
+        if desired < allowed:
+            return allowed, reason
+    return desired, "DesiredWithinRange"
+
+
+def hpa_convert_with_rules(current: int, desired: int, min_replicas: int, max_replicas: int) -> tuple[int, str]:
+    """`convertDesiredReplicasWithRules` (an HPA without `behavior`): at most max(2 x current, 4) at once,
+    within the bounds; no scale-down rate limit."""
+    scale_up_limit = int(max(2.0 * current, 4.0))
+    upper, reason = (scale_up_limit, "ScaleUpLimit") if max_replicas > scale_up_limit else (
+        max_replicas, "TooManyReplicas")
+    if desired < min_replicas:
+        return min_replicas, "TooFewReplicas"
+    if desired > upper:
+        return upper, reason
+    return desired, "DesiredWithinRange"
+
+
+def hpa_stabilize(
+    recs: Sequence[Recommendation], desired: int, window_s: float, now: float
+) -> tuple[int, tuple[Recommendation, ...]]:
+    """`stabilizeRecommendation` (no `behavior`): the highest recommendation of the last `window_s` (the
+    `--horizontal-pod-autoscaler-downscale-stabilization` window, 5 minutes); the new one replaces the last
+    older sample, or is appended."""
+    highest = desired
+    old = None
+    for i, (r, t) in enumerate(recs):
+        if t < now - window_s:
+            old = i
+        elif r > highest:
+            highest = r
+    out = list(recs)
+    if old is None:
+        out.append((desired, now))
+    else:
+        out[old] = (desired, now)
+    return highest, tuple(out)
+
+
+def hpa_stabilize_with_behaviors(
+    recs: Sequence[Recommendation], desired: int, current: int, *, up_window_s: float, down_window_s: float,
+    now: float,
+) -> tuple[int, tuple[Recommendation, ...]]:
+    """`stabilizeRecommendationWithBehaviors`: the current count brought within [lowest recommendation of the
+    scale-up window, highest of the scale-down window]; the new recommendation replaces the last sample older
+    than both windows, or is appended. E.g. recommendations 4 and 5 in the last 3 minutes, 100 replicas, 3
+    desired, a 3-minute scale-down window: 5."""
+    up_rec, down_rec = desired, desired
+    old = None
+    for i, (r, t) in enumerate(recs):
+        if t > now - up_window_s:
+            up_rec = min(r, up_rec)
+        if t > now - down_window_s:
+            down_rec = max(r, down_rec)
+        if t < now - up_window_s and t < now - down_window_s:
+            old = i
+    out = list(recs)
+    if old is None:
+        out.append((desired, now))
+    else:
+        out[old] = (desired, now)
+    return min(max(current, up_rec), down_rec), tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class HpaState:
-    recommendations: tuple[tuple[float, int], ...] = ()  # (time, pre-stabilization desired)
-    changes: tuple[tuple[float, int], ...] = ()  # (time, replicas added (+) or removed (-))
+    recommendations: tuple[Recommendation, ...] | None = None  # None: not yet recorded (a new HPA)
+    scale_up_events: tuple[ScaleEvent, ...] = ()
+    scale_down_events: tuple[ScaleEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Hpa:
-    """Kubernetes HorizontalPodAutoscaler (autoscaling/v2), `pkg/controller/podautoscaler/horizontal.go` and
-    `replica_calculator.go`, with a Pods/External metric of type AverageValue (requests/s per replica, from
-    Prometheus through prometheus-adapter: `rate(requests_total[1m])`, scraped every 15 s).
+    """Kubernetes' HorizontalPodAutoscaler (v1.37.2), reconciled every `sync_period_s`, on one metric:
 
-    - `sync_period_s` 15: kube-controller-manager `--horizontal-pod-autoscaler-sync-period` default.
-    - `tolerance` 0.1: `--horizontal-pod-autoscaler-tolerance`; no change while |metric/target - 1| <= 0.1.
-    - desired = ceil(total metric / target per replica) (AverageValue semantics).
-    - default `behavior` (docs "Default Behavior"): scaleUp stabilization 0 s, policies Pods 4 per 15 s and
-      Percent 100 per 15 s, selectPolicy Max; scaleDown stabilization 300 s, policy Percent 100 per 15 s.
-      Stabilization keeps every recommendation: up = min over the up window, down = max over the down window.
-    - a missing metric holds the current replicas (the controller logs FailedGetExternalMetric and skips).
-    - HPA does not scale from or to zero (minReplicas >= 1 without the alpha HPAScaleToZero gate).
+    - `metric` "Pods" (the default here): a per-Pod metric with an AverageValue target of C requests/s, served
+      by prometheus-adapter from `rate(requests_total[1m])` (Prometheus scraping every 15 s), each ready replica
+      reporting its share of the traffic and a loading one none (`hpa_pod_metric_replicas`). "External": one
+      fleet-wide value with an AverageValue target, as KEDA creates (`hpa_external_per_pod_replicas`).
+    - tolerance 0.1 (`--horizontal-pod-autoscaler-tolerance`), sync period 15 s
+      (`--horizontal-pod-autoscaler-sync-period`), downscale stabilization 300 s
+      (`--horizontal-pod-autoscaler-downscale-stabilization`).
+    - `behavior` None (an HPA that does not set it, the common case): the highest recommendation of the last 5
+      minutes, scale-up limited to max(2 x current, 4), no scale-down rate limit (`normalizeDesiredReplicas`).
+      With a `behavior`, its rules (API defaults for unset fields) are applied as
+      `normalizeDesiredReplicasWithBehaviors` does.
+    - A new HPA records the current count as its first recommendation (`recordInitialRecommendation`), so it
+      does not scale down within 5 minutes of its creation. A metric it cannot read holds the count.
+    - `minReplicas` >= 1: scaling to zero (the HPAScaleToZero gate, beta in 1.37) needs an Object or External
+      metric, which the Pods-metric HPA here does not have; KEDA plays that role.
     """
 
     target_rps_per_replica: float
@@ -96,16 +396,18 @@ class Hpa:
     max_replicas: int = 200
     tolerance: float = 0.1
     sync_period_s: float = 15.0
-    scale_up_stabilization_s: float = 0.0
-    scale_up_pods: int = 4
-    scale_up_percent: float = 100.0
-    scale_up_policy_period_s: float = 15.0
-    scale_down_stabilization_s: float = 300.0
-    scale_down_percent: float = 100.0
-    scale_down_policy_period_s: float = 15.0
+    downscale_stabilization_s: float = 300.0
+    behavior: HpaBehavior | None = None
+    metric: str = "Pods"  # Pods | External
     metric_scrape_s: float = 15.0
     metric_window_s: float = 60.0
     name: str = "hpa"
+
+    def __post_init__(self) -> None:
+        if self.metric not in ("Pods", "External"):
+            raise ValueError(f"metric: {self.metric!r} is not one of Pods, External")
+        if self.min_replicas < 1:
+            raise ValueError(f"min_replicas: {self.min_replicas} must be >= 1 for a {self.metric} metric")
 
     @property
     def period_s(self) -> float:
@@ -118,67 +420,113 @@ class Hpa:
     def initial_state(self) -> HpaState:
         return HpaState()
 
+    def tolerances(self) -> Tolerances:
+        """`tolerancesForHpa`: the flag's tolerance, or each direction's `behavior` tolerance where set."""
+        b = self.behavior
+        down = b.scale_down.tolerance if b and b.scale_down and b.scale_down.tolerance is not None else None
+        up = b.scale_up.tolerance if b and b.scale_up and b.scale_up.tolerance is not None else None
+        return Tolerances(self.tolerance if down is None else down, self.tolerance if up is None else up)
+
+    def metric_replicas(self, obs: Observation, current: int) -> int:
+        """The metric's proposal (`computeReplicasForMetric`); HpaMetricError when it has no value."""
+        if math.isnan(obs.metric_rps):
+            raise HpaMetricError("unable to get metric: no samples")
+        if self.metric == "External":
+            return hpa_external_per_pod_replicas(current, self.target_rps_per_replica, obs.metric_rps,
+                                                 self.tolerances())[0]
+        share = obs.metric_rps / obs.ready if obs.ready else 0.0
+        pods = [PodSample(f"ready-{i}", share) for i in range(obs.ready)]
+        pods += [PodSample(f"loading-{i}", None) for i in range(obs.loading)]
+        return hpa_pod_metric_replicas(current, self.target_rps_per_replica, pods, self.tolerances())[0]
+
     def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
-        return hpa_decide(self, obs.now_s, obs.total, obs.metric_rps, state, min_replicas=max(1, self.min_replicas))
+        return self.reconcile(obs.now_s, obs.total, lambda current: self.metric_replicas(obs, current), state)
+
+    def reconcile(
+        self, now: float, current: int, metric_replicas: Callable[[int], int], state: HpaState
+    ) -> tuple[int, HpaState]:
+        """`reconcileAutoscaler`: the bounds first, then the metric's proposal normalised."""
+        recs = state.recommendations if state.recommendations is not None else ((current, now),)
+        state = replace(state, recommendations=recs)
+        if current == 0:
+            return 0, state  # "scaling is disabled since the replica count of the target is zero"
+        if current > self.max_replicas:
+            desired = self.max_replicas
+        elif current < self.min_replicas:
+            desired = self.min_replicas
+        else:
+            try:
+                proposal = metric_replicas(current)
+            except HpaMetricError:
+                return current, state
+            desired, state = self.normalize(now, current, proposal, state)
+        if desired != current and self.behavior is not None:
+            if desired > current:
+                events = hpa_store_scale_event(state.scale_up_events, desired - current,
+                                               hpa_scale_up_rules(self.behavior.scale_up), now)
+                state = replace(state, scale_up_events=events)
+            else:
+                events = hpa_store_scale_event(state.scale_down_events, current - desired,
+                                               self._down_rules(), now)
+                state = replace(state, scale_down_events=events)
+        return desired, state
+
+    def _down_rules(self) -> HpaScalingRules:
+        rules = hpa_scale_down_rules(self.behavior.scale_down if self.behavior else None)
+        if rules.stabilization_window_s is None:
+            rules = replace(rules, stabilization_window_s=self.downscale_stabilization_s)
+        return rules
+
+    def normalize(self, now: float, current: int, proposal: int, state: HpaState) -> tuple[int, HpaState]:
+        recs = state.recommendations or ()
+        if self.behavior is None:
+            stabilized, recs = hpa_stabilize(recs, proposal, self.downscale_stabilization_s, now)
+            desired, _ = hpa_convert_with_rules(current, stabilized, self.min_replicas, self.max_replicas)
+            return desired, replace(state, recommendations=recs)
+        up_rules, down_rules = hpa_scale_up_rules(self.behavior.scale_up), self._down_rules()
+        stabilized, recs = hpa_stabilize_with_behaviors(
+            recs, proposal, current, up_window_s=up_rules.stabilization_window_s or 0.0,
+            down_window_s=down_rules.stabilization_window_s or 0.0, now=now)
+        desired, _ = hpa_convert_with_behavior_rate(
+            current, stabilized, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
+            up=state.scale_up_events, down=state.scale_down_events, up_rules=up_rules, down_rules=down_rules, now=now)
+        return desired, replace(state, recommendations=recs)
 
 
-def hpa_decide(
-    hpa: Hpa, now: float, current: int, metric_rps: float, state: HpaState, *, min_replicas: int
-) -> tuple[int, HpaState]:
-    if current == 0 or math.isnan(metric_rps):
-        return current, state
-    target = hpa.target_rps_per_replica
-    ratio = metric_rps / (target * current)
-    desired = current if abs(ratio - 1.0) <= hpa.tolerance else math.ceil(metric_rps / target - 1e-9)
-    keep_s = max(hpa.scale_up_stabilization_s, hpa.scale_down_stabilization_s)
-    recs = (*((t, n) for t, n in state.recommendations if t > now - keep_s), (now, desired))
-    up = min(n for t, n in recs if t > now - hpa.scale_up_stabilization_s or t == now)
-    down = max(n for t, n in recs if t > now - hpa.scale_down_stabilization_s or t == now)
-    stabilized = min(max(current, up), down)
-    # rate limits relative to the replicas at the start of the policy period
-    # (horizontal.go, calculateScaleUpLimitWithScalingRules / calculateScaleDownLimitWithBehaviors)
-    if stabilized > current:
-        added = sum(d for t, d in state.changes if d > 0 and t > now - hpa.scale_up_policy_period_s)
-        start = current - added
-        limit = max(start + hpa.scale_up_pods, math.ceil(start * (1 + hpa.scale_up_percent / 100)))
-        stabilized = min(stabilized, limit)
-    elif stabilized < current:
-        removed = -sum(d for t, d in state.changes if d < 0 and t > now - hpa.scale_down_policy_period_s)
-        start = current + removed
-        limit = math.ceil(start * (1 - hpa.scale_down_percent / 100))
-        stabilized = max(stabilized, limit)
-    new = min(max(stabilized, min_replicas), hpa.max_replicas)
-    changes = tuple((t, d) for t, d in state.changes if t > now - 60.0)
-    if new != current:
-        changes = (*changes, (now, new - current))
-    return new, HpaState(recs, changes)
-
-
-# --- Knative Serving KPA ------------------------------------------------------------------------------------------
+# --- Knative Serving KPA -----------------------------------------------------------------------------------------
+#
+# Ported from knative.dev/serving knative-v1.23.0: the decider pkg/autoscaler/scaling/autoscaler.go (`Scale`, every
+# 2 s tick) and the PodAutoscaler reconciler's scaler pkg/reconciler/autoscaling/kpa/scaler.go (`scale`,
+# `handleScaleToZero`) with kpa.go's `computeActiveCondition`, which together decide when a revision goes to zero.
 
 
 @dataclass(frozen=True, slots=True)
 class KpaState:
-    panic_since_s: float | None = None  # when panic mode was last (re)entered
+    started: bool = False  # the decider was created (at the first decision, from the ready pods then)
+    panic_since_s: float | None = None  # `panicTime`: when panic mode was last (re)entered
     max_panic_pods: int = 0
-    zero_wanted_since_s: float | None = None
+    delayed: tuple[tuple[float, int], ...] = ()  # `delayWindow` (scale-down-delay): (time, desired)
+    # the PodAutoscaler's Active condition (kpa.go) and when it last changed; a running service is Active
+    pa_status: str = "active"  # active | inactive | activating
+    pa_since_s: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
 class Kpa:
-    """Knative Serving's KPA, `pkg/autoscaler/scaling/autoscaler.go` (`Scale`), defaults from
-    `config-autoscaler` (docs "Configuring the autoscaler"), metric `rps` with target = C:
+    """Knative Serving's KPA (knative-v1.23.0) on the `rps` metric with a target of C requests/s per pod,
+    defaults from `config-autoscaler` (pkg/autoscaler/config/config.go `defaultConfig`):
 
-    - `stable_window_s` 60 (`stable-window`), panic window 10 % of it = 6 s (`panic-window-percentage`),
-      `panic_threshold` 2.0 (`panic-threshold-percentage` 200), `target_utilization` 0.7
-      (`target-utilization-percentage` 70: the autoscaler aims at 70 % of the target per pod).
-    - `max_scale_up_rate` 1000, `max_scale_down_rate` 2 (relative to ready pods per decision).
-    - `tick_s` 2 (`tick-interval`); metrics are scraped from the queue-proxies every second (direct).
-    - panic mode: entered when the panic-window demand is >= 2x the ready pods' capacity; while in panic, never
-      scale down; left after a stable window without exceeding the threshold.
-    - scale to zero (if `min_replicas` is 0): after the stable window averages zero and the
-      `scale_to_zero_grace_s` 30 s (`scale-to-zero-grace-period`); from zero the activator buffers requests and
-      wakes the revision at once.
+    - target value = C x `target_utilization` 0.7 (`target-utilization-percentage` applies to rps too,
+      `ResolveMetricTarget`); `stable_window_s` 60, panic window 10 % of it (6 s), `panic_threshold` 2.0;
+      `max_scale_up_rate` 1000 and `max_scale_down_rate` 2 relative to the ready pods; `scale_down_delay_s` 0;
+      `activation_scale` 1; decided every 2 s (`tickInterval`); metrics averaged per second over each window
+      from the queue-proxies (and the activator while the revision has no pod).
+    - the decider (`kpa_scale`): desired = ceil(stable / target) within [floor(ready / 2), ceil(1000 x ready)];
+      panic when ceil(panic / target) / ready >= 2, then never below the highest count of the panic; panic ends
+      a stable window after the threshold was last crossed. A new decider starts in panic, holding the ready
+      pods, when more than one is ready (it has no metric history).
+    - the reconciler (`kpa_reconcile_scale`): bounds, then to zero only after the revision has been Active for
+      a stable window (else 1), marked Inactive, and Inactive for `scale_to_zero_grace_s` 30.
     """
 
     target_rps_per_replica: float
@@ -190,6 +538,10 @@ class Kpa:
     panic_threshold: float = 2.0
     max_scale_up_rate: float = 1000.0
     max_scale_down_rate: float = 2.0
+    scale_down_delay_s: float = 0.0
+    activation_scale: int = 1
+    reachable: bool = True
+    enable_scale_to_zero: bool = True
     tick_s: float = 2.0
     scale_to_zero_grace_s: float = 30.0
     name: str = "kpa"
@@ -197,6 +549,10 @@ class Kpa:
     @property
     def period_s(self) -> float:
         return self.tick_s
+
+    @property
+    def target_value(self) -> float:
+        return self.target_rps_per_replica * self.target_utilization
 
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
@@ -209,69 +565,149 @@ class Kpa:
         return KpaState()
 
     def decide(self, obs: Observation, state: KpaState) -> tuple[int, KpaState]:
-        now = obs.now_s
-        if math.isnan(obs.metric_rps):
-            return obs.total, state
-        target = self.target_rps_per_replica * self.target_utilization
-        ready = max(1, obs.ready)
-        panic_rps = obs.metric_rps if math.isnan(obs.panic_rps) else obs.panic_rps
-        max_up = math.ceil(self.max_scale_up_rate * ready)
-        max_down = math.floor(ready / self.max_scale_down_rate)
-        dspc = min(max(math.ceil(obs.metric_rps / target - 1e-9), max_down), max_up)
-        dppc = min(max(math.ceil(panic_rps / target - 1e-9), max_down), max_up)
-        over_panic = (panic_rps / target) / ready >= self.panic_threshold
-        panic_since = state.panic_since_s
-        if over_panic:
-            panic_since = now
-        elif panic_since is not None and now >= panic_since + self.stable_window_s:
-            panic_since = None
-        if panic_since is not None:
-            desired = max(dppc, state.max_panic_pods, obs.total)
-            max_panic = desired
-        else:
-            desired, max_panic = dspc, 0
-        if obs.total == 0 and obs.waiting > 0:
-            desired = max(desired, 1)  # the activator's poke
-        zero_since = state.zero_wanted_since_s
-        if desired == 0 and self.min_replicas == 0:
-            zero_since = now if zero_since is None else zero_since
-            if now - zero_since < self.scale_to_zero_grace_s and obs.total > 0:
-                desired = 1
-        else:
-            zero_since = None
-        floor = self.min_replicas
-        desired = min(max(desired, floor if floor > 0 else (0 if desired == 0 else 1)), self.max_replicas)
-        return desired, KpaState(panic_since, max_panic, zero_since)
+        if not state.started:
+            state = kpa_new_decider(obs.ready, obs.now_s, state)
+        panic = obs.metric_rps if math.isnan(obs.panic_rps) else obs.panic_rps
+        desired, state = kpa_scale(self, state, obs.ready, stable_rps=obs.metric_rps, panic_rps=panic, now=obs.now_s)
+        applied, state = kpa_reconcile_scale(self, state, desired, current=obs.total, ready=obs.ready, now=obs.now_s)
+        return (obs.total if applied is None else applied), state
+
+
+def kpa_new_decider(ready: int, now: float, state: KpaState = KpaState()) -> KpaState:
+    """`newAutoscaler`: with more than one ready pod it starts in panic mode holding them (it has lost the
+    metric history and must not scale down before it has some)."""
+    return replace(state, started=True, panic_since_s=now if ready > 1 else None, max_panic_pods=ready)
+
+
+def kpa_scale(kpa: Kpa, state: KpaState, ready: int, *, stable_rps: float, panic_rps: float,
+              now: float) -> tuple[int | None, KpaState]:
+    """`autoscaler.Scale`: the desired pod count, or None when there is no metric (`ScaleValid` false).
+
+    E.g. target 10, 1 ready pod, stable 50, panic 100: dspc 5, dppc 10; 10 / 1 >= 2 so panic, and the larger of
+    the two (within the rate limits [0, 1000]) is 10."""
+    if math.isnan(stable_rps) or math.isnan(panic_rps):
+        return None, state
+    ready_f = max(1.0, float(ready))
+    max_up = math.ceil(kpa.max_scale_up_rate * ready_f)
+    max_down = math.floor(ready_f / kpa.max_scale_down_rate) if kpa.reachable else 0
+    dspc = math.ceil(stable_rps / kpa.target_value)
+    dppc = math.ceil(panic_rps / kpa.target_value)
+    stable_pods = min(max(dspc, max_down), max_up)
+    panic_pods = min(max(dppc, max_down), max_up)
+    if kpa.activation_scale > 1:
+        if dspc > 0 and kpa.activation_scale > stable_pods:
+            stable_pods = kpa.activation_scale
+        if dppc > 0 and kpa.activation_scale > panic_pods:
+            panic_pods = kpa.activation_scale
+    over = dppc / ready_f >= kpa.panic_threshold
+    panic_since, max_panic = state.panic_since_s, state.max_panic_pods
+    if over:
+        panic_since = now
+    elif panic_since is not None and panic_since + kpa.stable_window_s < now:
+        panic_since, max_panic = None, 0
+    desired = stable_pods
+    if panic_since is not None:
+        desired = max(desired, panic_pods)
+        max_panic = max(max_panic, desired)  # no scale-down in panic
+        desired = max_panic
+    delayed = state.delayed
+    if kpa.reachable and kpa.scale_down_delay_s > 0:
+        # `delayWindow`: the highest desired count of the last scale-down-delay
+        delayed = (*((t, d) for t, d in delayed if t > now - kpa.scale_down_delay_s), (now, desired))
+        desired = max(d for _, d in delayed)
+    return desired, replace(state, panic_since_s=panic_since, max_panic_pods=max_panic, delayed=delayed)
+
+
+def kpa_reconcile_scale(
+    kpa: Kpa, state: KpaState, desired: int | None, *, current: int, ready: int, now: float
+) -> tuple[int | None, KpaState]:
+    """The reconciler's `scaler.scale` and `computeActiveCondition`: the replicas to apply (None: leave the
+    Deployment as it is) and the PodAutoscaler's Active condition. A desired 0 is applied only when the revision
+    has been Inactive for the grace period; an Active revision is first scaled to 1 for the rest of its stable
+    window, then marked Inactive (the activator takes the traffic) with its pods kept."""
+    if desired is None:
+        return None, state  # no metrics yet: nothing is applied, the condition is left as it is
+    want = desired if desired >= kpa.min_replicas else kpa.min_replicas
+    if kpa.max_replicas and want > kpa.max_replicas:
+        want = kpa.max_replicas
+    applied: int | None = want
+    if want == 0:
+        if not kpa.enable_scale_to_zero:
+            applied = want = 1
+        elif state.pa_status == "activating":
+            applied, want = None, -1  # scaleUnknown until the activation times out (not simulated)
+        elif state.pa_status == "active":
+            if now - state.pa_since_s >= kpa.stable_window_s:
+                applied = None  # mark Inactive, keep the pods
+            else:
+                applied = want = 1
+        elif now - state.pa_since_s < kpa.scale_to_zero_grace_s:
+            applied = None
+    min_ready = max(1, kpa.min_replicas)
+    status = state.pa_status
+    if want == 0:
+        status = "inactive"
+    elif ready < min_ready:
+        if want > 0 or status != "inactive":
+            status = "activating"
+    elif want > 0 or status != "inactive":
+        status = "active"
+    if status != state.pa_status:
+        state = replace(state, pa_status=status, pa_since_s=now)
+    if applied == current:
+        applied = None
+    return applied, state
 
 
 # --- KEDA --------------------------------------------------------------------------------------------------------
+#
+# KEDA v2.20.2 (kedacore/keda): the operator's scale loop (pkg/scaling/executor/scale_scaledobjects.go,
+# `RequestScale`) every `pollingInterval` decides 0 <-> active; between 1 and N an HPA on KEDA's External metric
+# does the scaling (KEDA creates it with minReplicas = max(1, minReplicaCount) and no behavior of its own).
+
+
+def keda_request_scale(
+    current: int, is_active: bool, min_replica_count: int, last_active_s: float | None, now: float, *,
+    cooldown_s: float = 300.0, initial_cooldown_s: float = 0.0, created_s: float = 0.0,
+) -> tuple[int | None, float | None]:
+    """`RequestScale` without idleReplicaCount, fallback or pause annotations: the replicas to set (None: leave
+    them to the HPA) and the new LastActiveTime. Active: from zero to max(minReplicaCount, 1), else just
+    LastActiveTime = now. Inactive with minReplicaCount 0: to zero once the cooldown after the last active poll
+    is over (or the initial cooldown after creation when it was never active); below the minimum: to it."""
+    if is_active:
+        if current == 0:
+            return (min_replica_count if min_replica_count > 0 else 1), now
+        return None, now
+    if current > 0 and min_replica_count == 0:
+        never_active = last_active_s is None and created_s + initial_cooldown_s < now
+        cooled_down = last_active_s is not None and last_active_s + cooldown_s < now
+        return (min_replica_count if never_active or cooled_down else None), last_active_s
+    if current < min_replica_count:
+        return min_replica_count, last_active_s
+    return None, last_active_s
 
 
 @dataclass(frozen=True, slots=True)
 class KedaState:
     hpa: HpaState = field(default_factory=HpaState)
-    last_active_s: float = -math.inf
-    active: bool = False
+    last_active_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Keda:
-    """KEDA ScaledObject with a Prometheus trigger (`query: sum(rate(requests_total[1m]))`,
-    `metricType: AverageValue`, `threshold: C`), defaults from the ScaledObject spec docs:
-
-    - `polling_interval_s` 30 (`pollingInterval`): how often the operator checks activity (0 <-> 1).
-    - `cooldown_period_s` 300 (`cooldownPeriod`): after the last active poll, wait this long before 1 -> 0.
-    - `activation_threshold` 0 (`activationThreshold`): active while the metric is above it.
-    - `min_replicas` 0 (`minReplicaCount` default) when the service allows zero, else its minimum.
-    - 1 <-> N is a regular HPA on KEDA's external metric, with HPA's default behavior (see `Hpa`) and its 15 s
-      sync; the metrics server queries Prometheus on each HPA request (no cache by default).
-    """
+    """A KEDA ScaledObject with a Prometheus trigger (`query: sum(rate(requests_total[1m]))`, `threshold: C`,
+    `metricType: AverageValue`), defaults from the ScaledObject spec: `pollingInterval` 30 s, `cooldownPeriod`
+    300 s, `initialCooldownPeriod` 0, `activationThreshold` 0 (active while the query returns more than it),
+    `minReplicaCount` 0 when the service allows zero. The HPA underneath (`Hpa` with an External metric) syncs
+    every 15 s. A query with no samples counts as a scaler error (no activity decision): in the simulator that
+    happens only before Prometheus has two scrapes, when a real service would have history."""
 
     target_rps_per_replica: float
     min_replicas: int = 0
     max_replicas: int = 200
     polling_interval_s: float = 30.0
     cooldown_period_s: float = 300.0
+    initial_cooldown_period_s: float = 0.0
     activation_threshold: float = 0.0
     hpa: Hpa | None = None
     name: str = "keda"
@@ -281,7 +717,8 @@ class Keda:
         return self._hpa().sync_period_s
 
     def _hpa(self) -> Hpa:
-        return self.hpa or Hpa(self.target_rps_per_replica, max(1, self.min_replicas), self.max_replicas)
+        return self.hpa or Hpa(self.target_rps_per_replica, max(1, self.min_replicas), self.max_replicas,
+                               metric="External")
 
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
@@ -291,51 +728,49 @@ class Keda:
         return KedaState()
 
     def decide(self, obs: Observation, state: KedaState) -> tuple[int, KedaState]:
-        now = obs.now_s
+        now, current = obs.now_s, obs.total
         polled = math.floor(now / self.polling_interval_s) != math.floor(
-            (now - self.period_s) / self.polling_interval_s
-        )
-        active, last_active = state.active, state.last_active_s
+            (now - self.period_s) / self.polling_interval_s)
         if polled and not math.isnan(obs.metric_rps):
-            active = obs.metric_rps > self.activation_threshold
-            if active:
-                last_active = now
-        st = replace(state, active=active, last_active_s=last_active)
-        if obs.total == 0:
-            return (max(1, self.min_replicas) if active and polled else 0), st
-        if self.min_replicas == 0 and polled and not active and now - last_active >= self.cooldown_period_s:
-            return 0, st
-        n, hpa_state = hpa_decide(
-            self._hpa(), now, obs.total, obs.metric_rps, state.hpa, min_replicas=max(1, self.min_replicas)
-        )
-        return n, replace(st, hpa=hpa_state)
+            scaled, last_active = keda_request_scale(
+                current, obs.metric_rps > self.activation_threshold, self.min_replicas, state.last_active_s, now,
+                cooldown_s=self.cooldown_period_s, initial_cooldown_s=self.initial_cooldown_period_s)
+            state = replace(state, last_active_s=last_active)
+            if scaled is not None:
+                return scaled, state
+        n, hpa_state = self._hpa().decide(obs, state.hpa)
+        return n, replace(state, hpa=hpa_state)
 
 
 # --- Ray Serve ---------------------------------------------------------------------------------------------------
+#
+# Ray 2.60.0 (the PyPI wheel), ray/serve/autoscaling_policy.py: the default `replica_queue_length_autoscaling_policy`
+# wrapped by `_apply_autoscaling_config` (cold-start fast path, scaling factors, delays), then the bounds
+# (`DeploymentAutoscalingState.apply_bounds`).
 
 
 @dataclass(frozen=True, slots=True)
 class RayServeState:
-    wanted_since_s: float | None = None  # since when the desired count has pointed the same way
-    direction: int = 0  # +1 up, -1 down
+    decision_counter: int = 0  # > 0 wanting up, < 0 wanting down (kept as upstream keeps it)
+    decision_since_s: float | None = None  # when the current run of same-direction decisions began
 
 
 @dataclass(frozen=True, slots=True)
 class RayServe:
-    """Ray Serve's default autoscaling policy (`ray/serve/autoscaling_policy.py`,
-    `replica_queue_length_autoscaling_policy`, and `AutoscalingConfig` defaults):
+    """Ray Serve's default autoscaling policy and `AutoscalingConfig` defaults (Ray 2.60.0):
 
-    - metric: ongoing requests (queued + running) per replica, averaged over `look_back_period_s` 30, pushed
-      every `metrics_interval_s` 10.
-    - desired = ceil(running replicas * (1 + (ongoing / (target * running) - 1) * smoothing_factor)),
-      `smoothing_factor` 1.0 (upscaling/downscaling factors unset).
-    - `upscale_delay_s` 30 / `downscale_delay_s` 600: a change is applied only after the decision has pointed the
-      same way for that long (the policy counts consecutive control-loop decisions; 0.1 s loop).
-    - from zero: any queued request scales to 1 at once; to zero after `downscale_delay_s` too
-      (`downscale_to_zero_delay_s` unset) when `min_replicas` is 0.
+    - metric: the deployment's total ongoing requests (running + queued at the handles), averaged over
+      `look_back_period_s` 30; `current` = running replicas, `target` = the replicas Serve is aiming for
+      (starting ones included).
+    - desired = total / `target_ongoing_requests`, moved from the running count by the up/down scaling factor
+      (1.0); applied once the wish has pointed the same way for `upscale_delay_s` 30 / `downscale_delay_s` 600
+      (`downscale_to_zero_delay_s` for 1 -> 0, unset: the same 600); a scale-down stops at 1 before 0.
+    - with no running replica: requests waiting -> max(ceil(upscaling factor), target) at once; else hold.
     - `target_ongoing_requests`: the default is 2, which is meaningless for a server that runs many requests
       at once; Ray's docs tell users to set it from the replica's capacity, so here it is C x mean latency at
       load C (Little's law: the ongoing requests of a replica serving exactly its SLO capacity).
+    - Ray's control loop runs every 0.1 s; the simulator decides once per tick (`control_loop_s`), which only
+      rounds the delays up to a tick.
     """
 
     target_ongoing_requests: float
@@ -343,9 +778,12 @@ class RayServe:
     max_replicas: int = 200
     upscale_delay_s: float = 30.0
     downscale_delay_s: float = 600.0
+    downscale_to_zero_delay_s: float | None = None
     smoothing_factor: float = 1.0
+    upscaling_factor: float | None = None
+    downscaling_factor: float | None = None
     look_back_period_s: float = 30.0
-    control_loop_s: float = 1.0  # Ray's is 0.1 s; the simulator decides at most once per tick
+    control_loop_s: float = 1.0
     name: str = "ray-serve"
 
     @property
@@ -359,52 +797,153 @@ class RayServe:
     def initial_state(self) -> RayServeState:
         return RayServeState()
 
+    def up_factor(self) -> float:
+        return self.upscaling_factor or self.smoothing_factor
+
+    def down_factor(self) -> float:
+        return self.downscaling_factor or self.smoothing_factor
+
     def decide(self, obs: Observation, state: RayServeState) -> tuple[int, RayServeState]:
-        now, curr = obs.now_s, obs.total
-        if curr == 0:
-            if obs.waiting > 0 or obs.ongoing > 0:
-                return max(1, self.min_replicas), RayServeState()
-            return 0, state
-        running = max(1, obs.ready)
-        ratio = obs.ongoing / (self.target_ongoing_requests * running)
-        desired = math.ceil(running * (1 + (ratio - 1) * self.smoothing_factor) - 1e-9)
-        desired = min(max(desired, self.min_replicas), self.max_replicas)
-        direction = (desired > curr) - (desired < curr)
-        if direction == 0:
-            return curr, RayServeState()
-        since = state.wanted_since_s if state.direction == direction and state.wanted_since_s is not None else now
-        delay = self.upscale_delay_s if direction > 0 else self.downscale_delay_s
-        if now - since >= delay:
-            return desired, RayServeState()
-        return curr, RayServeState(since, direction)
+        n, state = ray_serve_policy(self, obs.ready, obs.total, obs.ongoing, state, now=obs.now_s)
+        return max(self.min_replicas, min(self.max_replicas, n)), state
+
+
+def ray_apply_scaling_factors(ray: RayServe, desired: float, current: int) -> int:
+    """`_apply_scaling_factors`: current + factor x (desired - current), rounded up; a scale-down the factor
+    would round away goes down by one. E.g. desired 5 from 20 at factor 0.5: ceil(12.5) = 13."""
+    if current == 0:
+        return math.ceil(desired)
+    delta = desired - current
+    scaled = math.ceil(current + (ray.up_factor() if delta > 0 else ray.down_factor()) * delta)
+    if math.ceil(desired) < current and scaled == current:
+        scaled -= 1
+    return scaled
+
+
+def ray_apply_delay_logic(
+    ray: RayServe, desired: int, target: int, state: RayServeState, now: float
+) -> tuple[int, RayServeState]:
+    """`_apply_delay_logic`: the wish applies once it has pointed the same way since `decision_since_s` for the
+    direction's delay; a scale-down to a positive count is at least 1, and 1 -> 0 waits its own delay."""
+    counter, since = state.decision_counter, state.decision_since_s
+    decision = target
+    if desired > target:
+        if counter < 0:
+            counter, since = 0, None
+        counter += 1
+        since = now if since is None else since
+        if now - since + 1e-6 >= ray.upscale_delay_s:
+            counter, since, decision = 0, None, desired
+    elif desired < target:
+        if counter > 0:
+            counter, since = 0, None
+        counter -= 1
+        delay = ray.downscale_delay_s
+        if target == 1:
+            delay = ray.downscale_to_zero_delay_s if ray.downscale_to_zero_delay_s is not None else delay
+        else:
+            desired = max(1, desired)
+        since = now if since is None else since
+        if now - since + 1e-6 >= delay:
+            counter, since, decision = 0, None, desired
+    else:
+        counter, since = 0, None
+    return decision, RayServeState(counter, since)
+
+
+def ray_serve_policy(
+    ray: RayServe, running: int, target: int, total_requests: float, state: RayServeState, *, now: float
+) -> tuple[int, RayServeState]:
+    """The wrapped default policy (before the bounds): the cold-start fast path, else the queue-length policy
+    (`_core_replica_queue_length_policy`: running x total / (target ongoing x running)), the scaling factors and
+    the delays (`_apply_default_params`)."""
+    if running == 0 and total_requests > 0:
+        return max(math.ceil(1 * ray.up_factor()), target), state
+    desired_f = float(target) if running == 0 else running * (
+        total_requests / (ray.target_ongoing_requests * running))
+    desired = ray_apply_scaling_factors(ray, desired_f, running)
+    if running == 0 and desired > 0:
+        return desired, state
+    return ray_apply_delay_logic(ray, max(0, desired), target, state, now)
 
 
 # --- AIBrix APA --------------------------------------------------------------------------------------------------
+#
+# AIBrix v0.7.0 (vllm-project/aibrix): pkg/controller/podautoscaler/algorithm/apa.go (`computeTargetReplicas`),
+# the metric window of metrics/client.go and types/metrics.go (`TimeWindow`), and the controller's bounds and
+# cooldown (podautoscaler_controller.go `computeScaleDecision`, `stabilizeRecommendation`); defaults from
+# context/context.go `NewBaseScalingContext`.
+
+
+def apa_compute_target_replicas(
+    current_pods: float, use_per_pod: float, target: float, *, up_tolerance: float = 0.1,
+    down_tolerance: float = 0.1, max_scale_up_rate: float = 2.0, max_scale_down_rate: float = 2.0,
+) -> int:
+    """`APAAlgorithm.computeTargetReplicas`: above (1 + up tolerance) x target per pod, ceil(current x
+    use / target) capped at ceil(max up rate x current); below (1 - down tolerance), the same floored at
+    floor(current / max down rate); otherwise no change. A target <= 0 keeps the current count (upstream logs
+    an error). E.g. 2 pods at 90 against 30: 6 wanted, at most ceil(2 x 2) = 4."""
+    if target <= 0:
+        return int(current_pods)
+    ratio = use_per_pod / target
+    if ratio > 1 + up_tolerance:
+        return min(math.ceil(current_pods * ratio), math.ceil(max_scale_up_rate * current_pods))
+    if ratio < 1 - down_tolerance:
+        return max(math.ceil(current_pods * ratio), math.floor(current_pods / max_scale_down_rate))
+    return int(current_pods)
+
+
+def aibrix_stabilize(
+    recs: Sequence[Recommendation], rec: int, current: int, *, up_window_s: float, down_window_s: float,
+    now: float,
+) -> tuple[int, tuple[Recommendation, ...]]:
+    """`PodAutoscalerReconciler.stabilizeRecommendation` (KPA and APA): the recommendation joins the history;
+    a scale-up takes the highest recommendation of the scale-up cooldown window (0 s by default: this one), a
+    scale-down the LOWEST of the scale-down window (300 s) — the opposite of Kubernetes' HPA, which keeps the
+    highest so that a scale-down waits. Recommendations older than the longer window are dropped."""
+    history = (*recs, (rec, now))
+    keep = max(up_window_s, down_window_s)
+    history = tuple((r, t) for r, t in history if t > now - keep)
+    if rec == current:
+        return current, history
+    window, pick = (up_window_s, max) if rec > current else (down_window_s, min)
+    inside = [r for r, t in history if t > now - window]
+    return (pick(inside) if inside else rec), history
+
+
+@dataclass(frozen=True, slots=True)
+class AibrixApaState:
+    samples: tuple[tuple[float, float], ...] = ()  # the stable window: (time, mean per-pod value)
+    recommendations: tuple[Recommendation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class AibrixApa:
-    """AIBrix's APA (`pkg/controller/podautoscaler/algorithm/apa.go`, scaling context defaults in
-    `pkg/controller/podautoscaler/common/context.go`, Helm values):
+    """AIBrix's APA (v0.7.0), with a per-pod metric of requests/s and a target of C:
 
-    - per-pod metric averaged over `window_s` 30 (`targetMetricWindow`), scraped from the pods (direct).
-    - `up_fluctuation_tolerance` 0.1: scale up only if per-pod use / target > 1.1;
-      `down_fluctuation_tolerance` 0.2: scale down only if < 0.8.
-    - expected = ceil(current * use / target), limited by `max_scale_up_rate` 2 (at most ceil(2 x current))
-      and `max_scale_down_rate` 2 (at least floor(current / 2)).
-    - reconciled every `sync_period_s` (15 s here; AIBrix requeues its PodAutoscaler periodically).
-    - no scale to zero in APA.
+    - every `sync_period_s` 10 (the controller's resync), each pod's metric is fetched from the pod; a pod
+      still loading its model serves no metrics and is left out, so the snapshot is the mean over the ready
+      pods. The snapshots of the last `stable_window_s` 180 (`observeWindowSeconds` default) are averaged.
+    - the current count is the scale target's `spec.replicas`, loading pods included: desired =
+      ceil(replicas x per-pod use / target) outside the tolerances (up 0.1, down 0.1), at most doubled and at
+      least halved per decision (`maxScaleUpRate`, `maxScaleDownRate` 2).
+    - then the cooldown (`stabilizeRecommendation`): scale-up 0 s, scale-down 300 s taking the lowest
+      recommendation of the window; then min/max. No scale to zero (`scaleToZero` false by default).
+    - a per-pod rate is not a gauge the pod keeps; here it is the pod's share of the last sync period's
+      requests.
     """
 
     target_rps_per_replica: float
     min_replicas: int = 1
     max_replicas: int = 200
     up_fluctuation_tolerance: float = 0.1
-    down_fluctuation_tolerance: float = 0.2
+    down_fluctuation_tolerance: float = 0.1
     max_scale_up_rate: float = 2.0
     max_scale_down_rate: float = 2.0
-    window_s: float = 30.0
-    sync_period_s: float = 15.0
+    stable_window_s: float = 180.0
+    scale_up_cooldown_s: float = 0.0
+    scale_down_cooldown_s: float = 300.0
+    sync_period_s: float = 10.0
     name: str = "aibrix-apa"
 
     @property
@@ -413,24 +952,34 @@ class AibrixApa:
 
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
-        return (Pipeline("direct", self.window_s),)
+        return (Pipeline("direct", self.sync_period_s),)
 
-    def initial_state(self) -> None:
-        return None
+    def initial_state(self) -> AibrixApaState:
+        return AibrixApaState()
 
-    def decide(self, obs: Observation, state: None) -> tuple[int, None]:
-        current = obs.total
-        if current == 0 or math.isnan(obs.metric_rps):
-            return max(current, 1, self.min_replicas), None
-        use = obs.metric_rps / max(1, obs.ready)
-        ratio = use / self.target_rps_per_replica
-        if ratio > 1 + self.up_fluctuation_tolerance:
-            desired = min(math.ceil(current * ratio - 1e-9), math.ceil(self.max_scale_up_rate * current))
-        elif ratio < 1 - self.down_fluctuation_tolerance:
-            desired = max(math.ceil(current * ratio - 1e-9), math.floor(current / self.max_scale_down_rate))
-        else:
-            desired = current
-        return min(max(desired, 1, self.min_replicas), self.max_replicas), None
+    def decide(self, obs: Observation, state: AibrixApaState) -> tuple[int, AibrixApaState]:
+        now, current = obs.now_s, obs.total
+        # computeScaleDecision's boundary checks come before any metric
+        if current == 0 and self.min_replicas != 0:
+            return 0, state
+        if current > self.max_replicas:
+            return self.max_replicas, state
+        if current < self.min_replicas:
+            return self.min_replicas, state
+        if obs.ready == 0 or math.isnan(obs.metric_rps):
+            return current, state  # no pod answered: the snapshot is an error, nothing is scaled
+        # TimeWindow: one value per 1 s bucket, buckets older than the window dropped
+        samples = tuple((t, v) for t, v in state.samples if math.floor(t) >= math.floor(now - self.stable_window_s))
+        samples = (*(s for s in samples if math.floor(s[0]) != math.floor(now)), (now, obs.metric_rps / obs.ready))
+        stable = sum(v for _, v in samples) / len(samples)
+        rec = apa_compute_target_replicas(
+            current, stable, self.target_rps_per_replica, up_tolerance=self.up_fluctuation_tolerance,
+            down_tolerance=self.down_fluctuation_tolerance, max_scale_up_rate=self.max_scale_up_rate,
+            max_scale_down_rate=self.max_scale_down_rate)
+        rec = min(max(rec, self.min_replicas), self.max_replicas)
+        desired, recs = aibrix_stabilize(state.recommendations, rec, current, up_window_s=self.scale_up_cooldown_s,
+                                         down_window_s=self.scale_down_cooldown_s, now=now)
+        return min(max(desired, self.min_replicas), self.max_replicas), AibrixApaState(samples, recs)
 
 
 # --- the oracle --------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 from infer_ctl.sim.model import ServiceModel, prometheus_rate, window_rate
 from infer_ctl.sim.policies import (
     AibrixApa,
+    AibrixApaState,
     Hpa,
     HpaState,
     Keda,
@@ -42,11 +43,11 @@ def test_hpa_ignores_changes_within_its_ten_percent_tolerance() -> None:
     assert n == 10
 
 
-def test_hpa_scales_up_at_most_by_max_of_four_pods_and_double_per_period() -> None:
+def test_hpa_without_behavior_scales_up_at_most_to_twice_the_replicas_or_four() -> None:
     n, _ = Hpa(C).decide(obs(0, 2, 500.0), HpaState())
-    assert n == 6  # max(2 + 4, 2 * 2)
+    assert n == 4  # max(2 * 2, 4): horizontal.go calculateScaleUpLimit
     n, _ = Hpa(C).decide(obs(0, 10, 500.0), HpaState())
-    assert n == 20  # max(10 + 4, 10 * 2)
+    assert n == 20  # max(10 * 2, 4)
 
 
 def test_hpa_scales_down_only_to_the_highest_recommendation_of_the_last_five_minutes() -> None:
@@ -97,7 +98,9 @@ def test_keda_wakes_on_activity_and_sleeps_after_the_cooldown() -> None:
     n, state = keda.decide(obs(315, 1, 0.0), state)
     assert n == 1  # not a polling time, and 285 s since the last active poll
     n, state = keda.decide(obs(330, 1, 0.0), state)
-    assert n == 0  # the cooldown (300 s) after the last active poll at 30 s
+    assert n == 1  # the cooldown (300 s) after the last active poll at 30 s ends strictly after 330 s
+    n, state = keda.decide(obs(360, 1, 0.0), state)
+    assert n == 0  # the next poll
 
 
 def test_ray_serve_waits_its_upscale_and_downscale_delays() -> None:
@@ -117,10 +120,11 @@ def test_ray_serve_waits_its_upscale_and_downscale_delays() -> None:
 
 def test_aibrix_apa_respects_its_fluctuation_tolerances_and_rate_limits() -> None:
     apa = AibrixApa(C)
-    assert apa.decide(obs(0, 10, 108.0), None)[0] == 10
-    assert apa.decide(obs(0, 10, 85.0), None)[0] == 10  # within the 0.2 down tolerance
-    assert apa.decide(obs(0, 10, 500.0), None)[0] == 20  # at most double
-    assert apa.decide(obs(0, 10, 10.0), None)[0] == 5  # at most halve
+    assert apa.decide(obs(0, 10, 108.0), AibrixApaState())[0] == 10
+    assert apa.decide(obs(0, 10, 95.0), AibrixApaState())[0] == 10  # within the 0.1 down tolerance
+    assert apa.decide(obs(0, 10, 85.0), AibrixApaState())[0] == 9  # outside it: ceil(10 x 0.85)
+    assert apa.decide(obs(0, 10, 500.0), AibrixApaState())[0] == 20  # at most double
+    assert apa.decide(obs(0, 10, 10.0), AibrixApaState())[0] == 5  # at most halve
 
 
 def test_the_oracle_starts_replicas_one_cold_start_ahead() -> None:
