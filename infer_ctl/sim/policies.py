@@ -103,6 +103,26 @@ class PodSample:
     deleting: bool = False
 
 
+def hpa_group_pods(pods: Sequence[PodSample]) -> tuple[int, set[str], set[str], set[str]]:
+    """`groupPods` for a non-resource metric: (ready count, unready, missing, ignored). Deleted and Failed Pods
+    are ignored, Pending ones unready, Running ones with no metric missing; the rest count as ready (the
+    readiness and initialisation checks are for CPU only)."""
+    ready = 0
+    unready: set[str] = set()
+    missing: set[str] = set()
+    ignored: set[str] = set()
+    for pod in pods:
+        if pod.deleting or pod.phase == "Failed":
+            ignored.add(pod.name)
+        elif pod.phase == "Pending":
+            unready.add(pod.name)
+        elif pod.metric is None:
+            missing.add(pod.name)
+        else:
+            ready += 1
+    return ready, unready, missing, ignored
+
+
 def hpa_pod_metric_replicas(
     current: int, target_per_pod: float, pods: Sequence[PodSample], tolerances: Tolerances = Tolerances()
 ) -> tuple[int, float]:
@@ -117,21 +137,9 @@ def hpa_pod_metric_replicas(
     Upstream averages integer milli-values (truncating); this works in floats."""
     if not pods:
         raise HpaMetricError("no pods returned by selector while calculating replica count")
-    ready_count = 0
-    unready: list[str] = []
-    missing: list[str] = []
-    metrics: dict[str, float] = {}
-    for pod in pods:
-        if pod.deleting or pod.phase == "Failed":
-            continue
-        if pod.phase == "Pending":
-            unready.append(pod.name)
-            continue
-        if pod.metric is None:
-            missing.append(pod.name)
-            continue
-        metrics[pod.name] = pod.metric
-        ready_count += 1
+    ready_count, unready, missing, _ = hpa_group_pods(pods)
+    metrics = {p.name: p.metric for p in pods if p.metric is not None and p.name not in unready
+               and not p.deleting and p.phase != "Failed"}
     if not metrics:
         raise HpaMetricError("did not receive metrics for targeted pods (pods might be unready)")
     usage = sum(metrics.values()) / len(metrics)
