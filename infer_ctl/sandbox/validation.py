@@ -5,13 +5,20 @@ Pod); the API server validates every write, so validators are compiled once per 
 
 Unknown fields follow kube-apiserver's `fieldValidation` query parameter: `Strict` rejects them (400),
 `Warn` (the server default) and `Ignore` drop them, `Warn` with a `Warning` header per field.
+
+The schemas type a resource quantity only as "string or number"; kube-apiserver parses every one when it decodes
+the body (`quantities must match the regular expression ...`, a 400 for the whole object). With
+`check_quantities`, every value the schema types as a Quantity (a container's limits, a claim's capacity, a
+PersistentVolumeClaim's storage ...) is parsed, and each one that is not a quantity is an error at its own path
+with the reason (`'1GB' ... use G or Gi`). `infer-ctl validate` turns it on; the emulator keeps its
+decode-time check of Pods (`_pod_errors`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -57,6 +64,8 @@ def schema_file_name(api_version: str, kind: str) -> str:
 class SchemaValidator:
     """Compiled validators for the built-in kinds, loaded lazily from kubernetes-validate's package data."""
 
+    check_quantities: bool = False
+    check_enums: bool = False
     _validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = field(default_factory=dict)
     _registry: referencing.Registry[Any] | None = None
 
@@ -78,7 +87,10 @@ class SchemaValidator:
                 self._registry = definitions @ referencing.Registry()
             resource = referencing.Resource.from_contents(schema,
                                                           default_specification=referencing.jsonschema.DRAFT202012)
-            self._validators[key] = jsonschema.Draft202012Validator(schema, registry=resource @ self._registry)
+            cls = jsonschema.Draft202012Validator
+            if self.check_quantities or self.check_enums:
+                cls = _extended_validator(quantities=self.check_quantities, enums=self.check_enums)
+            self._validators[key] = cls(schema, registry=resource @ self._registry)
         return self._validators[key]
 
     def validate(self, obj: dict[str, Any], *, field_validation: str = "Warn") -> tuple[list[FieldError], list[str]]:
@@ -113,6 +125,94 @@ class SchemaValidator:
         if not any(e.path.split(".")[0].split("[")[0] != "metadata" for e in errors):
             errors.extend(semantic_errors(obj))  # only on a well-typed object (the schema errors come first)
         return errors, warnings
+
+
+_QUANTITY_DEFINITION = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_DEFINITION_PREFIX = "#/$defs/"
+_PROTOCOLS = ("SCTP", "TCP", "UDP")
+_CONTAINER_ENUMS = {"imagePullPolicy": ("Always", "IfNotPresent", "Never"),
+                    "terminationMessagePolicy": ("FallbackToLogsOnError", "File")}
+# Enumerated fields whose values kube-apiserver's Go validation checks (`Unsupported value: ...: supported
+# values: ...`) but whose OpenAPI schemas say only "string", by schema definition. kube-apiserver 1.37.2 refused
+# a value outside each list and none of the values in it as unsupported (`kubectl create --dry-run=server`).
+# Toleration operators Gt and Lt are refused while the TaintTolerationComparisonOperators feature gate is off
+# (the default) but named as supported in the message: a cluster may enable them, so they are not flagged here.
+# An empty string is left alone: the API server defaults it.
+ENUMERATED_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "io.k8s.api.core.v1.Container": _CONTAINER_ENUMS,
+    "io.k8s.api.core.v1.ContainerPort": {"protocol": _PROTOCOLS},
+    "io.k8s.api.core.v1.ServicePort": {"protocol": _PROTOCOLS},
+    "io.k8s.api.core.v1.PodSpec": {"restartPolicy": ("Always", "Never", "OnFailure"),
+                                   "dnsPolicy": ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"),
+                                   "preemptionPolicy": ("Never", "PreemptLowerPriority")},
+    "io.k8s.api.core.v1.ServiceSpec": {"type": ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort"),
+                                       "sessionAffinity": ("ClientIP", "None"),
+                                       "externalTrafficPolicy": ("Cluster", "Local"),
+                                       "internalTrafficPolicy": ("Cluster", "Local")},
+    "io.k8s.api.core.v1.Toleration": {"operator": ("Equal", "Exists", "Gt", "Lt"),
+                                      "effect": ("NoExecute", "NoSchedule", "PreferNoSchedule")},
+    "io.k8s.api.core.v1.NodeSelectorRequirement": {"operator": ("DoesNotExist", "Exists", "Gt", "In", "Lt",
+                                                                "NotIn")},
+    "io.k8s.api.core.v1.SeccompProfile": {"type": ("Localhost", "RuntimeDefault", "Unconfined")},
+    "io.k8s.api.core.v1.HTTPGetAction": {"scheme": ("HTTP", "HTTPS")},
+    "io.k8s.api.apps.v1.DeploymentStrategy": {"type": ("Recreate", "RollingUpdate")},
+    "io.k8s.api.apps.v1.StatefulSetUpdateStrategy": {"type": ("OnDelete", "RollingUpdate")},
+    "io.k8s.api.apps.v1.DaemonSetUpdateStrategy": {"type": ("OnDelete", "RollingUpdate")},
+    "io.k8s.api.apps.v1.StatefulSetSpec": {"podManagementPolicy": ("OrderedReady", "Parallel")},
+    "io.k8s.api.batch.v1.CronJobSpec": {"concurrencyPolicy": ("Allow", "Forbid", "Replace")},
+    "io.k8s.api.batch.v1.JobSpec": {"completionMode": ("Indexed", "NonIndexed")},
+    "io.k8s.api.policy.v1.PodDisruptionBudgetSpec": {"unhealthyPodEvictionPolicy": ("AlwaysAllow",
+                                                                                    "IfHealthyBudget")},
+    "io.k8s.api.core.v1.PersistentVolumeClaimSpec": {"volumeMode": ("Block", "Filesystem")},
+}
+_REF = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
+
+
+def _quantity_errors(ref: str, instance: Any) -> Iterator[jsonschema.ValidationError]:
+    """A value the schema types as a Quantity, parsed as resource.ParseQuantity would."""
+    if ref.endswith(_QUANTITY_DEFINITION) and isinstance(instance, str | int | float) and \
+            not isinstance(instance, bool):
+        try:
+            parse_quantity(instance if isinstance(instance, str) else str(instance))
+        except QuantityError as exc:
+            yield jsonschema.ValidationError(str(exc), validator="quantity")
+
+
+def _enum_errors(ref: str, instance: Any) -> Iterator[jsonschema.ValidationError]:
+    fields = ENUMERATED_FIELDS.get(ref.rpartition(_DEFINITION_PREFIX)[2])
+    if not fields or not isinstance(instance, Mapping):
+        return
+    for name, allowed in fields.items():
+        value = instance.get(name)
+        if isinstance(value, str) and value and value not in allowed:
+            yield jsonschema.ValidationError(f"{value!r} is not one of {list(allowed)}", validator="enum",
+                                             validator_value=list(allowed), instance=value, path=[name])
+
+
+def _extended_validator(*, quantities: bool, enums: bool) -> Any:
+    """Draft 2020-12 whose `$ref` also checks what kube-apiserver checks beyond the schema where the reference
+    names the Quantity definition (`quantities`) or a definition of ENUMERATED_FIELDS (`enums`)."""
+
+    def ref(validator: Any, value: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if quantities:
+            yield from _quantity_errors(value, instance)
+        if enums:
+            yield from _enum_errors(value, instance)
+        yield from _REF(validator, value, instance, schema)
+
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # untyped in types-jsonschema
+        jsonschema.Draft202012Validator, {"$ref": ref})
+
+
+def builtin_group_version_kinds() -> frozenset[tuple[str, str, str]]:
+    """Every (group, version, kind) of Kubernetes 1.37 that has an object schema (not the meta kinds such as
+    DeleteOptions that every group lists)."""
+    ref = resources.files("kubernetes_validate").joinpath(f"{_SCHEMA_DIR}/_definitions.json")
+    definitions = json.loads(ref.read_text())["$defs"]
+    return frozenset(
+        (str(gvk["group"]), str(gvk["version"]), str(gvk["kind"]))
+        for name, definition in definitions.items() if not name.startswith("io.k8s.apimachinery.pkg.apis.meta.")
+        for gvk in definition.get("x-kubernetes-group-version-kind") or ())
 
 
 # ------------------------------------------------------------------------------------------------ semantics
@@ -234,6 +334,8 @@ def _extra_keys(error: jsonschema.ValidationError) -> list[str]:
 
 def _to_field_error(error: jsonschema.ValidationError) -> FieldError:
     path = format_path(error.absolute_path)
+    if error.validator == "quantity":
+        return FieldError(path, error.message, "FieldValueInvalid")
     if error.validator == "required":
         match = re.match(r"'([^']+)' is a required property", error.message)
         missing = match.group(1) if match else "?"
