@@ -19,3 +19,15 @@ ROLE_SERVING = "serving"
 ROLE_STANDBY = "standby"
 ANNOTATION_MODEL_CACHE = "infer-ctl.io/model-cache"  # on Nodes: comma-separated cache keys held locally
 ANNOTATION_SANDBOX_ADDRESS = "sandbox.infer-ctl.io/address"  # on sandbox Pods: host:port of the local process
+ROLE_PREFETCH = "prefetch"  # a Pod that fills its node's model cache and completes (the cached tier)
+# on replica and prefetch Pods: the model's weights in bytes (what a sleeping replica holds in host memory and an
+# awake one on its device; what a prefetch downloads)
+ANNOTATION_MODEL_BYTES = "infer-ctl.io/model-bytes"
+ANNOTATION_START_ASLEEP = "infer-ctl.io/start-asleep"  # on replica Pods: "true" loads into host memory and sleeps
+ANNOTATION_HOST_MEMORY_BYTES = "infer-ctl.io/host-memory-bytes"  # on Nodes: budget for sleeping replicas' weights
+ANNOTATION_HOST_MEMORY_USED = "infer-ctl.io/host-memory-used-bytes"  # on Nodes: what sleeping replicas hold now
+# The sandbox's simulated links, in GB/s (10^9 bytes per second), on Nodes (or on a Pod, overriding its Node's):
+# host-to-device (a wake), device-to-host (a sleep), network (a prefetch into the node's model cache)
+ANNOTATION_H2D_GBPS = "sandbox.infer-ctl.io/h2d-gbps"
+ANNOTATION_D2H_GBPS = "sandbox.infer-ctl.io/d2h-gbps"
+ANNOTATION_NETWORK_GBPS = "sandbox.infer-ctl.io/network-gbps"

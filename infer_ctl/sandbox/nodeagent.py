@@ -33,6 +33,38 @@ catalog's relative throughput), `.../concurrency`, `.../cold-start-seconds` (def
 InferenceService's `spec.runtime.coldStartSeconds`, else 5), `.../warm-start-seconds` (cached model; default a
 fifth of the cold start), and `.../runtime: pause` for a Pod that needs no process (Ready at once).
 
+Warm tiers. A replica Pod annotated `infer-ctl.io/start-asleep: "true"` loads into host memory and sleeps (its
+server reports ready once loaded; `POST /wake_up` moves the weights to its device, `POST /sleep?level=1` back),
+with `infer-ctl.io/model-bytes` as the weights' size. The agent keeps a ledger of that memory: per node, the host
+memory held by sleeping replicas, within a budget (the Node's annotation `infer-ctl.io/host-memory-bytes`, else its
+`status.capacity.memory`); per device (from the Pod's allocated claims: a shared ResourceClaim gives several Pods
+the same device, the "warm host"), the memory of the awake models, within the device's `memory` capacity in its
+ResourceSlice (split evenly over a Pod's devices). A model server asks the agent before each move (an HTTP
+endpoint of the agent's on 127.0.0.1, passed as `--agent-url`): a wake that would overfill the device is refused
+(the server answers 409 `{"reason": "DeviceMemory", ...}`), a sleep that would overfill the host budget too
+(`HostMemory`). A start that does not fit fails as the container would: a start asleep over the host budget is
+terminated `OOMKilled` (exit 137), a start awake on a full device exits with CUDA's out-of-memory error (exit 1);
+either is restarted with kubelet's back-off (container waiting in CrashLoopBackOff, `lastState.terminated` naming
+the reason), or with `restartPolicy: Never` leaves the Pod Failed.
+Bandwidths, in GB/s (10^9 bytes/s), from the Pod's annotation, else its Node's, else the agent's defaults:
+`sandbox.infer-ctl.io/h2d-gbps` (a wake; default 12), `.../d2h-gbps` (a sleep; default 12) and
+`.../network-gbps` (a prefetch; default 0.5). The defaults are conservative against what is published: PCIe Gen4
+x16 carries 32 GB/s per direction in theory and about 25 GB/s in pinned-memory copies; vLLM's sleep-mode
+benchmarks (blog.vllm.ai, 2025-10-26) wake level-1 sleepers of 0.6B-235B models in 0.1-6 s on A4000-A100; llm-d's
+fast model actuation reports about 3 s for 64 GiB (~23 GB/s). So 12 GB/s wakes a 16 GB 8B model in 1.3 s and a
+140 GB 70B model in 12 s. A network fetch of 0.5 GB/s (4 Gbit/s) sits between a plain loader from object storage
+(Run:ai's Model Streamer benchmark: about 48 s for an 8B model, ~0.33 GB/s) and a streaming loader (8-14 s).
+
+The cached tier. A Pod labelled `infer-ctl.io/role: prefetch` with the annotations `infer-ctl.io/model-cache-key`
+and `infer-ctl.io/model-bytes`, bound to a node, needs no GPU and runs no server: the agent downloads the model
+into that node's cache (bytes / network bandwidth; one download at a time per node, its one link; nothing to do
+when the node holds it already), then the Pod Succeeds (phase Succeeded, its container terminated with exit code
+0, as a Job's Pod). A replica that starts there later loads in the warm start time.
+The agent publishes what each node holds on its Node (a merge patch of annotations, only when they change):
+`infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted) and `infer-ctl.io/host-memory-used-bytes`.
+A bad annotation (model bytes, a bandwidth, the host budget) leaves the container waiting with
+`CreateContainerConfigError` and a Warning Event that names the annotation and the problem.
+
 A Pod of infer-ctl's own image (`ghcr.io/infer-ctl/infer-ctl`, the controller of deploy/'s kustomize overlays and
 Helm chart) is not a model server: it runs as the image's entrypoint, `infer-ctl <args>`, with its env, its
 ServiceAccount's token, its ConfigMap volumes, remapped ports and its HTTP probes (`controllerpod.py`; on the real
@@ -49,6 +81,7 @@ import datetime
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -59,8 +92,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
+
 from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
+from infer_ctl.kube.labels import (
+    ANNOTATION_D2H_GBPS,
+    ANNOTATION_H2D_GBPS,
+    ANNOTATION_HOST_MEMORY_BYTES,
+    ANNOTATION_HOST_MEMORY_USED,
+    ANNOTATION_MODEL_BYTES,
+    ANNOTATION_MODEL_CACHE,
+    ANNOTATION_NETWORK_GBPS,
+    ANNOTATION_START_ASLEEP,
+    LABEL_ROLE,
+    ROLE_PREFETCH,
+)
 from infer_ctl.sandbox import controllerpod
 from infer_ctl.sandbox.cluster import SandboxNode
 from infer_ctl.sandbox.store import Obj, rfc3339
@@ -75,6 +123,12 @@ CORE_EVENTS = Resource("v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io/v1", "leases", "Lease")
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 _CONFLICT_RETRIES = 5
+# Bandwidths (GB/s) when neither the Pod nor its Node says: see the module docstring for the sources.
+DEFAULT_H2D_GBPS = 12.0
+DEFAULT_D2H_GBPS = 12.0
+DEFAULT_NETWORK_GBPS = 0.5
+_GB = 1e9
+_OOM_EXIT_CODE = 137  # 128 + SIGKILL, what kubelet reports for an OOM-killed container
 # Node conditions as kubelet posts them on a healthy node: (type, status, reason, message).
 _NODE_CONDITIONS = (
     ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -186,6 +240,73 @@ class Zygote:
 
 
 @dataclass
+class Holding:
+    """The weights of one Pod's model server: in host memory (asleep), on its devices (awake), or both mid-move."""
+
+    pod: str  # namespace/name, for messages
+    node: str
+    model_bytes: int
+    devices: Mapping[str, int]  # device key (driver/pool/device) -> the device's memory capacity in bytes
+    host: bool = False
+    device: bool = False
+
+    @property
+    def per_device_bytes(self) -> int:
+        """The weights are split evenly over the Pod's devices (tensor parallelism)."""
+        return -(-self.model_bytes // max(len(self.devices), 1))
+
+
+@dataclass
+class MemoryLedger:
+    """What the model servers of the agent's nodes hold: host memory per node (sleeping replicas) and memory per
+    device (awake ones; a shared ResourceClaim gives several Pods the same device). Each reservation checks and
+    commits with no await in between, so two wakes can never both take the same free bytes of a device."""
+
+    holdings: dict[str, Holding] = field(default_factory=dict)  # by Pod uid
+
+    def host_used(self, node: str) -> int:
+        return sum(h.model_bytes for h in self.holdings.values() if h.host and h.node == node)
+
+    def device_used(self, key: str) -> int:
+        return sum(h.per_device_bytes for h in self.holdings.values() if h.device and key in h.devices)
+
+    def reserve_host(self, uid: str, budget_bytes: int) -> str | None:
+        """Hold the weights of `uid` in its node's host memory; None, or why they do not fit."""
+        holding = self.holdings[uid]
+        if not holding.host:
+            used = self.host_used(holding.node)
+            if used + holding.model_bytes > budget_bytes:
+                holders = ", ".join(sorted(h.pod for h in self.holdings.values() if h.host and h.node == holding.node))
+                return (f"host memory of node {holding.node}: sleeping replicas hold {format_bytes(used)} "
+                        f"({holders or 'none'}) of its budget of {format_bytes(budget_bytes)}; {holding.pod} needs "
+                        f"{format_bytes(holding.model_bytes)} more")
+            holding.host = True
+        return None
+
+    def reserve_device(self, uid: str) -> str | None:
+        """Hold the weights of `uid` on its devices; None, or why they do not fit (the first full device)."""
+        holding = self.holdings[uid]
+        if not holding.device:
+            need = holding.per_device_bytes
+            for key, capacity in sorted(holding.devices.items()):
+                used = self.device_used(key)
+                if capacity > 0 and used + need > capacity:  # a device that publishes no memory is not limited
+                    holders = ", ".join(sorted(h.pod for h in self.holdings.values() if h.device and key in h.devices))
+                    return (f"device {key} ({format_bytes(capacity)}): awake models hold {format_bytes(used)} "
+                            f"({holders or 'none'}); {holding.pod} needs {format_bytes(need)}")
+            holding.device = True
+        return None
+
+    def release(self, uid: str, where: str) -> None:
+        holding = self.holdings.get(uid)
+        if holding is not None:
+            if where == "host":
+                holding.host = False
+            else:
+                holding.device = False
+
+
+@dataclass
 class _Running:
     pod_uid: str
     namespace: str
@@ -213,6 +334,11 @@ class NodeAgent:
     lease_renew_s: float = 10.0
     node_status_s: float = 60.0
     python: str = sys.executable
+    h2d_gbps: float = DEFAULT_H2D_GBPS
+    d2h_gbps: float = DEFAULT_D2H_GBPS
+    network_gbps: float = DEFAULT_NETWORK_GBPS
+    ledger: MemoryLedger = field(default_factory=MemoryLedger)
+    ledger_port: int = 0  # the model servers' endpoint for memory reservations (bound by `run`)
     registered: asyncio.Event = field(default_factory=asyncio.Event)  # every published object is in the API
     last_error: KubeError | None = None  # of registration or a heartbeat, for `KubeSide` to report
     _running: dict[str, _Running] = field(default_factory=dict)
@@ -226,15 +352,24 @@ class NodeAgent:
     pod_logs: dict[tuple[str, str], Path] = field(default_factory=dict)  # infer-ctl's own Pods' output
     pod_probes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # their probes' local URLs
     _workdir: Path | None = None
+    _ledger_runner: aiohttp.web.AppRunner | None = None
+    _downloads: dict[str, asyncio.Lock] = field(default_factory=dict)  # one download at a time per node
+    _dirty: set[str] = field(default_factory=set)  # nodes whose annotations may have to be published
+    _published: dict[str, dict[str, str]] = field(default_factory=dict)
+    _publish_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
+        self._dirty = set(self.nodes)
         self.view.on_change(PODS, self._wake.set)
         if not self.publish:
             self.registered.set()
 
     async def run(self) -> None:
-        keeper = asyncio.create_task(self._keep_nodes(), name="node heartbeat") if self.publish else None
+        await self._serve_ledger()
+        helpers = [asyncio.create_task(self._publish_nodes(), name="node annotations")]
+        if self.publish:
+            helpers.append(asyncio.create_task(self._keep_nodes(), name="node heartbeat"))
         try:
             self._wake.set()
             while True:
@@ -245,11 +380,14 @@ class NodeAgent:
                 except Exception:
                     log.exception("node agent sync failed; retrying on the next change")
         finally:
-            if keeper is not None:
-                keeper.cancel()
+            for helper in helpers:
+                helper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+                    await helper
             await self.shutdown()
+            if self._ledger_runner is not None:
+                await self._ledger_runner.cleanup()
+                self._ledger_runner = None
 
     def sync(self) -> None:
         seen: set[str] = set()
@@ -304,11 +442,13 @@ class NodeAgent:
             return float(value) if value is not None else None
         return None
 
-    async def _accelerator(self, pod: Obj) -> tuple[str, float]:
-        """(catalog name or product, throughput relative to an H100) of the first device allocated to the pod."""
+    async def _allocated_devices(self, pod: Obj) -> list[tuple[str, Obj]]:
+        """(driver/pool/device, the device in its ResourceSlice) of every device allocated to the pod's claims,
+        whoever allocated them (the emulator's scheduler or kube-scheduler)."""
         statuses = {s.get("name"): s.get("resourceClaimName") for s in
                     (pod.get("status") or {}).get("resourceClaimStatuses") or []}
         slices: list[Obj] | None = None
+        out: list[tuple[str, Obj]] = []
         for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
             claim_name = ref.get("resourceClaimName") or statuses.get(ref.get("name"))
             claim = await self.view.find(RESOURCE_CLAIMS, str(claim_name), pod["metadata"]["namespace"]) \
@@ -317,28 +457,83 @@ class NodeAgent:
             for result in results or []:
                 if slices is None:
                     slices = await self.view.list(RESOURCE_SLICES)
-                for slc in slices:
-                    if slc["spec"].get("pool", {}).get("name") != result.get("pool") or \
-                            slc["spec"].get("driver", result.get("driver")) != result.get("driver"):
-                        continue
-                    for device in slc["spec"].get("devices") or []:
-                        if device.get("name") != result.get("device"):
-                            continue
-                        attrs = device.get("attributes") or {}
-                        product = (attrs.get("productName") or {}).get("string", "")
-                        accel = self.catalog.by_product_name(product)
-                        if accel is None:
-                            return product, 1.0
-                        share = 1.0
-                        profile = (attrs.get("profile") or {}).get("string")
-                        mig = next((p for p in accel.mig_profiles if p.name == profile), None)
-                        if mig is not None:
-                            share = mig.compute_slices / 7
-                        label = f"{accel.name}/{profile}" if mig else accel.name
-                        return label, accel.relative_throughput * share
-        node = self.nodes[str(pod["spec"]["nodeName"])]
+                device = next((d for slc in slices if slc["spec"].get("pool", {}).get("name") == result.get("pool")
+                               and slc["spec"].get("driver", result.get("driver")) == result.get("driver")
+                               for d in slc["spec"].get("devices") or [] if d.get("name") == result.get("device")),
+                              None)
+                if device is not None:
+                    out.append((f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}", device))
+        return out
+
+    def _accelerator(self, devices: Sequence[tuple[str, Obj]], node_name: str) -> tuple[str, float]:
+        """(catalog name or product, throughput relative to an H100) of the pod's first device (else its node's)."""
+        for _, device in devices[:1]:
+            attrs = device.get("attributes") or {}
+            product = (attrs.get("productName") or {}).get("string", "")
+            accel = self.catalog.by_product_name(product)
+            if accel is None:
+                return product, 1.0
+            share = 1.0
+            profile = (attrs.get("profile") or {}).get("string")
+            mig = next((p for p in accel.mig_profiles if p.name == profile), None)
+            if mig is not None:
+                share = mig.compute_slices / 7
+            label = f"{accel.name}/{profile}" if mig else accel.name
+            return label, accel.relative_throughput * share
+        node = self.nodes[node_name]
         accel = self.catalog.get(node.accelerator) if node.accelerator else None
         return (accel.name, accel.relative_throughput) if accel else ("cpu", 0.05)
+
+    async def _node(self, name: str) -> Obj:
+        node = await self.view.find(NODES, name)
+        if node is None:
+            raise ValueError(f"node {name} is not registered")
+        return node
+
+    async def _host_budget(self, node_name: str) -> int:
+        """The node's host-memory budget for sleeping replicas; ValueError naming a bad annotation or capacity."""
+        node = await self._node(node_name)
+        text = (node["metadata"].get("annotations") or {}).get(ANNOTATION_HOST_MEMORY_BYTES)
+        where = f"node {node_name}: annotation {ANNOTATION_HOST_MEMORY_BYTES}"
+        if text is None:
+            text = ((node.get("status") or {}).get("capacity") or {}).get("memory")
+            where = f"node {node_name}: status.capacity.memory"
+        if text is None:
+            raise ValueError(f"{where}: missing, so the node has no host-memory budget")
+        try:
+            return parse_bytes(str(text))
+        except QuantityError as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    def _gbps(self, pod: Obj, node: Obj, key: str, default: float) -> float:
+        """A bandwidth from the pod's annotation, else its node's, else `default`; ValueError naming a bad one."""
+        for owner, obj in (("pod", pod), (f"node {node['metadata']['name']}", node)):
+            text = (obj["metadata"].get("annotations") or {}).get(key)
+            if text is None:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{owner}: annotation {key}: {text!r} is not a positive number of GB/s")
+            return value
+        return default
+
+    async def _reserve_start(self, running: _Running, start_asleep: bool) -> str | None:
+        """What the start fills: host memory (asleep) or its devices (awake); None, or why it does not fit."""
+        if start_asleep:
+            budget = await self._host_budget(running.node)
+            refused = self.ledger.reserve_host(running.pod_uid, budget)
+            if refused is None:
+                self._node_changed(running.node)
+            return refused
+        return self.ledger.reserve_device(running.pod_uid)
+
+    def _forget(self, running: _Running) -> None:
+        holding = self.ledger.holdings.pop(running.pod_uid, None)
+        if holding is not None and holding.host:
+            self._node_changed(running.node)
 
     async def _run_pod(self, running: _Running, pod: Obj) -> None:
         if self._knob(pod, "runtime") == "pause":
@@ -348,13 +543,28 @@ class NodeAgent:
         if controllerpod.is_controller_image(image):
             await self._run_controller(running, pod)
             return
-        model = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_CACHE_KEY) or running.name
+        annotations = pod["metadata"].get("annotations") or {}
+        if (pod["metadata"].get("labels") or {}).get(LABEL_ROLE) == ROLE_PREFETCH:
+            await self._run_prefetch(running, pod)
+            return
+        model = annotations.get(ANNOTATION_CACHE_KEY) or running.name
         node_cache = self._cache.setdefault(running.node, set())
         cold = float(self._knob(pod, "cold-start-seconds") or await self._owner_cold_start(pod) or
                      self.default_cold_start_s)
         warm = float(self._knob(pod, "warm-start-seconds") or cold / 5)
         start_s = warm if model in node_cache else cold
-        accelerator, relative = await self._accelerator(pod)
+        start_asleep = str(annotations.get(ANNOTATION_START_ASLEEP, "")).lower() == "true"
+        try:
+            model_bytes = _model_bytes(annotations, required=False)
+            node = await self._node(running.node)
+            h2d = self._gbps(pod, node, ANNOTATION_H2D_GBPS, self.h2d_gbps)
+            d2h = self._gbps(pod, node, ANNOTATION_D2H_GBPS, self.d2h_gbps)
+        except ValueError as e:
+            await self._config_error(running, str(e))
+            return
+        devices = await self._allocated_devices(pod)
+        accelerator, relative = self._accelerator(devices, running.node)
+        capacities = {key: _device_memory(device) for key, device in devices}
         service_ms = float(self._knob(pod, "service-time-ms") or self.default_service_time_ms) / max(relative, 1e-3)
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         probe_path = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path") or "/readyz"
@@ -364,9 +574,30 @@ class NodeAgent:
                 "--service-time-ms", f"{service_ms:.3f}",
                 "--concurrency", self._knob(pod, "concurrency") or str(self.default_concurrency),
                 "--cold-start-s", f"{start_s:.3f}", "--ready-path", probe_path,
-                "--drain-s", str((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))]
+                "--drain-s", str((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)),
+                "--model-bytes", str(model_bytes), "--h2d-gbps", repr(h2d), "--d2h-gbps", repr(d2h),
+                "--agent-url", f"http://127.0.0.1:{self.ledger_port}/v1/pods/{running.pod_uid}"]
+        if start_asleep:
+            args.append("--start-asleep")
         backoff_s = 1.0
         while not running.stopping:
+            self.ledger.holdings[running.pod_uid] = Holding(f"{running.namespace}/{running.name}", running.node,
+                                                            model_bytes, capacities)
+            try:
+                refused = await self._reserve_start(running, start_asleep)
+            except ValueError as e:
+                self._forget(running)
+                await self._config_error(running, str(e))
+                return
+            if refused is not None:
+                self._forget(running)
+                reason, code = ("OOMKilled", _OOM_EXIT_CODE) if start_asleep else ("Error", 1)
+                message = refused if start_asleep else f"CUDA out of memory: {refused}"
+                if not await self._failed_start(running, pod, reason, code, message, backoff_s=backoff_s):
+                    return
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+                continue
             zygote = await self._zygote_ready()
 
             def on_line(line: str) -> None:
@@ -374,20 +605,82 @@ class NodeAgent:
                     running.port = int(line.split()[1])
                     self._background(self._report(running, started=True, ready=False))
                 elif line == "READY":
-                    node_cache.add(model)
+                    if model not in node_cache:
+                        node_cache.add(model)
+                        self._node_changed(running.node)
                     self._background(self._report(running, started=True, ready=True))
 
             child = await zygote.spawn(args, on_line)
             running.child = child
             self._event(running, "Started", f"Started model server ({accelerator}, {model}, cold start "
-                                            f"{start_s:.1f} s{' from the node cache' if model in node_cache else ''})")
-            code = await asyncio.shield(child.exited)
+                                            f"{start_s:.1f} s{' from the node cache' if model in node_cache else ''}"
+                                            f"{', then asleep in host memory' if start_asleep else ''})")
+            try:
+                code = await asyncio.shield(child.exited)
+            finally:
+                self._forget(running)
             if running.stopping:
                 return
             running.restarts += 1
             await self._report(running, started=False, ready=False, exit_code=code)
             await asyncio.sleep(backoff_s)  # kubelet's CrashLoopBackOff, doubling up to 10 s
             backoff_s = min(backoff_s * 2, 10.0)
+
+    async def _failed_start(self, running: _Running, pod: Obj, reason: str, exit_code: int, message: str, *,
+                            backoff_s: float) -> bool:
+        """Report a container that ended at its start as kubelet does; True when it is to be restarted."""
+        now = rfc3339(self.view.now())
+        terminated = {"exitCode": exit_code, "reason": reason, "message": message, "startedAt": now,
+                      "finishedAt": now}
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        if policy == "Never":
+            self._event(running, "Failed", f"Container terminated ({reason}): {message}", "Warning")
+            await self._report(running, started=False, ready=False, state={"terminated": terminated},
+                               phase="Failed")
+            return False
+        running.restarts += 1
+        name = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name", "main")
+        waiting = {"reason": "CrashLoopBackOff", "message": f"back-off {backoff_s:.0f}s restarting failed "
+                                                            f"container={name} pod={running.name}"}
+        self._event(running, "BackOff", f"Back-off restarting failed container {name} ({reason}: {message})",
+                    "Warning")
+        await self._report(running, started=False, ready=False, state={"waiting": waiting},
+                           last_state={"terminated": terminated})
+        return True
+
+    async def _config_error(self, running: _Running, message: str) -> None:
+        """kubelet's answer to a container it cannot configure: waiting, CreateContainerConfigError, an Event."""
+        self._event(running, "Failed", f"Error: {message}", "Warning")
+        await self._report(running, started=False, ready=False,
+                           state={"waiting": {"reason": "CreateContainerConfigError", "message": message}})
+
+    async def _run_prefetch(self, running: _Running, pod: Obj) -> None:
+        """Download a model into the node's cache, then complete (see the module docstring)."""
+        annotations = pod["metadata"].get("annotations") or {}
+        key = annotations.get(ANNOTATION_CACHE_KEY)
+        try:
+            if not key:
+                raise ValueError(f"annotation {ANNOTATION_CACHE_KEY}: required on a prefetch Pod (the model to "
+                                 "fetch into the node's cache)")
+            model_bytes = _model_bytes(annotations, required=True)
+            gbps = self._gbps(pod, await self._node(running.node), ANNOTATION_NETWORK_GBPS, self.network_gbps)
+        except ValueError as e:
+            await self._config_error(running, str(e))
+            return
+        cache = self._cache.setdefault(running.node, set())
+        await self._report(running, started=True, ready=False)
+        held = key in cache
+        self._event(running, "Started", f"Prefetching {key} into the model cache of {running.node}: "
+                                        + ("already there" if held else
+                                           f"{format_bytes(model_bytes)} at {gbps:g} GB/s"))
+        async with self._downloads.setdefault(running.node, asyncio.Lock()):
+            if key not in cache:
+                await asyncio.sleep(model_bytes / (gbps * _GB))
+                cache.add(key)
+                self._node_changed(running.node)
+        now = rfc3339(self.view.now())
+        await self._report(running, started=False, ready=False, phase="Succeeded", state={"terminated": {
+            "exitCode": 0, "reason": "Completed", "finishedAt": now}})
 
     async def _run_controller(self, running: _Running, pod: Obj) -> None:
         """infer-ctl's own image as a local process, restarted with kubelet's back-off when it exits."""
@@ -477,6 +770,7 @@ class NodeAgent:
             if running.child is not None and running.child is not child:
                 await running.child.stop(0)  # spawned while we were stopping the previous one
         self._running.pop(running.pod_uid, None)
+        self._forget(running)
         if confirm:
             try:
                 await self.view.delete_pod(running.namespace, running.name, running.pod_uid)
@@ -499,15 +793,16 @@ class NodeAgent:
 
     # ------------------------------------------------------------------------------------------ status
 
-    def _event(self, running: _Running, reason: str, message: str) -> None:
-        """A kubelet-style Event on the Pod (Started, Killing), reported by the node's agent; written in the
-        background (a slow API server must not hold up a start or a stop), and lost if the write fails."""
+    def _event(self, running: _Running, reason: str, message: str, event_type: str = "Normal") -> None:
+        """A kubelet-style Event on the Pod (Started, Killing, BackOff, Failed), reported by the node's agent;
+        written in the background (a slow API server must not hold up a start or a stop), and lost if the write
+        fails."""
         now = rfc3339(self.view.now())
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{running.name}.", "namespace": running.namespace},
                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": running.name,
                                    "namespace": running.namespace, "uid": running.pod_uid},
-                "reason": reason, "message": message, "type": "Normal",
+                "reason": reason, "message": message[:1024], "type": event_type,
                 "source": {"component": "kubelet", "host": running.node}, "reportingComponent": "kubelet",
                 "reportingInstance": running.node, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
 
@@ -520,12 +815,16 @@ class NodeAgent:
 
         self._background(create())
 
-    async def _report(self, running: _Running, *, started: bool, ready: bool, exit_code: int | None = None) -> None:
-        """Write the pod's address and status; on a conflict (the pod changed since it was read) read it again."""
+    async def _report(self, running: _Running, *, started: bool, ready: bool, exit_code: int | None = None,
+                      state: Mapping[str, Any] | None = None, last_state: Mapping[str, Any] | None = None,
+                      phase: str | None = None) -> None:
+        """Write the pod's address and status; on a conflict (the pod changed since it was read) read it again.
+        `state`, `last_state` and `phase` override what `started` and `exit_code` imply."""
         async with running.writes:
             for attempt in range(_CONFLICT_RETRIES):
                 try:
-                    await self._write_status(running, started=started, ready=ready, exit_code=exit_code)
+                    await self._write_status(running, started=started, ready=ready, exit_code=exit_code,
+                                             state=state, last_state=last_state, phase=phase)
                     return
                 except KubeError as e:
                     if e.not_found:
@@ -536,7 +835,9 @@ class NodeAgent:
                                 running.name, e)
                     return
 
-    async def _write_status(self, running: _Running, *, started: bool, ready: bool, exit_code: int | None) -> None:
+    async def _write_status(self, running: _Running, *, started: bool, ready: bool, exit_code: int | None,
+                            state: Mapping[str, Any] | None = None, last_state: Mapping[str, Any] | None = None,
+                            phase: str | None = None) -> None:
         pod = await self.view.find(PODS, running.name, running.namespace)
         if pod is None or pod["metadata"]["uid"] != running.pod_uid:
             return
@@ -555,37 +856,130 @@ class NodeAgent:
             name = container.get("name", "main")
             started_at = (((previous.get(name) or {}).get("state") or {}).get("running") or {}).get("startedAt") \
                 or now
-            if started:
-                state: dict[str, Any] = {"running": {"startedAt": started_at}}
+            if state is not None:
+                current: dict[str, Any] = copy.deepcopy(dict(state))
+                if "terminated" in current:
+                    current["terminated"].setdefault("startedAt", started_at)
+            elif started:
+                current = {"running": {"startedAt": started_at}}
             elif exit_code is not None:
-                state = {"waiting": {"reason": "CrashLoopBackOff",
-                                     "message": f"model server exited with code {exit_code}"}}
+                current = {"waiting": {"reason": "CrashLoopBackOff",
+                                       "message": f"model server exited with code {exit_code}"}}
             else:
-                state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}}
+                current = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}}
+            if last_state is not None:
+                last: Mapping[str, Any] | None = last_state
+            elif exit_code is not None:
+                last = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": started_at,
+                                       "finishedAt": now}}
+            else:
+                last = (previous.get(name) or {}).get("lastState")
             # The container ID names the model server's process (sandbox://<pid>), for debugging and for tests;
             # the one process stands for every container of the pod.
             container_id = f"sandbox://{pid}" if pid else f"sandbox://{running.pod_uid[:12]}"
             if index:
                 container_id += f"/{name}"
-            container_statuses.append({"name": name, "image": container.get("image", ""),
-                                       "imageID": f"sandbox://{container.get('image', '')}",
-                                       "containerID": container_id, "ready": ready, "started": started,
-                                       "restartCount": running.restarts, "state": state})
+            entry = {"name": name, "image": container.get("image", ""),
+                     "imageID": f"sandbox://{container.get('image', '')}", "containerID": container_id,
+                     "ready": ready, "started": started, "restartCount": running.restarts, "state": current}
+            if last:
+                entry["lastState"] = copy.deepcopy(dict(last))
+            container_statuses.append(entry)
         conditions = {c["type"]: c for c in status.get("conditions") or []}
+        done_reason = {"Succeeded": "PodCompleted", "Failed": "PodFailed"}.get(phase or "")
         for ctype, value in (("PodReadyToStartContainers", True), ("Initialized", True),
                              ("ContainersReady", ready), ("Ready", ready)):
             text = "True" if value else "False"
-            if conditions.get(ctype, {}).get("status") != text:
+            reason = done_reason if done_reason and ctype in ("ContainersReady", "Ready") else None
+            if conditions.get(ctype, {}).get("status") != text or conditions.get(ctype, {}).get("reason") != reason:
                 conditions[ctype] = {"type": ctype, "status": text, "lastProbeTime": None,
-                                     "lastTransitionTime": now}
+                                     "lastTransitionTime": conditions.get(ctype, {}).get("lastTransitionTime")
+                                     if conditions.get(ctype, {}).get("status") == text else now}
+                if reason:
+                    conditions[ctype]["reason"] = reason
+        restarted = exit_code is not None or last_state is not None
         patch = {
-            "phase": "Running" if started or exit_code is not None else status.get("phase", "Pending"),
+            "phase": phase or ("Running" if started or restarted else status.get("phase", "Pending")),
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": "127.0.0.1",
             "podIPs": [{"ip": "127.0.0.1"}], "startTime": status.get("startTime") or now,
             "containerStatuses": container_statuses, "conditions": list(conditions.values()),
         }
         await self.view.merge_patch(PODS, running.name, {"metadata": {"resourceVersion": pod["metadata"][
             "resourceVersion"]}, "status": patch}, running.namespace, subresource="status")
+
+    # ------------------------------------------------------------------------------------------ memory, caches
+
+    async def _serve_ledger(self) -> None:
+        """The model servers' endpoint on 127.0.0.1: `POST /v1/pods/<uid>/(reserve|release)/(host|device)`."""
+        app = aiohttp.web.Application()
+        app.router.add_post("/v1/pods/{uid}/{operation:reserve|release}/{where:host|device}", self._ledger_request)
+        self._ledger_runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._ledger_runner.setup()
+        site = aiohttp.web.TCPSite(self._ledger_runner, "127.0.0.1", self.ledger_port)
+        await site.start()
+        self.ledger_port = int(self._ledger_runner.addresses[0][1])
+
+    async def _ledger_request(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        uid, operation, where = (request.match_info[k] for k in ("uid", "operation", "where"))
+        holding = self.ledger.holdings.get(uid)
+        if holding is None:
+            return aiohttp.web.json_response({"reason": "NotFound", "message": f"no model server of pod uid {uid} "
+                                                                               "runs on this node agent"}, status=404)
+        if operation == "release":
+            self.ledger.release(uid, where)
+        elif where == "device":
+            refused = self.ledger.reserve_device(uid)
+            if refused is not None:
+                return aiohttp.web.json_response({"reason": "DeviceMemory", "message": refused}, status=409)
+        else:
+            try:
+                budget = await self._host_budget(holding.node)
+            except ValueError as e:
+                return aiohttp.web.json_response({"reason": "HostMemory", "message": str(e)}, status=409)
+            if uid not in self.ledger.holdings:  # the pod stopped meanwhile
+                return aiohttp.web.json_response({"reason": "NotFound", "message": f"pod uid {uid} stopped"},
+                                                 status=404)
+            refused = self.ledger.reserve_host(uid, budget)
+            if refused is not None:
+                return aiohttp.web.json_response({"reason": "HostMemory", "message": refused}, status=409)
+        if where == "host":
+            self._node_changed(holding.node)
+        return aiohttp.web.json_response({})
+
+    def _node_changed(self, node: str) -> None:
+        self._dirty.add(node)
+        self._publish_wake.set()
+
+    def node_annotations(self, node: str) -> dict[str, str]:
+        """What the agent publishes on `node`: its model cache and the host memory its sleeping replicas hold."""
+        return {ANNOTATION_MODEL_CACHE: ",".join(sorted(self._cache.get(node, ()))),
+                ANNOTATION_HOST_MEMORY_USED: str(self.ledger.host_used(node))}
+
+    async def _publish_nodes(self) -> None:
+        """Merge-patch each changed node's annotations (only what changed since the last write); retried after a
+        failure, never stopping the agent."""
+        await self.registered.wait()
+        self._publish_wake.set()
+        while True:
+            await self._publish_wake.wait()
+            self._publish_wake.clear()
+            failed = False
+            for node in sorted(self._dirty):
+                want = self.node_annotations(node)
+                if self._published.get(node) != want:
+                    try:
+                        await self.view.merge_patch(NODES, node, {"metadata": {"annotations": want}})
+                    except KubeError as e:
+                        if not e.not_found:  # a node that is not registered has nothing to publish on
+                            log.warning("node agent: annotations of node %s not published: %s", node, e)
+                            failed = True
+                            continue
+                    self._published[node] = want
+                if self.node_annotations(node) == want:
+                    self._dirty.discard(node)
+            if failed:
+                await asyncio.sleep(1.0)
+                self._publish_wake.set()
 
     # ------------------------------------------------------------------------------------------ nodes
 
@@ -705,3 +1099,25 @@ class NodeAgent:
 def _micro_time(moment: datetime.datetime) -> str:
     """metav1.MicroTime, as Lease.spec.renewTime takes it."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _model_bytes(annotations: Mapping[str, Any], *, required: bool) -> int:
+    """The Pod's `infer-ctl.io/model-bytes` (0 when absent and not required); ValueError naming the problem."""
+    text = annotations.get(ANNOTATION_MODEL_BYTES)
+    if text is None:
+        if required:
+            raise ValueError(f"annotation {ANNOTATION_MODEL_BYTES}: required (the model's size in bytes)")
+        return 0
+    try:
+        return parse_bytes(str(text))
+    except QuantityError as e:
+        raise ValueError(f"annotation {ANNOTATION_MODEL_BYTES}: {e}") from None
+
+
+def _device_memory(device: Mapping[str, Any]) -> int:
+    """A ResourceSlice device's `memory` capacity in bytes (0 when it publishes none)."""
+    value = (((device.get("capacity") or {}).get("memory")) or {}).get("value")
+    try:
+        return parse_bytes(str(value)) if value is not None else 0
+    except QuantityError:
+        return 0

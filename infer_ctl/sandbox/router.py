@@ -2,8 +2,19 @@
 
 Like a Kubernetes Service with the selector `infer-ctl.io/service=<name>,infer-ctl.io/role=serving`: only pods
 that are Ready and not being deleted receive traffic; the choice is least-outstanding-requests (ties by
-round-robin), which is what a mesh or the gateway API inference extension does for model servers. With no
-ready endpoint the door answers 503 at once, as a Service without endpoints refuses the connection.
+round-robin), which is what a mesh or the gateway API inference extension does for model servers.
+With no ready serving endpoint, a request is held (as Knative's activator holds requests for a service scaling
+from zero) while the service has a replica on its way: any of its Pods not being deleted and not finished
+(loading, sleeping, standby: the controller decides which becomes a serving endpoint). It is forwarded as soon
+as an endpoint is ready, or answered 503 with Retry-After after `hold_s` (30 s), or at once when `max_held`
+(1,024) requests of the service are already held. A service with no Pod at all (scaled to zero) is answered 503
+at once, as a Service without endpoints refuses the connection: that refusal is counted at the gateway, and the
+request rate it shows is what wakes a scaled-to-zero service (tests/controller/test_scale_to_zero.py).
+Gateway metrics (one registry for every door, served by `Router.serve_metrics`): the counter
+`infer_ctl_gateway_requests_total{namespace,service,code}`, and the gauges
+`infer_ctl_gateway_queue_depth{namespace,service}` (requests held for an endpoint) and
+`infer_ctl_gateway_inflight{namespace,service}` (requests forwarded to a replica and not yet answered; held ones
+are not in it, so the two add up to the requests at the door).
 Each door's URL is written to the InferenceService's annotation `sandbox.infer-ctl.io/url`.
 Pods and InferenceServices are read through a `ClusterView` (`view.py`): the emulator's Store, or the watch-fed
 caches of any API server, so a request picks its endpoint from memory in both.
@@ -12,54 +23,70 @@ caches of any API server, so a request picks its endpoint from memory in both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass, field
 
 import aiohttp
 import aiohttp.web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from infer_ctl.kube.client import KubeError, Resource
+from infer_ctl.kube.client import PODS, KubeError, Resource
+from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH, ROLE_SERVING
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
+from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import ClusterView
 
 log = logging.getLogger(__name__)
 GATEWAY_METRIC = "infer_ctl_gateway_requests"
+QUEUE_DEPTH_METRIC = "infer_ctl_gateway_queue_depth"
+INFLIGHT_METRIC = "infer_ctl_gateway_inflight"
 _CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
+RETRY_AFTER_S = 1
 
 
 class GatewayMetrics:
-    """What a gateway in front of the replicas counts: every request to a service's front door, answered or not.
-    At zero replicas this is the only place a request is seen, which is what wakes a scaled-to-zero service."""
+    """What a gateway in front of the replicas counts: every request to a service's front door, answered or not,
+    and the requests it holds and has forwarded now. At zero replicas this is the only place a request is seen,
+    which is what wakes a scaled-to-zero service."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(GATEWAY_METRIC, "Requests to a service's front door, by HTTP code.",
                                 ["namespace", "service", "code"], registry=self.registry)
+        self.queue_depth = Gauge(QUEUE_DEPTH_METRIC, "Requests held at a service's front door for a ready "
+                                 "serving endpoint.", ["namespace", "service"], registry=self.registry)
+        self.inflight = Gauge(INFLIGHT_METRIC, "Requests forwarded to a service's replicas and not yet answered.",
+                              ["namespace", "service"], registry=self.registry)
 
     def open(self, namespace: str, service: str) -> None:
         for code in _CODES:
             self.requests.labels(namespace, service, code)
+        self.queue_depth.labels(namespace, service)
+        self.inflight.labels(namespace, service)
 
     def count(self, namespace: str, service: str, code: int) -> None:
         self.requests.labels(namespace, service, str(code)).inc()
 
+
 ANNOTATION_URL = PREFIX + "url"
-LABEL_SERVICE = "infer-ctl.io/service"
-LABEL_ROLE = "infer-ctl.io/role"
-SERVING = "serving"
+SERVING = ROLE_SERVING
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
                 "content-length", "proxy-connection"}
+
+
+def _service_pods(view: ClusterView, namespace: str, service: str) -> list[Obj]:
+    return [p for p in view.pods(namespace=namespace)
+            if (p["metadata"].get("labels") or {}).get(LABEL_SERVICE) == service]
 
 
 def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str]:
     """host:port of every ready, serving, not-deleting pod of `service`."""
     out = []
-    for pod in view.pods(namespace=namespace):
+    for pod in _service_pods(view, namespace, service):
         meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        if labels.get(LABEL_SERVICE) != service or labels.get(LABEL_ROLE) != SERVING or meta.get("deletionTimestamp"):
+        if (meta.get("labels") or {}).get(LABEL_ROLE) != SERVING or meta.get("deletionTimestamp"):
             continue
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (pod.get("status") or {}).get("conditions") or [])
@@ -67,6 +94,14 @@ def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str
         if ready and address:
             out.append(str(address))
     return sorted(out)
+
+
+def replicas_on_their_way(view: ClusterView, namespace: str, service: str) -> bool:
+    """Whether `service` has a Pod that may become a serving endpoint: not deleting, not finished, no prefetch."""
+    return any(not p["metadata"].get("deletionTimestamp")
+               and (p["metadata"].get("labels") or {}).get(LABEL_ROLE) != ROLE_PREFETCH
+               and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+               for p in _service_pods(view, namespace, service))
 
 
 @dataclass
@@ -77,7 +112,12 @@ class FrontDoor:
     session: aiohttp.ClientSession
     metrics: GatewayMetrics | None = None
     port: int = 0
+    hold_s: float = 30.0
+    max_held: int = 1024
     outstanding: dict[str, int] = field(default_factory=dict)
+    held: int = 0
+    forwarded: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when the Pods change
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _runner: aiohttp.web.AppRunner | None = None
 
@@ -92,13 +132,16 @@ class FrontDoor:
         await self._runner.setup()
         site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        assert sockets, "the front door did not bind"
-        self.port = int(sockets[0].getsockname()[1])
+        self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    def pods_changed(self) -> None:
+        """Wake the held requests: one of them may find an endpoint now."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     def pick(self) -> str | None:
         endpoints = ready_endpoints(self.view, self.namespace, self.service)
@@ -114,12 +157,48 @@ class FrontDoor:
             self.metrics.count(self.namespace, self.service, response.status)
         return response
 
+    def _gauges(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.labels(self.namespace, self.service).set(self.held)
+            self.metrics.inflight.labels(self.namespace, self.service).set(self.forwarded)
+
+    async def _hold(self) -> str | None:
+        """Wait (at most `hold_s`) for a ready endpoint while a replica is on its way; None if none came."""
+        self.held += 1
+        self._gauges()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold_s
+        try:
+            while (endpoint := self.pick()) is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not replicas_on_their_way(self.view, self.namespace, self.service):
+                    return None
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+            return endpoint
+        finally:
+            self.held -= 1
+            self._gauges()
+
     async def _forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         endpoint = self.pick()
         if endpoint is None:
-            return aiohttp.web.json_response(
-                {"error": f"no ready serving endpoints for {self.namespace}/{self.service}"}, status=503)
+            if not replicas_on_their_way(self.view, self.namespace, self.service):
+                return aiohttp.web.json_response(
+                    {"error": f"no ready serving endpoints for {self.namespace}/{self.service}"}, status=503)
+            if self.held >= self.max_held:
+                return aiohttp.web.json_response(
+                    {"error": f"{self.max_held} requests already wait for an endpoint of {self.namespace}/"
+                              f"{self.service}"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+            endpoint = await self._hold()
+            if endpoint is None:
+                return aiohttp.web.json_response(
+                    {"error": f"no ready serving endpoint for {self.namespace}/{self.service} within "
+                              f"{self.hold_s:g} s"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
+        self.forwarded += 1
+        self._gauges()
         try:
             body = await request.read()
             headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -133,6 +212,8 @@ class FrontDoor:
             return aiohttp.web.json_response({"error": f"endpoint {endpoint} failed: {e}"}, status=502)
         finally:
             self.outstanding[endpoint] -= 1
+            self.forwarded -= 1
+            self._gauges()
 
 
 @dataclass
@@ -143,6 +224,8 @@ class Router:
     doors: dict[tuple[str, str], FrontDoor] = field(default_factory=dict)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     metrics_port: int = 0
+    hold_s: float = 30.0
+    max_held: int = 1024
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _metrics_runner: aiohttp.web.AppRunner | None = None
 
@@ -162,12 +245,15 @@ class Router:
         await self._metrics_runner.setup()
         site = aiohttp.web.TCPSite(self._metrics_runner, "127.0.0.1", self.metrics_port)
         await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        assert sockets, "the gateway metrics endpoint did not bind"
-        self.metrics_port = int(sockets[0].getsockname()[1])
+        self.metrics_port = int(self._metrics_runner.addresses[0][1])
 
     def __post_init__(self) -> None:
         self.view.on_change(self.view.services, self._wake.set)
+        self.view.on_change(PODS, self._pods_changed)
+
+    def _pods_changed(self) -> None:
+        for door in self.doors.values():
+            door.pods_changed()
 
     async def run(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
@@ -193,7 +279,8 @@ class Router:
                 await self.doors.pop(key).stop()
         for key, svc in wanted.items():
             if key not in self.doors:
-                door = FrontDoor(self.view, key[0], key[1], session, self.metrics)
+                door = FrontDoor(self.view, key[0], key[1], session, self.metrics, hold_s=self.hold_s,
+                                 max_held=self.max_held)
                 self.metrics.open(key[0], key[1])
                 await door.start()
                 self.doors[key] = door

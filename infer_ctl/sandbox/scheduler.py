@@ -34,6 +34,8 @@ from infer_ctl.sandbox.store import ApiError, Event, Obj, Store, rfc3339
 log = logging.getLogger(__name__)
 
 _CLAIM_MISSING = "resourceclaim "
+# ResourceClaimReservedForMaxSize: how many consumers one claim may have (a shared claim: several Pods, one device)
+RESERVED_FOR_MAX = 256
 
 _WATCHED = {("", "pods"), ("", "nodes"), ("resource.k8s.io", "resourceclaims"),
             ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
@@ -65,6 +67,19 @@ def pod_requests(pod: Mapping[str, Any]) -> tuple[Fraction, Fraction]:
     for c, m in init:
         cpu, mem = max(cpu, c), max(mem, m)
     return cpu, mem
+
+
+def _same_but_annotations(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether two versions of an object differ at most in their annotations (and resourceVersion)."""
+    if old is None:
+        return False
+
+    def rest(obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items()
+                if k not in ("annotations", "resourceVersion", "managedFields")}
+        return {**obj, "metadata": meta}
+
+    return rest(old) == rest(new)
 
 
 def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -159,6 +174,8 @@ class Scheduler:
                     (event.obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 return  # a running pod's status report frees nothing and needs no scheduling
         else:
+            if event.key == ("", "nodes") and event.type == "MODIFIED" and _same_but_annotations(event.old, event.obj):
+                return  # what a node agent publishes there (model cache, host memory) changes no device
             self._inventory = None
             if event.key != ("resource.k8s.io", "resourceclaims"):
                 self._devices = None  # devices, nodes or classes changed
@@ -309,6 +326,10 @@ class Scheduler:
                 return None, f'{_CLAIM_MISSING}"{claim_name}" not found'
             if claim["metadata"].get("deletionTimestamp"):
                 return None, f'resourceclaim "{claim_name}" is being deleted'
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if (claim.get("status") or {}).get("allocation") and len(reserved) >= RESERVED_FOR_MAX and \
+                    not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+                return None, "resourceclaim in use"  # kube-scheduler's words: the pod waits for a consumer to go
             claims.append(claim)
         return claims, ""
 

@@ -279,6 +279,50 @@ def test_a_shared_claim_is_deallocated_when_its_last_consumer_goes() -> None:
     assert "allocation" not in store.get(claims_rt, "default", "shared")["status"]
 
 
+def test_a_pod_joining_an_allocated_shared_claim_gets_its_device_and_node_and_a_place_in_reserved_for() -> None:
+    store, scheduler = cluster_store(pool("a", "L4"), pool("b", "L4"))
+    create(store, claim("warm-host", exactly("gpu")))
+    gpu_pod(store, "first", gpu="warm-host")
+    scheduler.cycle()
+    devices, node = allocated_devices(store, "warm-host"), node_of(store, "first")
+    gpu_pod(store, "second", gpu="warm-host")  # a later cycle: the claim is allocated and reserved already
+    scheduler.cycle()
+    claims_rt = store.type("resource.k8s.io", "v1", "resourceclaims")
+    reserved = store.get(claims_rt, "default", "warm-host")["status"]["reservedFor"]
+    assert [r["name"] for r in reserved] == ["first", "second"]
+    assert allocated_devices(store, "warm-host") == devices and node_of(store, "second") == node
+
+
+def test_a_shared_claim_takes_at_most_256_consumers_as_kube_scheduler_does() -> None:
+    store, scheduler = cluster_store(pool("l4", "L4", cpu="1000", pods=300))
+    create(store, claim("warm-host", exactly("gpu")))
+    for index in range(257):
+        gpu_pod(store, f"p{index}", gpu="warm-host")
+    scheduler.cycle()
+    claims_rt = store.type("resource.k8s.io", "v1", "resourceclaims")
+    assert len(store.get(claims_rt, "default", "warm-host")["status"]["reservedFor"]) == 256
+    last = max((f"p{i}" for i in range(257)), key=lambda n: node_of(store, n) is None)
+    assert node_of(store, last) is None
+    assert unschedulable_message(store, last).startswith("0/1 nodes are available: resourceclaim in use.")
+    store.delete(store.type("", "v1", "pods"), "default", "p0", grace_period_s=0)
+    scheduler.cycle()
+    assert node_of(store, last) == "l4-0"
+
+
+def test_a_node_agent_publishing_annotations_does_not_make_the_scheduler_rebuild_its_devices() -> None:
+    store, scheduler = cluster_store(pool("l4", "L4"))
+    gpu_pod(store, "p")
+    scheduler.cycle()
+    devices = scheduler._devices
+    assert devices is not None
+    nodes_rt = store.type("", "v1", "nodes")
+    store.patch(nodes_rt, None, "l4-0", "application/merge-patch+json",
+                {"metadata": {"annotations": {"infer-ctl.io/model-cache": "a,b"}}})
+    assert scheduler._devices is devices
+    store.patch(nodes_rt, None, "l4-0", "application/merge-patch+json", {"metadata": {"labels": {"x": "y"}}})
+    assert scheduler._devices is None  # a label may change what fits: rebuilt
+
+
 # ------------------------------------------------------------------------------------------ gangs, preemption
 
 

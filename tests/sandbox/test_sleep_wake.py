@@ -1,0 +1,440 @@
+"""Warm tiers in the sandbox, for real: the model server's sleep and wake over HTTP (a process of its own), the node
+agent's memory ledger on a shared ResourceClaim and a node's host-memory budget, prefetch into a node's model
+cache, the annotations the agent publishes on its Nodes, and the front door holding requests for a replica.
+
+Model sizes are small and bandwidths high, so that each move takes a fraction of a second and its duration is
+still measurable against bytes / bandwidth."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from infer_ctl.config.policies import load_policies
+from infer_ctl.kube.labels import (
+    ANNOTATION_CACHE_KEY,
+    ANNOTATION_H2D_GBPS,
+    ANNOTATION_HOST_MEMORY_BYTES,
+    ANNOTATION_HOST_MEMORY_USED,
+    ANNOTATION_MODEL_BYTES,
+    ANNOTATION_MODEL_CACHE,
+    ANNOTATION_NETWORK_GBPS,
+    ANNOTATION_START_ASLEEP,
+)
+from infer_ctl.sandbox.cluster import parse_cluster
+from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
+from infer_ctl.sandbox.router import ANNOTATION_URL
+from infer_ctl.sandbox.runtime import Sandbox
+from infer_ctl.sandbox.store import Event, Obj
+from infer_ctl.sandbox.testing import pod
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = load_policies(ROOT / "policies").catalog
+GB = 10**9
+L4_MEMORY = 23034 * 2**20  # the catalog's L4: 24.2 GB, so one 16 GB model fits awake and two do not
+pytestmark = pytest.mark.slow
+
+
+# ------------------------------------------------------------------------------------------ one model server
+
+
+@asynccontextmanager
+async def model_server(*args: str) -> AsyncIterator[str]:
+    """`python -m infer_ctl.sandbox.modelserver ARGS` until the block ends; yields its URL once it is READY."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infer_ctl.sandbox.modelserver", "--service", "llm", "--pod", "p0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        port = None
+        async with asyncio.timeout(20):
+            while (line := (await process.stdout.readline()).decode().strip()) != "READY":
+                assert line, "the model server exited before it was ready"
+                if line.startswith("LISTENING "):
+                    port = int(line.split()[1])
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+def sample(metrics: str, name: str) -> float:
+    """The value of the one series `name` (any labels) in a Prometheus text exposition."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+              if re.match(rf"{re.escape(name)}(\{{|\s)", line)]
+    assert len(values) == 1, (name, values)
+    return values[0]
+
+
+async def timed(call: Any) -> tuple[httpx.Response, float]:
+    started = time.perf_counter()
+    response = await call
+    return response, time.perf_counter() - started
+
+
+async def test_a_sleeping_model_wakes_in_its_weight_bytes_over_the_host_to_device_bandwidth() -> None:
+    # 0.6 GB at 1 GB/s: a wake takes 0.6 s; 0.6 GB at 2 GB/s: a sleep 0.3 s.
+    async with model_server("--start-asleep", "--model-bytes", str(6 * GB // 10), "--h2d-gbps", "1",
+                            "--d2h-gbps", "2") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        assert (await http.get("/readyz")).status_code == 200  # ready means loaded, asleep or not
+        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
+        metrics = (await http.get("/metrics")).text
+        assert sample(metrics, "infer_ctl_model_sleeping") == 1
+        assert sample(metrics, "infer_ctl_host_memory_bytes") == 6 * GB // 10
+        assert sample(metrics, "infer_ctl_gpu_memory_bytes") == 0
+
+        woken, wake_s = await timed(http.post("/wake_up"))
+        assert woken.status_code == 200
+        assert 0.6 <= wake_s < 0.6 + 0.4, wake_s
+        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": False}
+        again, again_s = await timed(http.post("/wake_up"))  # awake already: at once
+        assert again.status_code == 200 and again_s < 0.2
+        metrics = (await http.get("/metrics")).text
+        assert sample(metrics, "infer_ctl_model_sleeping") == 0
+        assert sample(metrics, "infer_ctl_host_memory_bytes") == 0
+        assert sample(metrics, "infer_ctl_gpu_memory_bytes") == 6 * GB // 10
+        assert sample(metrics, "infer_ctl_wakes_total") == 1
+        assert sample(metrics, "infer_ctl_wake_duration_seconds_count") == 1
+        assert 0.6 <= sample(metrics, "infer_ctl_wake_duration_seconds_sum") < wake_s
+
+        slept, sleep_s = await timed(http.post("/sleep", params={"level": "1"}))
+        assert slept.status_code == 200 and 0.3 <= sleep_s < 0.3 + 0.4, sleep_s
+        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
+        again, again_s = await timed(http.post("/sleep", params={"level": "1"}))
+        assert again.status_code == 200 and again_s < 0.2
+        level2 = await http.post("/sleep", params={"level": "2"})
+        assert level2.status_code == 400 and "level 1 only" in level2.json()["message"]
+
+
+async def test_requests_that_arrive_asleep_are_held_then_answered_after_the_wake() -> None:
+    async with model_server("--start-asleep", "--model-bytes", str(GB // 10), "--h2d-gbps", "1",
+                            "--service-time-ms", "10") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        requests = [asyncio.ensure_future(http.post("/v1/completions", json={"prompt": "hi"})) for _ in range(3)]
+        async with asyncio.timeout(5):
+            while sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") < 3:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        assert not any(r.done() for r in requests)  # held: a request does not wake the model by itself
+        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
+        assert sample((await http.get("/metrics")).text, "infer_ctl_inflight_requests") == 3
+        assert (await http.post("/wake_up")).status_code == 200
+        answers = await asyncio.gather(*requests)
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert all(a.json()["latency_s"] >= 0.3 + 0.1 for a in answers)  # held, then the 0.1 s wake
+        assert sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") == 0
+
+
+async def test_a_held_request_is_answered_503_with_retry_after_past_its_bounds() -> None:
+    # 2.5 GB at 1 GB/s: a wake would take 2.5 s, which is what Retry-After suggests (rounded up).
+    async with model_server("--start-asleep", "--model-bytes", str(25 * GB // 10), "--h2d-gbps", "1",
+                            "--hold-s", "0.4", "--max-queue", "1") as url, \
+            httpx.AsyncClient(base_url=url, timeout=10) as http:
+        first = asyncio.ensure_future(timed(http.post("/v1/completions", json={})))
+        async with asyncio.timeout(5):
+            while sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") < 1:
+                await asyncio.sleep(0.02)
+        second, second_s = await timed(http.post("/v1/completions", json={}))
+        assert second.status_code == 503 and second_s < 0.3  # the queue of one is full: refused at once
+        held, held_s = await first
+        assert held.status_code == 503 and 0.4 <= held_s < 0.4 + 0.4
+        assert held.headers["Retry-After"] == second.headers["Retry-After"] == "3"
+        assert 'code="503"' in (await http.get("/metrics")).text
+
+
+async def test_a_sleep_lets_the_request_in_flight_finish_and_holds_the_next() -> None:
+    async with model_server("--model-bytes", str(GB // 10), "--d2h-gbps", "10", "--h2d-gbps", "10",
+                            "--service-time-ms", "500") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        serving = asyncio.ensure_future(http.post("/v1/completions", json={}))
+        async with asyncio.timeout(5):
+            while sample((await http.get("/metrics")).text, "infer_ctl_inflight_requests") < 1:
+                await asyncio.sleep(0.01)
+        sleeping = asyncio.ensure_future(timed(http.post("/sleep", params={"level": "1"})))
+        await asyncio.sleep(0.1)
+        late = asyncio.ensure_future(http.post("/v1/completions", json={}))
+        slept, sleep_s = await sleeping
+        assert slept.status_code == 200 and sleep_s >= 0.3  # waited for the 0.5 s request, then moved 0.01 s
+        assert serving.done() and (await serving).status_code == 200
+        assert not late.done()  # arrived while going to sleep: held
+        assert (await http.post("/wake_up")).status_code == 200
+        assert (await late).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------ the node agent
+
+
+def tiny_cluster(**l4: Any) -> Any:
+    doc = {"apiVersion": "sandbox.infer-ctl.io/v1alpha1", "kind": "SandboxCluster", "metadata": {"name": "t"},
+           "spec": {"nodePools": [{"name": "l4", "count": 1, "accelerator": "L4", "gpus": 1, "cpu": "16",
+                                   "memory": "64Gi", "modelCache": ["cached-model"], **l4}]}}
+    return parse_cluster(doc, CATALOG)
+
+
+@asynccontextmanager
+async def sandbox(**l4: Any) -> AsyncIterator[Sandbox]:
+    running = Sandbox(tiny_cluster(**l4), CATALOG)
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def create(box: Sandbox, obj: dict[str, Any], namespace: str | None = "default") -> Obj:
+    rt = box.store.type_for_kind(obj.get("apiVersion", "v1"), obj.get("kind", "Pod"))
+    created, _ = box.store.create(rt, namespace, obj, validate=True)
+    return created
+
+
+def get(box: Sandbox, kind: str, name: str, namespace: str | None = "default") -> Obj | None:
+    group, version = {"Pod": ("", "v1"), "Node": ("", "v1"), "ResourceClaim": ("resource.k8s.io", "v1")}[kind]
+    return box.store.find(box.store.type(group, version, kind.lower() + "s"), namespace, name)
+
+
+async def until(box: Sandbox, predicate: Callable[[], Any], timeout_s: float = 10, what: str = "") -> Any:
+    """Wait (bounded) until `predicate()` is truthy, checking again on every change of the store."""
+    woken = asyncio.Event()
+
+    def on_event(_: Event) -> None:
+        woken.set()
+
+    box.store.subscribe(on_event)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not (value := predicate()):
+                woken.clear()
+                await woken.wait()
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}") from None
+    return value
+
+
+def is_ready(obj: Obj | None) -> bool:
+    return obj is not None and any(c["type"] == "Ready" and c["status"] == "True"
+                                   for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def ready_pod(box: Sandbox, name: str) -> Callable[[], Obj | None]:
+    return lambda: ((p := get(box, "Pod", name)) is not None and is_ready(p) and p) or None
+
+
+def address(pod_obj: Obj) -> str:
+    return f"http://{pod_obj['metadata']['annotations'][ANNOTATION_ADDRESS]}"
+
+
+def replica(name: str, *, claim: str | None = None, model_bytes: int = 16 * GB, asleep: bool = True,
+            cache_key: str = "llm-16g", cold_start_s: float = 0.2, **spec: Any) -> dict[str, Any]:
+    body = pod(name, labels={"infer-ctl.io/service": "llm", "infer-ctl.io/role": "standby"},
+               claims={"gpu": claim} if claim else None,
+               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+               nodeSelector={"sandbox.infer-ctl.io/pool": "l4"}, terminationGracePeriodSeconds=1, **spec)
+    body["metadata"]["annotations"] = {
+        "sandbox.infer-ctl.io/cold-start-seconds": str(cold_start_s), "sandbox.infer-ctl.io/service-time-ms": "5",
+        ANNOTATION_CACHE_KEY: cache_key, ANNOTATION_MODEL_BYTES: str(model_bytes),
+        ANNOTATION_H2D_GBPS: "200", "sandbox.infer-ctl.io/d2h-gbps": "200"}
+    if asleep:
+        body["metadata"]["annotations"][ANNOTATION_START_ASLEEP] = "true"
+    return body
+
+
+def shared_claim(name: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+
+
+def container(pod_obj: Obj) -> dict[str, Any]:
+    statuses = (pod_obj.get("status") or {}).get("containerStatuses") or [{}]
+    return dict(statuses[0])
+
+
+async def test_a_wake_is_refused_while_another_awake_model_fills_the_device_of_their_shared_claim() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        create(box, shared_claim("warm-host"))
+        for name in ("a", "b"):
+            create(box, replica(name, claim="warm-host"))
+        a = await until(box, ready_pod(box, "a"), what="a loaded asleep")
+        b = await until(box, ready_pod(box, "b"), what="b loaded asleep")
+        # The emulator's scheduler put both on the one device of the claim, reserved for both.
+        claim = get(box, "ResourceClaim", "warm-host")
+        assert claim is not None
+        assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["a", "b"]
+        assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["gpu-0"]
+        assert a["spec"]["nodeName"] == b["spec"]["nodeName"] == "l4-0"
+
+        assert (await http.post(f"{address(a)}/wake_up")).status_code == 200
+        refused = await http.post(f"{address(b)}/wake_up")
+        assert refused.status_code == 409
+        assert refused.json()["reason"] == "DeviceMemory"
+        assert "gpu.nvidia.com/l4-0/gpu-0" in refused.json()["message"] and "default/a" in refused.json()["message"]
+        assert (await http.get(f"{address(b)}/is_sleeping")).json() == {"is_sleeping": True}
+
+        assert (await http.post(f"{address(a)}/sleep", params={"level": "1"})).status_code == 200
+        assert (await http.post(f"{address(b)}/wake_up")).status_code == 200  # the device is free again
+        served = await http.post(f"{address(b)}/v1/completions", json={})
+        assert served.status_code == 200 and served.json()["accelerator"] == "L4"
+        assert box.agent.ledger.device_used("gpu.nvidia.com/l4-0/gpu-0") == 16 * GB
+        assert box.agent.ledger.host_used("l4-0") == 16 * GB  # a, asleep
+
+
+async def test_a_start_asleep_over_the_nodes_host_memory_budget_is_oom_killed_and_restarts_once_it_fits() -> None:
+    async with sandbox() as box:
+        node = get(box, "Node", "l4-0", None)
+        assert node is not None
+        box.store.patch(box.store.type("", "v1", "nodes"), None, "l4-0", "application/merge-patch+json",
+                        {"metadata": {"annotations": {ANNOTATION_HOST_MEMORY_BYTES: str(20 * GB)}}})
+        create(box, replica("first"))
+        await until(box, ready_pod(box, "first"), what="first loaded asleep")
+        await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and (n["metadata"].get("annotations") or {})
+                    .get(ANNOTATION_HOST_MEMORY_USED) == str(16 * GB), what="host memory published")
+
+        create(box, replica("never", restartPolicy="Never"))
+        failed = await until(box, lambda: (p := get(box, "Pod", "never")) and p["status"].get("phase") == "Failed"
+                             and p, what="never Failed")
+        terminated = container(failed)["state"]["terminated"]
+        assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+        assert "host memory of node l4-0" in terminated["message"] and "default/first" in terminated["message"]
+
+        create(box, replica("again"))
+        looping = await until(box, lambda: (p := get(box, "Pod", "again")) and
+                              container(p).get("lastState", {}).get("terminated") and p, what="again restarting")
+        status = container(looping)
+        assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        assert status["lastState"]["terminated"]["reason"] == "OOMKilled" and status["restartCount"] >= 1
+        assert looping["status"]["phase"] == "Running"
+
+        box.store.delete(box.store.type("", "v1", "pods"), "default", "first")  # its host memory is freed
+        await until(box, ready_pod(box, "again"), timeout_s=15, what="again loaded once the memory was free")
+
+
+async def test_a_prefetch_pod_fills_the_nodes_cache_and_the_next_start_there_is_warm() -> None:
+    async with sandbox() as box:
+        await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and (n["metadata"].get("annotations") or {})
+                    .get(ANNOTATION_MODEL_CACHE) == "cached-model", what="the cluster file's cache published")
+        prefetch = pod("fetch-llm", labels={"infer-ctl.io/role": "prefetch"}, node_name="l4-0", restartPolicy="Never")
+        prefetch["metadata"]["annotations"] = {ANNOTATION_CACHE_KEY: "llm-16g", ANNOTATION_MODEL_BYTES: str(GB),
+                                               ANNOTATION_NETWORK_GBPS: "5"}  # 0.2 s
+        started = time.perf_counter()
+        create(box, prefetch)
+        done = await until(box, lambda: (p := get(box, "Pod", "fetch-llm")) and
+                           p["status"].get("phase") == "Succeeded" and p, what="the prefetch Succeeded")
+        assert time.perf_counter() - started >= 0.2
+        terminated = container(done)["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+        node = await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and "llm-16g" in (
+            n["metadata"].get("annotations") or {}).get(ANNOTATION_MODEL_CACHE, "") and n, what="cache published")
+        assert node["metadata"]["annotations"][ANNOTATION_MODEL_CACHE] == "cached-model,llm-16g"
+
+        # Cold start 30 s, warm start 0.2 s: only a warm start is ready within the 5 s waited for.
+        warm = replica("warm", cold_start_s=30, asleep=False)
+        warm["metadata"]["annotations"]["sandbox.infer-ctl.io/warm-start-seconds"] = "0.2"
+        create(box, warm)
+        await until(box, ready_pod(box, "warm"), timeout_s=5, what="a warm start")
+
+
+async def test_node_annotations_are_patched_only_when_what_they_say_changes() -> None:
+    async with sandbox() as box:
+        patches: list[dict[str, str]] = []
+
+        def on_event(event: Event) -> None:
+            if event.key == ("", "nodes") and event.type == "MODIFIED":
+                patches.append(dict(event.obj["metadata"].get("annotations") or {}))
+
+        await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and
+                    ANNOTATION_HOST_MEMORY_USED in (n["metadata"].get("annotations") or {}), what="first publish")
+        box.store.subscribe(on_event)
+        # A model of no declared size, cached already: starting, waking and sleeping it changes nothing published.
+        quiet = replica("quiet", cache_key="cached-model", model_bytes=0)
+        create(box, quiet)
+        ready = await until(box, ready_pod(box, "quiet"), what="quiet ready")
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.post(f"{address(ready)}/wake_up")).status_code == 200
+            assert (await http.post(f"{address(ready)}/sleep")).status_code == 200
+        create(box, replica("sized", cache_key="cached-model", model_bytes=GB))
+        await until(box, lambda: patches, what="a patch for the sized sleeper")
+        assert patches[0][ANNOTATION_HOST_MEMORY_USED] == str(GB)
+        assert patches[0][ANNOTATION_MODEL_CACHE] == "cached-model"
+        await asyncio.sleep(0.3)
+        assert len(patches) == 1, patches
+
+
+async def test_a_bad_model_bytes_annotation_is_a_config_error_naming_it() -> None:
+    async with sandbox() as box:
+        bad = replica("bad")
+        bad["metadata"]["annotations"][ANNOTATION_MODEL_BYTES] = "lots"
+        create(box, bad)
+        waiting = await until(box, lambda: (p := get(box, "Pod", "bad")) and
+                              container(p).get("state", {}).get("waiting") and p, what="a config error")
+        state = container(waiting)["state"]["waiting"]
+        assert state["reason"] == "CreateContainerConfigError"
+        assert state["message"].startswith(f"annotation {ANNOTATION_MODEL_BYTES}: ") and "lots" in state["message"]
+
+
+# ------------------------------------------------------------------------------------------ the front door
+
+
+async def install_service(box: Sandbox, name: str) -> str:
+    """The InferenceService CRD and one service; the URL of its front door."""
+    crd = yaml.safe_load((ROOT / "crds/inferenceservice.yaml").read_text())
+    rt = box.store.type("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    if box.store.find(rt, None, crd["metadata"]["name"]) is None:
+        box.store.create(rt, None, crd)
+    manifest = next(d for d in yaml.safe_load_all((ROOT / "deploy/examples/llm-8b.yaml").read_text())
+                    if d and d.get("kind") == "InferenceService")
+    manifest["metadata"].update(name=name, namespace="default")
+    create(box, manifest)
+    service_rt = box.store.type_for_kind(manifest["apiVersion"], "InferenceService")
+    found = await until(box, lambda: (s := box.store.find(service_rt, "default", name)) and
+                        (s["metadata"].get("annotations") or {}).get(ANNOTATION_URL), what="the front door")
+    return str(found)
+
+
+def gateway(box: Sandbox, text: str, name: str, service: str) -> float:
+    return sample("\n".join(line for line in text.splitlines() if f'service="{service}"' in line), name)
+
+
+async def test_the_front_door_holds_requests_until_a_replica_is_ready_and_refuses_at_once_without_any() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.router.hold_s = 5.0
+        url = await install_service(box, "llm")
+        empty, empty_s = await timed(http.post(f"{url}/v1/completions", json={}))
+        assert empty.status_code == 503 and empty_s < 0.5  # no Pod at all: as a Service without endpoints
+
+        serving = replica("r0", asleep=False, model_bytes=0, cold_start_s=1.0)
+        serving["metadata"]["labels"]["infer-ctl.io/role"] = "serving"
+        create(box, serving)
+        held = asyncio.ensure_future(timed(http.post(f"{url}/v1/completions", json={})))
+        async with asyncio.timeout(5):
+            while gateway(box, (await http.get(box.router.metrics_url)).text,
+                          "infer_ctl_gateway_queue_depth", "llm") < 1:
+                await asyncio.sleep(0.02)
+        answer, answer_s = await held
+        assert answer.status_code == 200 and answer.json()["pod"] == "r0"
+        assert answer_s >= 0.5  # waited for the 1 s load
+        metrics = (await http.get(box.router.metrics_url)).text
+        assert gateway(box, metrics, "infer_ctl_gateway_queue_depth", "llm") == 0
+        assert gateway(box, metrics, "infer_ctl_gateway_inflight", "llm") == 0
+
+
+async def test_the_front_door_answers_503_with_retry_after_when_no_replica_serves_within_the_bound() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.router.hold_s = 0.5
+        url = await install_service(box, "llm")
+        create(box, replica("sleeper"))  # on its way (a sleeping standby), but never relabelled serving
+        await until(box, ready_pod(box, "sleeper"), what="the sleeper")
+        answer, answer_s = await timed(http.post(f"{url}/v1/completions", json={}))
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        assert 0.5 <= answer_s < 0.5 + 0.5
