@@ -6,8 +6,9 @@ field path:
   accelerator catalog (unknown products, a model no allowed product can hold, MIG on a GPU without MIG); a
   summary of what each valid one asks for is printed.
 - Kubernetes objects: the Kubernetes 1.37 schemas of kubernetes-validate with unknown fields as errors, every
-  resource quantity parsed (`memory: 1GB` is an error: use 1G or 1Gi), the values of well-known enumerated
-  fields (imagePullPolicy, restartPolicy, Service type ...), object names and labels.
+  resource quantity parsed (`memory: 1GB` is an error: use 1G or 1Gi), a container's requests at most its
+  limits, the values of well-known enumerated fields (imagePullPolicy, restartPolicy, Service type ...),
+  object names and labels.
 - Custom objects whose CustomResourceDefinition is among the inputs: that CRD's schema.
 - An unknown kind or version in a known API group (infer-ctl.io, the groups of Kubernetes 1.37, a CRD's group
   among the inputs) is an error, with "did you mean" for near misses (also for products and enumerated values).
@@ -83,7 +84,7 @@ CLUSTER_SCOPED: frozenset[tuple[str, str]] = frozenset({
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("validate", help="check manifests against the CRD, its CEL rules and the catalog",
+    parser = sub.add_parser("validate", help="check manifests as the API server and the controller would (a CI gate)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="FILE",
                         help="YAML or JSON files (several documents each), directories, or - for standard input")
@@ -108,23 +109,23 @@ def run(args: argparse.Namespace) -> int:
     for message in inputs.unreadable:
         print(message, file=sys.stderr)
     out = sys.stdout
-    for message in inputs.empty:
-        print(message, file=out)
     checker = Checker(policies=policies, crds=custom_resource_definitions(inputs.documents))
     reports = [report for doc in inputs.documents for report in checker.check(doc)]
     for report in reports:
         report.print(out, quiet=args.quiet)
-    invalid = sum(1 for r in reports if r.errors)
-    unchecked = sum(1 for r in reports if not r.errors and not r.checked_against)
-    if not args.quiet or invalid or inputs.empty or inputs.unreadable:
-        counts = [(len(reports) - invalid - unchecked, "valid"), (invalid, "invalid"), (unchecked, "not checked"),
-                  (len(inputs.empty), "file(s) without objects"), (len(inputs.unreadable), "input(s) unreadable")]
+    objects = [r for r in reports if not r.empty_file]
+    empty = len(reports) - len(objects)
+    invalid = sum(1 for r in objects if r.errors)
+    unchecked = sum(1 for r in objects if not r.errors and not r.checked_against)
+    if not args.quiet or invalid or empty or inputs.unreadable:
+        counts = [(len(objects) - invalid - unchecked, "valid"), (invalid, "invalid"), (unchecked, "not checked"),
+                  (empty, "file(s) without objects"), (len(inputs.unreadable), "input(s) unreadable")]
         told = ", ".join(f"{n} {what}" for n, what in counts if n)
-        print(f"\n{_count(len(reports), 'object')} in {_count(inputs.files, 'file')}: {told or 'nothing to check'}",
+        print(f"\n{_count(len(objects), 'object')} in {_count(inputs.files, 'file')}: {told or 'nothing to check'}",
               file=out)
     if inputs.unreadable:
         return EXIT_UNREADABLE
-    return EXIT_INVALID if invalid or inputs.empty else EXIT_VALID
+    return EXIT_INVALID if invalid or empty else EXIT_VALID
 
 
 def _count(n: int, noun: str) -> str:
@@ -142,6 +143,7 @@ class Document:
     line: int
     body: Any
     node: yaml.Node | None = None
+    empty_file: str = ""  # why a file holds no object (then the file's only Document, with no body)
 
     @property
     def where(self) -> str:
@@ -151,7 +153,6 @@ class Document:
 @dataclass(slots=True)
 class Inputs:
     documents: list[Document] = field(default_factory=list)
-    empty: list[str] = field(default_factory=list)  # files that hold no object: invalid (exit 1)
     unreadable: list[str] = field(default_factory=list)  # inputs that cannot be checked at all (exit 2)
     files: int = 0
 
@@ -212,7 +213,7 @@ def _read_text(inputs: Inputs, source: str, text: str, *, json_file: bool) -> No
             return
     objects = [d for d in docs if d.body is not None]
     if not objects:
-        inputs.empty.append(f"{source}: no Kubernetes objects: {_why_empty(text, json_file=json_file)}")
+        objects = [Document(source, 0, None, empty_file=_why_empty(text, json_file=json_file))]
     inputs.documents += objects
 
 
@@ -284,10 +285,13 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     checked_against: str = ""
     summary: list[str] = field(default_factory=list)
+    empty_file: bool = False
 
     def print(self, out: TextIO, *, quiet: bool) -> None:
         head = f"{self.where}: {self.what}" if self.what else self.where
-        if self.errors:
+        if not self.what and len(self.errors) == 1 and not self.errors[0].path:  # about the file or document
+            print(f"{self.where}: {self.errors[0].message}", file=out)
+        elif self.errors:
             print(f"{head} is invalid:", file=out)
             for error in self.errors:
                 print(f"  {error.path}: {error.message}" if error.path else f"  {error.message}", file=out)
@@ -410,9 +414,13 @@ class Checker:
         self.groups[SANDBOX_GROUP] = {SANDBOX_KIND: (SANDBOX_VERSION,)}
         for (group, kind), crd in self.crds.items():
             served = tuple(sorted((v.name for v in crd.versions if v.served), key=version_priority))
-            self.groups.setdefault(group, {})[kind] = served
+            if served:
+                self.groups.setdefault(group, {})[kind] = served
 
     def check(self, doc: Document) -> list[Report]:
+        if doc.empty_file:  # an error of the file: kubectl apply refuses it ("no objects passed to apply")
+            return [Report(doc.source, "", [FieldError("", f"no Kubernetes objects: {doc.empty_file}")],
+                           empty_file=True)]
         body = doc.body
         if Path(doc.source).name in POLICY_FILES and isinstance(body, dict) and "kind" not in body \
                 and "version" in body:

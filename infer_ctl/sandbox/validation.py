@@ -10,8 +10,9 @@ The schemas type a resource quantity only as "string or number"; kube-apiserver 
 the body (`quantities must match the regular expression ...`, a 400 for the whole object). With
 `check_quantities`, every value the schema types as a Quantity (a container's limits, a claim's capacity, a
 PersistentVolumeClaim's storage ...) is parsed, and each one that is not a quantity is an error at its own path
-with the reason (`'1GB' ... use G or Gi`). `infer-ctl validate` turns it on; the emulator keeps its
-decode-time check of Pods (`_pod_errors`).
+with the reason (`'1GB' ... use G or Gi`), as is a container's request above its limit. With `check_enums`, the
+fields of ENUMERATED_FIELDS are checked. `infer-ctl validate` turns both on; the emulator keeps its checks of
+Pods (`_pod_errors`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from importlib import resources
 from typing import Any
 
@@ -128,6 +130,7 @@ class SchemaValidator:
 
 
 _QUANTITY_DEFINITION = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_REQUIREMENTS_DEFINITION = "io.k8s.api.core.v1.ResourceRequirements"
 _DEFINITION_PREFIX = "#/$defs/"
 _PROTOCOLS = ("SCTP", "TCP", "UDP")
 _CONTAINER_ENUMS = {"imagePullPolicy": ("Always", "IfNotPresent", "Never"),
@@ -168,14 +171,33 @@ ENUMERATED_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
 _REF = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
 
 
+def _quantity(value: Any) -> Fraction | None:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return parse_quantity(value if isinstance(value, str) else str(value))
+    return None
+
+
 def _quantity_errors(ref: str, instance: Any) -> Iterator[jsonschema.ValidationError]:
-    """A value the schema types as a Quantity, parsed as resource.ParseQuantity would."""
-    if ref.endswith(_QUANTITY_DEFINITION) and isinstance(instance, str | int | float) and \
-            not isinstance(instance, bool):
+    """A value the schema types as a Quantity, parsed as resource.ParseQuantity would; and a container's
+    request above its limit, which kube-apiserver refuses (`must be less than or equal to cpu limit of 1`)."""
+    if ref.endswith(_QUANTITY_DEFINITION):
         try:
-            parse_quantity(instance if isinstance(instance, str) else str(instance))
+            _quantity(instance)
         except QuantityError as exc:
             yield jsonschema.ValidationError(str(exc), validator="quantity")
+    elif ref.endswith(_REQUIREMENTS_DEFINITION) and isinstance(instance, Mapping):
+        requests, limits = instance.get("requests"), instance.get("limits")
+        if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+            return
+        for name, request in requests.items():
+            try:
+                wanted, limit = _quantity(request), _quantity(limits.get(name))
+            except QuantityError:
+                continue  # said at the value itself
+            if wanted is not None and limit is not None and wanted > limit:
+                yield jsonschema.ValidationError(
+                    f"Invalid value: {str(request)!r}: must be less than or equal to {name} limit of "
+                    f"{limits[name]}", validator="quantity", path=["requests", name])
 
 
 def _enum_errors(ref: str, instance: Any) -> Iterator[jsonschema.ValidationError]:

@@ -206,6 +206,10 @@ CASES = [
                                 "spec": {"accessModes": ["ReadWriteOnce"],
                                          "resources": {"requests": {"storage": "10 Gi"}}}})}, ("pvc.yaml",), 1,
          ("spec.resources.requests.storage: '10 Gi' is not a Kubernetes quantity",)),
+    Case("a request above its limit is an error, as kube-apiserver refuses it",
+         {"d.yaml": manifest(deployment({"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}))},
+         ("d.yaml",), 1, ("spec.template.spec.containers[0].resources.requests.memory: Invalid value: '2Gi': must "
+                          "be less than or equal to memory limit of 1Gi",)),
     Case("a valid quantity written as a number is accepted",
          {"d.yaml": manifest(deployment({"limits": {"cpu": 1.5, "memory": "1Gi"}}))}, ("d.yaml",), 0,
          ("Deployment shop/web is valid (Kubernetes 1.37.0 schema)",)),
