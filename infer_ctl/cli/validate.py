@@ -14,7 +14,9 @@ field path:
   among the inputs) is an error, with "did you mean" for near misses (also for products and enumerated values).
 - Objects of other API groups cannot be checked: each one gets a warning, which does not change the exit status.
 - The policy files accelerators.yaml, scaling.yaml and placement.yaml (a copy such as a kustomize base holds)
-  are checked as the controller reads them.
+  are checked as the controller reads them, a SandboxCluster file as `infer-ctl sandbox up` does.
+- A key given twice in a mapping is an error (YAML loaders keep the last one silently); the items of a
+  `kind: List` are checked one by one.
 
 Directories are walked recursively for *.yaml, *.yml and *.json, in sorted order (hidden entries are skipped);
 `-` reads standard input. Cluster-scoped objects are named without a namespace.
