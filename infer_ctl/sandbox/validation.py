@@ -66,8 +66,8 @@ def schema_file_name(api_version: str, kind: str) -> str:
 class SchemaValidator:
     """Compiled validators for the built-in kinds, loaded lazily from kubernetes-validate's package data."""
 
-    check_quantities: bool = False
-    check_enums: bool = False
+    check_quantities: bool = field(default=False, kw_only=True)
+    check_enums: bool = field(default=False, kw_only=True)
     _validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = field(default_factory=dict)
     _registry: referencing.Registry[Any] | None = None
 
