@@ -320,13 +320,15 @@ class ModelServer:
 
 
 def _post(url: str, timeout_s: float) -> tuple[int, bytes]:
-    """POST with no body (urllib, imported on first use: a server without an agent never pays for it)."""
+    """POST with no body (urllib, imported on first use: a server without an agent never pays for it), straight to
+    the agent on 127.0.0.1 whatever proxy the environment names."""
     import urllib.error
     import urllib.request
 
     request = urllib.request.Request(url, data=b"", method="POST")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as e:
         return int(e.code), e.read()
