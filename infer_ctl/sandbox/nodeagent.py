@@ -485,10 +485,8 @@ class NodeAgent:
         return (accel.name, accel.relative_throughput) if accel else ("cpu", 0.05)
 
     async def _node(self, name: str) -> Obj:
-        node = await self.view.find(NODES, name)
-        if node is None:
-            raise ValueError(f"node {name} is not registered")
-        return node
+        """The Node object (a bare stand-in when it is not registered: no annotations, no capacity)."""
+        return await self.view.find(NODES, name) or {"metadata": {"name": name}}
 
     async def _host_budget(self, node_name: str) -> int:
         """The node's host-memory budget for sleeping replicas; ValueError naming a bad annotation or capacity."""
