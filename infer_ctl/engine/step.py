@@ -34,6 +34,7 @@ from infer_ctl.decide.decision import (
     decide,
     horizon_s,
 )
+from infer_ctl.decide.tiers import Room, Tier, TierPlan, TierTimes, horizons, ladder
 from infer_ctl.forecast.models import (
     DAY_S,
     WEEK_S,
@@ -92,12 +93,23 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TierInputs:
+    """The warm tiers a service may use below the awake ones (`infer_ctl.decide.tiers`), how fast each serves,
+    and the room the cluster has for this service's sleepers and cached loads now."""
+
+    allowed: frozenset[Tier]
+    times: TierTimes
+    room: Room
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInputs:
     now_s: float
     samples: Sequence[tuple[float, float]]  # (time_s, rate_rps) observed since the last tick, NaN = missing
     replicas: tuple[ReplicaView, ...]
     cold_start_p90_s: float
     policy: DecidePolicy
+    tiers: TierInputs | None = None  # None: every replica is awake (serving or standby)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,9 @@ class EngineState:
     # the last forecast and what it was made from (the fitted model and the steps ahead): a fitted model changes
     # only when a bucket completes or at a refit, so most control ticks reuse it
     forecast_memo: tuple[Fitted, int, Forecast] | None = None
+    # (time_s, awake + sleeping) recommended: the warm replicas only leave through the stabilization window, so
+    # an awake replica no longer needed is put to sleep, not removed (demotion one tier at a time)
+    warm_recommendations: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +144,7 @@ class EngineOutput:
     forecast: Forecast | None
     observed_rps: float
     fit_note: str
+    tiers: TierPlan | None = None  # with TierInputs: replicas per tier (the awake ones are the decision's)
 
     @property
     def desired_serving(self) -> int:
@@ -136,7 +152,14 @@ class EngineOutput:
 
     @property
     def desired_standby(self) -> int:
-        return self.decision.standby
+        """The decision's standby replicas, plus the sleepers the cluster had no room for (passed up: awake, out
+        of traffic)."""
+        extra = self.tiers.awake - self.decision.total if self.tiers is not None else 0
+        return self.decision.standby + max(0, extra)
+
+    @property
+    def desired_sleeping(self) -> int:
+        return self.tiers.sleeping if self.tiers is not None else 0
 
 
 def _absorb(
@@ -191,6 +214,7 @@ def _absorb(
         next_refit_s=state.next_refit_s,
         decide_state=state.decide_state,
         forecast_memo=state.forecast_memo,
+        warm_recommendations=state.warm_recommendations,
     )
 
 
@@ -235,6 +259,15 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
     fresh = inputs.now_s - state.last_rps_s <= 2 * policy.control_period_s + 1e-9
     observed = state.last_rps if fresh else math.nan
     horizon = horizon_s(policy, inputs.cold_start_p90_s)  # the decision's own horizon: the forecast covers it
+    tier_horizons: dict[Tier, float] = {}
+    if inputs.tiers is not None and policy.prewarm_lead_s is None:
+        # the awake replicas cover only until the next allowed slower tier could serve; the forecast still
+        # covers the cold start, which the slowest held tier must
+        times = inputs.tiers.times  # the cold tier's time is the measured cold start
+        times = replace(times, cold_s=max(times.cached_s, inputs.cold_start_p90_s))
+        tier_horizons = horizons(times, policy.control_period_s, inputs.tiers.allowed)
+        horizon = max(horizon, *tier_horizons.values())
+        policy = replace(policy, prewarm_lead_s=tier_horizons[Tier.STANDBY])
     forecast: Forecast | None = None
     memo = state.forecast_memo
     if policy.forecast_enabled and state.origin_s is not None:
@@ -254,7 +287,10 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh)
     )
     decision, decide_state = decide(decide_inputs, state.decide_state, policy)
-    out = EngineOutput(decision, forecast, observed, state.fit_note)
+    tier_plan, warm = None, state.warm_recommendations
+    if inputs.tiers is not None and len(tier_horizons) > 1:
+        tier_plan, warm = _tiers(inputs, policy, decision, forecast, tier_horizons=tier_horizons, window=warm)
+    out = EngineOutput(decision, forecast, observed, state.fit_note, tier_plan)
     return out, EngineState(
         origin_s=state.origin_s,
         history=state.history,
@@ -273,4 +309,33 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         next_refit_s=state.next_refit_s,
         decide_state=decide_state,
         forecast_memo=memo,
+        warm_recommendations=warm,
     )
+
+
+def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forecast: Forecast | None, *,
+           tier_horizons: dict[Tier, float], window: tuple[tuple[float, int], ...]
+           ) -> tuple[TierPlan, tuple[tuple[float, int], ...]]:
+    """Replicas per tier: the decision's awake ones, and below them what the forecast's upper quantile needs
+    within each slower tier's horizon (`infer_ctl.decide.tiers.ladder`). The warm total (awake + sleeping) only
+    falls through the stabilization window: awake replicas no longer needed go to sleep first."""
+    assert inputs.tiers is not None
+    now, cap = inputs.now_s, policy.target_rps_per_replica
+    awake = decision.total
+    needs = {Tier.STANDBY: awake}
+    for tier, h in tier_horizons.items():
+        if tier is Tier.STANDBY:
+            continue
+        peak = forecast.summary(now, h, policy.control_period_s).peak_upper_rps if forecast is not None else 0.0
+        needs[tier] = max(awake, min(policy.max_replicas, math.ceil(peak / cap - 1e-9)) if peak > 0 else 0)
+    start = now - policy.scale_down_stabilization_s
+    # the window remembers what was needed warm (not what was held: a hold would renew itself)
+    warm_needed = max(needs.get(Tier.SLEEPING, awake), awake)
+    window = (*((t, n) for t, n in window if t > start), (now, warm_needed))
+    if Tier.SLEEPING in needs:  # scaling to zero too: asleep first, then gone after the window
+        held = max(n for _, n in window)
+        needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING], min(held, awake + inputs.tiers.room.sleeping))
+        if Tier.CACHED in needs:
+            needs[Tier.CACHED] = max(needs[Tier.CACHED], needs[Tier.SLEEPING])
+    plan = ladder(needs, inputs.tiers.room)
+    return replace(plan, horizons_s=tuple(sorted(tier_horizons.items(), key=lambda kv: kv[1]))), window

@@ -1,0 +1,158 @@
+"""The warm-tier ladder (pure): how many of a service's replicas to hold at each tier, from the forecast's needs at
+each tier's horizon and what the cluster can hold.
+
+A replica can be, from fastest to cheapest:
+
+| tier      | what is held                                   | until it serves            | holding cost           |
+|-----------|------------------------------------------------|----------------------------|------------------------|
+| serving   | a GPU, weights loaded, in traffic              | now                        | a GPU                  |
+| standby   | a GPU, weights loaded, out of traffic          | a label change             | a GPU                  |
+| sleeping  | weights in a node's host memory, on a warm     | a wake: weight bytes over  | host memory (the warm  |
+|           | host (a GPU shared by several sleepers)        | host-to-device bandwidth   | host's GPU is shared)  |
+| cached    | weights on a node's disk                       | a load from local disk     | disk                   |
+| cold      | nothing                                        | a load from the network    | nothing                |
+
+Why sleepers live on a warm host: a Pod's resource claims are fixed for its life, so a replica without a GPU
+can never get one. A sleeping replica is therefore a Pod that references a shared ResourceClaim (one GPU of a
+node, referenced by several Pods, up to 256) whose model server loaded the weights into host memory and
+released the device memory (vLLM's level-1 sleep mode); a wake copies them back in seconds, if the device has
+the memory free (one awake model per GPU for large models, several for small ones).
+
+The rule. Let N(h) be the replicas the forecast's upper quantile needs within a horizon h (non-decreasing in h),
+and let each tier k below the awake ones be ready after t_k (plus a control period to act). Whatever is needed
+before the next slower tier could deliver must already sit at a faster tier:
+
+    awake                      >= N(t_sleeping)       (sleepers could not wake in time for the rest)
+    awake + sleeping           >= N(t_cached)
+    awake + sleeping + cached  >= N(t_cold)
+
+so each tier holds the difference, N(t_next) - N(t_this), the cheapest placement for each replica's worth of
+need. A tier the service may not use, or that is short of room (host memory for sleepers, free GPUs on nodes
+that could wake them or load from their cache), passes its shortfall up to the next faster tier: coverage is
+never lost, it only costs more. E.g. cold start 120 s, cached load 20 s, wake 3 s, period 10 s; N(13 s) = 4,
+N(30 s) = 6, N(130 s) = 9; host memory for 1 sleeper, free GPUs for 5 cached loads: awake 4, sleeping 1 (of 2
+wanted), the missing sleeper goes up: awake 5; cached 3.
+
+Cost and objective are the caller's: `needs` come from the forecast at the service's quantile, and this module
+only decides where each replica's worth of need is held.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass
+
+
+class Tier(enum.StrEnum):
+    SERVING = "Serving"
+    STANDBY = "Standby"
+    SLEEPING = "Sleeping"
+    CACHED = "Cached"
+    COLD = "Cold"
+
+
+LADDER = (Tier.SERVING, Tier.STANDBY, Tier.SLEEPING, Tier.CACHED, Tier.COLD)  # fastest first
+
+
+@dataclass(frozen=True, slots=True)
+class TierTimes:
+    """Seconds until a replica held at each tier serves (measured per model and accelerator, or the documented
+    defaults until measured). Each must be at least the one above it."""
+
+    wake_s: float  # sleeping -> serving
+    cached_s: float  # cached -> serving (a load from the node's disk)
+    cold_s: float  # cold -> serving (a load from the network: the cold start p90)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.wake_s <= self.cached_s <= self.cold_s:
+            raise ValueError(f"need 0 <= wake_s <= cached_s <= cold_s, got {self.wake_s}, {self.cached_s}, "
+                             f"{self.cold_s}")
+
+    def of(self, tier: Tier) -> float:
+        return {Tier.SERVING: 0.0, Tier.STANDBY: 0.0, Tier.SLEEPING: self.wake_s, Tier.CACHED: self.cached_s,
+                Tier.COLD: self.cold_s}[tier]
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What the cluster can hold for this service at the slow tiers right now: sleepers its nodes' host-memory
+    budgets allow (and that a wake could find a free GPU or memory share for), and replicas that could load
+    from a node cache (free GPUs on nodes that hold, or could be given, the model's weights)."""
+
+    sleeping: int = 0
+    cached: int = 0
+
+    def of(self, tier: Tier) -> float:
+        if tier is Tier.SLEEPING:
+            return self.sleeping
+        if tier is Tier.CACHED:
+            return self.cached
+        return math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class TierPlan:
+    """Replicas wanted per tier: `awake` (serving plus standby: the decision splits it), `sleeping`, `cached`
+    (replicas' worth of node-cache capacity: free GPUs on nodes holding the weights), and what was passed up
+    for want of room (for the reason and `explain`)."""
+
+    awake: int
+    sleeping: int
+    cached: int
+    passed_up: tuple[tuple[Tier, int], ...] = ()  # (tier that lacked room, replicas it passed up)
+    horizons_s: tuple[tuple[Tier, float], ...] = ()  # the horizon each tier's need was read at
+
+    @property
+    def message(self) -> str:
+        parts = [f"{self.awake} awake"]
+        if self.sleeping:
+            parts.append(f"{self.sleeping} sleeping")
+        if self.cached:
+            parts.append(f"{self.cached} from node caches")
+        text = ", ".join(parts)
+        for tier, count in self.passed_up:
+            text += f"; {count} passed up from {tier.value.lower()} (no room)"
+        return text
+
+
+def horizons(times: TierTimes, period_s: float, allowed: frozenset[Tier]) -> dict[Tier, float]:
+    """The horizon each held tier must cover: the time until the next slower tier the service may use could
+    serve, plus one control period to act (the cold tier covers the cold start)."""
+    slow = [t for t in (Tier.SLEEPING, Tier.CACHED, Tier.COLD) if t in allowed or t is Tier.COLD]
+    out: dict[Tier, float] = {}
+    held = [Tier.STANDBY, *slow[:-1]]  # awake, then every slow tier but cold holds replicas
+    for tier, slower in zip(held, slow, strict=True):
+        out[tier] = times.of(slower) + period_s
+    return out
+
+
+def ladder(needs: dict[Tier, int], room: Room) -> TierPlan:
+    """Replicas per tier. `needs[tier]`: replicas needed within the horizon that tier must cover
+    (`horizons()`; STANDBY stands for the awake tiers), non-decreasing from the fastest tier down; a tier the
+    service may not use is absent. Shortfalls of room pass up to the next faster tier."""
+    if any(n < 0 for n in needs.values()):
+        raise ValueError(f"needs must not be negative, got {needs}")
+    held = [t for t in (Tier.STANDBY, Tier.SLEEPING, Tier.CACHED) if t in needs]
+    if Tier.STANDBY not in needs:
+        raise ValueError("needs must include the awake tier (STANDBY)")
+    # the need each tier covers on top of the faster ones, made non-decreasing (a forecast peak within a
+    # shorter horizon is within every longer one)
+    cumulative, running = [], 0
+    for tier in held:
+        running = max(running, needs[tier])
+        cumulative.append(running)
+    wanted = [cumulative[0]] + [b - a for a, b in itertools.pairwise(cumulative)]
+    got = dict.fromkeys(held, 0)
+    passed: list[tuple[Tier, int]] = []
+    carry = 0  # shortfall from the slower tier, passed up
+    for tier, own in reversed(list(zip(held, wanted, strict=True))):
+        want = own + carry
+        fits = want if tier is Tier.STANDBY else min(want, int(room.of(tier)))
+        got[tier] = fits
+        carry = want - fits
+        if carry:
+            passed.append((tier, carry))
+    return TierPlan(awake=got[Tier.STANDBY], sleeping=got.get(Tier.SLEEPING, 0), cached=got.get(Tier.CACHED, 0),
+                    passed_up=tuple(passed))

@@ -1,0 +1,74 @@
+"""The engine step with warm tiers (`EngineInputs.tiers`): over simulated days of office-hours traffic with a
+5-minute cold start, the awake replicas cover only until a sleeper could wake, the sleepers and node caches
+cover the rest of the cold start; with no room the need passes up to awake standby replicas; on the way down,
+awake replicas go to sleep before anything is removed."""
+
+from __future__ import annotations
+
+from infer_ctl.decide.decision import DecidePolicy
+from infer_ctl.decide.tiers import Room, Tier, TierTimes
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, TierInputs, step
+from tests.engine.test_step import DAY_S, PERIOD_S, office_hours_rps, replicas
+
+COLD_S = 300.0
+OPEN_S = 4 * DAY_S + 8 * 3600  # the fifth morning
+CLOSE_S = 4 * DAY_S + 18 * 3600
+
+
+def run(tiers: TierInputs | None, days: float = 5) -> list[tuple[float, EngineOutput]]:
+    policy = DecidePolicy(10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=PERIOD_S)
+    state, config, n, outs = EngineState(), EngineConfig(history_step_s=300.0), 1, []
+    for k in range(int(days * DAY_S / PERIOD_S)):
+        now = k * PERIOD_S
+        out, state = step(EngineInputs(now, ((now, office_hours_rps(now)),), replicas(n), COLD_S, policy, tiers),
+                          state, config)
+        n = out.desired_serving + out.desired_standby
+        outs.append((now, out))
+    return outs
+
+
+def at(outs: list[tuple[float, EngineOutput]], t_s: float) -> EngineOutput:
+    return next(o for t, o in outs if t >= t_s)
+
+
+TIMES = TierTimes(wake_s=5, cached_s=30, cold_s=COLD_S)
+SLEEP_AND_CACHE = TierInputs(frozenset({Tier.SLEEPING, Tier.CACHED}), TIMES, Room(sleeping=20, cached=20))
+
+
+def test_before_the_ramp_sleepers_and_caches_hold_what_awake_replicas_held_without_tiers() -> None:
+    plain, tiered = run(None), run(SLEEP_AND_CACHE)
+    # within the cold start before opening, beyond the cached load's horizon (the 300 s forecast grid books the
+    # 08:00 rate in the 07:55 bucket: the rate window's half is booked earlier)
+    before = OPEN_S - 500
+    p, t = at(plain, before), at(tiered, before)
+    assert p.tiers is None and p.decision.total >= 6, p.decision.message  # pre-warmed, awake, on GPUs
+    assert t.tiers is not None
+    assert t.tiers.awake + t.tiers.sleeping + t.tiers.cached >= 6, t.tiers.message  # the same need, covered
+    assert t.tiers.awake < p.decision.total, (t.tiers.message, p.decision.message)  # with fewer GPUs held
+    assert dict(t.tiers.horizons_s) == {Tier.STANDBY: 5 + PERIOD_S, Tier.SLEEPING: 30 + PERIOD_S,
+                                        Tier.CACHED: COLD_S + PERIOD_S}
+    # once open, the awake replicas serve the traffic
+    assert at(tiered, OPEN_S + 600).decision.total >= 6
+
+
+def test_with_no_room_the_need_passes_up_to_awake_standby_replicas() -> None:
+    no_room = TierInputs(frozenset({Tier.SLEEPING, Tier.CACHED}), TIMES, Room(sleeping=0, cached=0))
+    plain, tiered = run(None), run(no_room)
+    before = OPEN_S - 500
+    t = at(tiered, before)
+    assert t.tiers is not None and t.tiers.sleeping == 0 and t.tiers.cached == 0
+    assert t.desired_serving + t.desired_standby >= at(plain, before).decision.total
+    assert "passed up" in t.tiers.message
+
+
+def test_on_the_way_down_awake_replicas_go_to_sleep_before_anything_is_removed() -> None:
+    sleep_only = TierInputs(frozenset({Tier.SLEEPING}), TIMES, Room(sleeping=20, cached=0))
+    tiered = run(sleep_only)
+    busy = at(tiered, CLOSE_S - 600)
+    after = [o for t, o in tiered if CLOSE_S + 60 <= t <= CLOSE_S + 180]  # within the 300 s window
+    assert busy.tiers is not None and busy.decision.total >= 6
+    # after closing: fewer awake, the rest asleep, the warm total still what the day held
+    assert any(o.tiers is not None and o.tiers.sleeping > 0 for o in after), [o.tiers for o in after]
+    assert all(o.tiers is not None and o.tiers.awake + o.tiers.sleeping >= busy.decision.total for o in after)
+    night = at(tiered, CLOSE_S + 5 * 3600)
+    assert night.tiers is not None and night.tiers.awake + night.tiers.sleeping == 0, night.tiers
