@@ -7,6 +7,7 @@ capability no allowed product has. `infer-ctl validate` prints them and the cont
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infer_ctl.core import api
@@ -69,23 +70,30 @@ def product_fits(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) ->
     return tuple(out)
 
 
-def check_against_catalog(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) -> list[FieldError]:
-    """Problems that make the service unplaceable on every product it allows, each with its field path."""
-    errors: list[FieldError] = []
-    for i, name in enumerate(spec.accelerator.products):
-        if catalog.get(name) is None:
-            errors.append(FieldError(f"spec.accelerator.products[{i}]",
-                                     f"unknown product {name!r}; the catalog has: {', '.join(catalog.names)}",
-                                     "FieldValueNotSupported"))
-    if errors:
-        return errors
+def check_products(products: Sequence[str], catalog: AcceleratorCatalog) -> list[FieldError]:
+    """Each product name the catalog does not have, with its field path. Reads nothing but the names, so it can
+    run on a spec whose other fields do not parse."""
+    return [FieldError(f"spec.accelerator.products[{i}]",
+                       f"unknown product {name!r}; the catalog has: {', '.join(catalog.names)}",
+                       "FieldValueNotSupported")
+            for i, name in enumerate(products) if catalog.get(name) is None]
+
+
+def check_fit(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) -> list[FieldError]:
+    """Whether any allowed product can hold a replica (reads spec.model and spec.accelerator only)."""
     fits = product_fits(spec, catalog)
-    if fits and not any(f.fits for f in fits):
-        detail = "; ".join(f"{f.accelerator.name}: {f.why}" for f in fits)
-        field = {
-            api.Sharing.MIG: "spec.accelerator.sharing",
-        }.get(spec.accelerator.sharing, "spec.model.memory")
-        if spec.accelerator.min_compute_capability is not None and all("compute capability" in f.why for f in fits):
-            field = "spec.accelerator.minComputeCapability"
-        errors.append(FieldError(field, f"no allowed product can hold a replica ({detail})"))
-    return errors
+    if not fits or any(f.fits for f in fits):
+        return []
+    detail = "; ".join(f"{f.accelerator.name}: {f.why}" for f in fits)
+    field = {
+        api.Sharing.MIG: "spec.accelerator.sharing",
+    }.get(spec.accelerator.sharing, "spec.model.memory")
+    if spec.accelerator.min_compute_capability is not None and all("compute capability" in f.why for f in fits):
+        field = "spec.accelerator.minComputeCapability"
+    return [FieldError(field, f"no allowed product can hold a replica ({detail})")]
+
+
+def check_against_catalog(spec: api.InferenceServiceSpec, catalog: AcceleratorCatalog) -> list[FieldError]:
+    """Problems that make the service unplaceable on every product it allows, each with its field path: unknown
+    products first; the fit only when every product is known (an unknown one would be left out of it)."""
+    return check_products(spec.accelerator.products, catalog) or check_fit(spec, catalog)

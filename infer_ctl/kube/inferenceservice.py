@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from infer_ctl.core import api
-from infer_ctl.core.checks import check_against_catalog
+from infer_ctl.core.checks import check_against_catalog, check_products
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.core.policy import AcceleratorCatalog
@@ -59,7 +59,8 @@ class CheckResult:
 
 def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None) -> CheckResult:
     """The parser's and the accelerator catalog's checks of an object the API server admitted (so defaulted and
-    valid against the CRD's schema and CEL rules): what the API server cannot know. The controller's check."""
+    valid against the CRD's schema and CEL rules): what the API server cannot know. The controller's check.
+    A spec that does not parse still gets the catalog's checks of the fields that did (`_catalog_of_unparsed`)."""
     service: api.InferenceService | None = None
     spec_errors: tuple[FieldError, ...] = ()
     try:
@@ -67,10 +68,39 @@ def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None
     except SpecError as exc:
         spec_errors = exc.errors
     catalog_errors: tuple[FieldError, ...] = ()
-    if service is not None and catalog is not None:
-        catalog_errors = tuple(check_against_catalog(service.spec, catalog))
+    if catalog is not None:
+        catalog_errors = tuple(check_against_catalog(service.spec, catalog) if service is not None
+                               else _catalog_of_unparsed(obj, catalog))
     return CheckResult(service=service, schema_errors=(), spec_errors=spec_errors, catalog_errors=catalog_errors,
                        defaulted=obj)
+
+
+# What the parser needs besides the catalog's inputs: required fields the catalog's checks do not read.
+_NOT_READ_BY_THE_CATALOG = {"runtime": {"image": "unused"}, "scaling": {"targetRequestsPerReplica": 1}}
+
+
+def _catalog_of_unparsed(obj: Mapping[str, Any], catalog: AcceleratorCatalog) -> list[FieldError]:
+    """The catalog's checks of a spec that does not parse, on what they read that did parse: every check at
+    once when spec.model and spec.accelerator parse by themselves (the problems are elsewhere: a bad scaling
+    field does not hide an unknown product), else the product names alone when they parse (`sharing: exclusive`
+    beside `products: [h100-80gb]` reports both). The fit is not guessed from a model or accelerator with a
+    problem: which products fit depends on every one of their fields."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    inputs = {key: spec[key] for key in ("model", "accelerator") if key in spec}
+    try:
+        parsed = parse_inference_service({"apiVersion": api.API_VERSION, "kind": api.KIND,
+                                          "metadata": {"name": "catalog-check"},
+                                          "spec": {**_NOT_READ_BY_THE_CATALOG, **inputs}})
+    except SpecError as exc:
+        accelerator = inputs.get("accelerator")
+        products = accelerator.get("products") if isinstance(accelerator, Mapping) else None
+        unparsed = any(e.path.startswith("spec.accelerator.products") for e in exc.errors)
+        if unparsed or not isinstance(products, list) or not all(isinstance(p, str) for p in products):
+            return []
+        return check_products(products, catalog)
+    return check_against_catalog(parsed.spec, catalog)
 
 
 def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
