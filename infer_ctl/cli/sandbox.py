@@ -1,4 +1,5 @@
-"""`infer-ctl sandbox up --cluster FILE [--port N] [--kubeconfig OUT]`: the local sandbox cluster."""
+"""`infer-ctl sandbox up --cluster FILE [--port N] [--kubeconfig OUT]`: the local sandbox cluster, with the
+InferenceService CRD installed (on either control plane), so the examples apply at once."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def register(subparsers: Any) -> None:
     up.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
                     help="emulator (default): the project's fast embedded API server and scheduler; kube: the real "
                          "kube-apiserver, kube-scheduler and kube-controller-manager 1.37 with etcd (built from "
-                         "their Go modules on first use), with the node agent as kubelet and DRA driver; the "
-                         "InferenceService CRD is installed")
+                         "their Go modules on first use), with the node agent as kubelet and DRA driver; either way "
+                         "the InferenceService CRD is installed")
     up.set_defaults(func=run)
 
 
@@ -59,12 +60,15 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await sandbox.start()
         try:
+            crd = install_crd(sandbox)
             nodes = ", ".join(f"{p.count} x {p.name}" + (f" ({p.gpus} x {p.accelerator}, {p.gpu_mode})"
                                                          if p.accelerator else "") for p in cluster.pools)
             print(f"sandbox {cluster.name!r} is up: {nodes}", flush=True)
             print(f"  API server:  {sandbox.url}", flush=True)
             print(f"  kubeconfig:  {args.kubeconfig.resolve()}   (export KUBECONFIG={args.kubeconfig.resolve()})",
                   flush=True)
+            print(f"  CRD:         {crd} installed", flush=True)
+            _print_next_steps(args.kubeconfig.resolve())
             print("  front doors: one per InferenceService, URL in its annotation sandbox.infer-ctl.io/url "
                   "(logged as they open)", flush=True)
             print("Ctrl-C stops the sandbox and every model server it started.", flush=True)
@@ -108,6 +112,8 @@ def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
             print(f"  API server:  {sandbox.url}", flush=True)
             print(f"  kubeconfig:  {kubeconfig}   (export KUBECONFIG={kubeconfig})", flush=True)
             print(f"  logs:        {sandbox.local.workdir}/logs/", flush=True)
+            print(f"  CRD:         {_crd_name()} installed", flush=True)
+            _print_next_steps(kubeconfig)
             print("  front doors: one per InferenceService, URL in its annotation sandbox.infer-ctl.io/url",
                   flush=True)
             print("Ctrl-C stops the control plane and every model server it started.", flush=True)
@@ -118,3 +124,30 @@ def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
         return 1
     print("stopped.", flush=True)
     return 0
+
+
+
+def _crd_name() -> str:
+    import yaml
+
+    from infer_ctl.kube.inferenceservice import CRD_PATH
+
+    return str(yaml.safe_load(CRD_PATH.read_text())["metadata"]["name"])
+
+
+def install_crd(sandbox: Any) -> str:
+    """Create the InferenceService CRD in the emulator's store (validated, then served at once, as
+    apiextensions-apiserver establishes it); returns its name."""
+    import yaml
+
+    from infer_ctl.kube.inferenceservice import CRD_PATH
+
+    crds = sandbox.store.type("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    sandbox.store.create(crds, None, yaml.safe_load(CRD_PATH.read_text()), validate=True)
+    return _crd_name()
+
+
+def _print_next_steps(kubeconfig: Path) -> None:
+    example = data_path("deploy/examples/llm-8b.yaml")
+    print(f"  next:        infer-ctl controller --kubeconfig {kubeconfig}   (in another terminal)", flush=True)
+    print(f"               kubectl apply -f {example}; kubectl get infsvc -w", flush=True)

@@ -50,18 +50,30 @@ NAME_RULE = Rule(
     "metadata.name must be a DNS label (lower-case letters, digits and '-', at most 63 characters): it names Pods "
     "and label values",
 )
+# `kubectl get infsvc`: what a platform engineer checks first, whether the service has the replicas it wants and
+# why it wants that many; `-o wide` adds where they run and the decision's whole message.
+_SCALING = '.status.conditions[?(@.type=="Scaling")]'
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Ready", "type": "integer", "description": "Replicas that are ready (serving and standby).",
-     "jsonPath": ".status.replicas.ready"},
     {"name": "Desired", "type": "integer", "description": "Serving replicas the controller wants now.",
      "jsonPath": ".status.desired.serving"},
+    {"name": "Serving", "type": "integer", "description": "Ready replicas in traffic.",
+     "jsonPath": ".status.replicas.serving"},
+    {"name": "Standby", "type": "integer", "description": "Ready replicas out of traffic, warm for the next rise.",
+     "jsonPath": ".status.replicas.standby"},
+    {"name": "Loading", "type": "integer", "description": "Replicas starting: waiting for a node or loading the model.",
+     "jsonPath": ".status.replicas.loading"},
     {"name": "Forecast RPS", "type": "string",
      "description": "Upper forecast of the request rate at the cold-start horizon.",
      "jsonPath": ".status.forecast.upperRps"},
-    {"name": "Accelerator", "type": "string", "description": "The first accelerator product in order of preference.",
+    {"name": "Reason", "type": "string", "description": "Why the controller wants that many (the decision's reason).",
+     "jsonPath": f"{_SCALING}.reason"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Accelerator", "type": "string", "priority": 1,
+     "description": "The first accelerator product in order of preference.",
      "jsonPath": ".spec.accelerator.products[0]"},
     {"name": "Valid", "type": "string", "priority": 1, "jsonPath": '.status.conditions[?(@.type=="Valid")].status'},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Decision", "type": "string", "priority": 1, "description": "The decision's whole message.",
+     "jsonPath": f"{_SCALING}.message"},
 ]
 
 

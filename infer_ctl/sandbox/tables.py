@@ -111,18 +111,31 @@ def _custom_columns(rt: ResourceType) -> list[Mapping[str, Any]]:
     return []
 
 
+_NAME = ("Name must be unique within a namespace. Is required when creating resources, although some resources may "
+         "allow a client to request the generation of an appropriate name automatically. Name is primarily intended "
+         "for creation idempotence and configuration definition. Cannot be updated. More info: "
+         "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names")
+
+
 def table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime.datetime,
           resource_version: str) -> dict[str, Any]:
+    descriptions: dict[str, str] = {"Name": _NAME}
+    formats: dict[str, str] = {"Name": "name"}
     if rt.kind in _BUILTIN and rt.crd is None:
         columns, row = _BUILTIN[rt.kind]
         rows = [row(o, now) for o in objects]
     elif rt.crd is not None:
+        # as apiextensions-apiserver's table convertor: the column's type, format and description (else one
+        # naming its JSONPath); a date printed as an age; a missing value is null (kubectl prints <none>)
         custom = _custom_columns(rt)
         columns = [("Name", "string", 0)] + [
-            (str(c["name"]), "string" if c.get("type") == "date" else str(c.get("type", "string")),
-             int(c.get("priority", 0))) for c in custom]
+            (str(c["name"]), str(c.get("type", "string")), int(c.get("priority", 0))) for c in custom]
+        for c in custom:
+            descriptions[str(c["name"])] = str(c.get("description") or "Custom resource definition column (in "
+                                                                       f"JSONPath format): {c['jsonPath']}")
+            formats[str(c["name"])] = str(c.get("format", ""))
         if not any(c.get("jsonPath") == ".metadata.creationTimestamp" for c in custom):
-            columns.append(("Age", "string", 0))
+            columns.append(("Age", "date", 0))
         rows = []
         for o in objects:
             cells: list[Any] = [o["metadata"]["name"]]
@@ -131,7 +144,7 @@ def table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime.
                 if c.get("type") == "date" and isinstance(value, str):
                     # kube-apiserver prints date columns as an age, as it does for metadata.creationTimestamp
                     value = age({"metadata": {"creationTimestamp": value}}, now)
-                cells.append(_cell(value))
+                cells.append(None if value is None else _cell(value))
             if len(cells) < len(columns):
                 cells.append(age(o, now))
             rows.append(cells)
@@ -140,8 +153,9 @@ def table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime.
         rows = [[o["metadata"]["name"], age(o, now)] for o in objects]
     return {
         "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": [{"name": name, "type": kind, "format": "name" if name == "Name" else "",
-                               "description": "", "priority": priority} for name, kind, priority in columns],
+        "columnDefinitions": [{"name": name, "type": kind, "format": formats.get(name, ""),
+                               "description": descriptions.get(name, ""), "priority": priority}
+                              for name, kind, priority in columns],
         "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                              "metadata": o["metadata"]}}
                  for cells, o in zip(rows, objects, strict=True)],

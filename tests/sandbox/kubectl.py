@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -16,3 +17,11 @@ def kubectl_binary() -> Path | None:
     except LocalClusterError:
         found = shutil.which("kubectl")
         return Path(found) if found else None
+
+
+def columns(text: str) -> list[list[str]]:
+    """kubectl's table output as rows of cells, cut where the header's columns start (an empty cell stays "",
+    where splitting on spaces would shift the cells after it)."""
+    lines = text.rstrip("\n").splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", lines[0])]
+    return [[line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)] for line in lines]

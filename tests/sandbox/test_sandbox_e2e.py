@@ -155,7 +155,7 @@ def test_a_pod_on_a_node_with_the_model_cached_starts_faster() -> None:
         assert ready["status"]["containerStatuses"][0]["ready"]
 
 
-def test_sandbox_up_prints_its_endpoints_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def test_sandbox_up_prints_its_endpoints_installs_the_crd_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
         [sys.executable, "-m", "infer_ctl.cli.main", "sandbox", "up",
@@ -173,6 +173,13 @@ def test_sandbox_up_prints_its_endpoints_and_stops_cleanly_on_ctrl_c(tmp_path: P
     config = yaml.safe_load(kubeconfig.read_text())
     url = config["clusters"][0]["cluster"]["server"]
     assert httpx.get(f"{url}/api/v1/nodes").json()["items"]
+    # the CRD is there: an example applies at once, as the printed next step says
+    assert "CRD:         inferenceservices.infer-ctl.io installed" in text and "kubectl get infsvc" in text
+    crd = httpx.get(f"{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferenceservices.infer-ctl.io")
+    assert {c["type"]: c["status"] for c in crd.json()["status"]["conditions"]}["Established"] == "True"
+    example = yaml.safe_load((ROOT / "deploy/examples/llm-8b.yaml").read_text())
+    created = httpx.post(f"{url}/apis/infer-ctl.io/v1alpha1/namespaces/default/inferenceservices", json=example)
+    assert created.status_code == 201, created.text
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 0 and "stopped." in out
