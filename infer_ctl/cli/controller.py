@@ -15,8 +15,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--prometheus-url", default=None,
                         help="Prometheus to read request rates from; without it (or empty) the replicas' /metrics "
                              "are scraped")
-    parser.add_argument("--namespace", action="append", default=[], metavar="NS",
-                        help="watch only this namespace (repeatable; default: cluster-wide)")
+    parser.add_argument("--namespace", action="append", default=[], metavar="NS[,NS...]",
+                        help="manage only these namespaces (repeatable, or comma-separated; default: cluster-wide). "
+                             "deploy/ grants the controller its writes in each by a RoleBinding")
     parser.add_argument("--peering", default=None, metavar="NAME",
                         help="elect one active controller among several through the KopfPeering NAME: the live "
                              "peer with the highest --priority works, the others wait")
@@ -63,10 +64,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"infer-ctl controller: the policies are invalid: {exc}", file=sys.stderr)
         return 2
     config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url or None), kubeconfig=args.kubeconfig,
-                            namespaces=tuple(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
+                            namespaces=namespaces(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
                             metrics_address=args.metrics_address, liveness_port=args.liveness_port,
                             readiness_port=args.readiness_port, health_address=args.health_address,
                             priority=args.priority if args.priority is not None else random_priority())
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: kopf has already stopped its tasks
         asyncio.run(run_operator(config))
     return 0
+
+
+def namespaces(values: list[str]) -> tuple[str, ...]:
+    """`--namespace a --namespace b,c` as ("a", "b", "c"), in order, without repeats or empty items (a Deployment
+    passes one comma-separated value from its ConfigMap)."""
+    out: list[str] = []
+    for value in values:
+        for name in (n.strip() for n in value.split(",")):
+            if name and name not in out:
+                out.append(name)
+    return tuple(out)

@@ -31,12 +31,14 @@ from typing import Any
 
 import kopf
 
+from infer_ctl.controller import access
 from infer_ctl.controller.health import ReadinessServer, liveness_endpoint
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core import api
 from infer_ctl.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
+PERMISSION_RECHECK_S = 60.0
 ANNOTATION_PREFIX = "infer-ctl.io"
 RESTART_DELAYS_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # before restarting kopf's operator after an error, by attempt
 
@@ -74,6 +76,9 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
         settings.peering.name = config.peering or "infer-ctl"
         settings.peering.standalone = config.peering is None
+        # one election across every managed namespace (kopf would elect per namespace, through a KopfPeering in
+        # each): the active peer places replicas of all of them on the same GPUs, so there must be one
+        settings.peering.clusterwide = True
         settings.peering.mandatory = config.peering is not None
         settings.peering.priority = config.priority
         settings.watching.server_timeout = 300
@@ -152,7 +157,9 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     registry = build_registry(config, kube, reconciler)
     started = asyncio.Event()  # kopf sets it once its operator runs; readiness and the caller's ready_flag follow
     relay = asyncio.create_task(_relay(started, ready_flag))
-    readiness = (ReadinessServer(lambda: not_ready(started, reconciler), config.readiness_port,
+    denied: list[str] = []  # what RBAC refuses the controller in the namespaces it manages (readiness says it)
+    permissions = asyncio.create_task(_check_permissions(kube, config.namespaces, denied))
+    readiness = (ReadinessServer(lambda: not_ready(started, reconciler) + denied, config.readiness_port,
                                  config.health_address) if config.readiness_port is not None else None)
     liveness = (liveness_endpoint(config.health_address, config.liveness_port)
                 if config.liveness_port is not None else None)
@@ -183,6 +190,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
                 await asyncio.sleep(delay)
     finally:
         relay.cancel()
+        permissions.cancel()
         if readiness is not None:
             readiness.close()
         reconciler.metrics.stop_serving()
@@ -194,6 +202,27 @@ async def _relay(started: asyncio.Event, ready_flag: asyncio.Event | threading.E
     await started.wait()
     if ready_flag is not None:
         ready_flag.set()
+
+
+async def _check_permissions(kube: KubeClient, namespaces: tuple[str, ...], denied: list[str]) -> None:
+    """Ask the API server whether the controller may write where it manages (SelfSubjectAccessReviews): a
+    missing RoleBinding is then one clear error line and a reason on /readyz, not a 403 per service per cycle.
+    Asked again every minute until granted (a RoleBinding applied after the controller)."""
+    while True:
+        try:
+            found = await asyncio.to_thread(access.missing, kube, namespaces or ("",))
+        except Exception as exc:  # the check must never stop the controller; the cycles report API faults
+            log.warning("could not check the controller's permissions: %s", exc)
+            found = []
+        if found != denied:
+            if found:
+                log.error("RBAC: %s", access.describe_missing(found))
+            elif denied:
+                log.info("RBAC: the controller now has every permission it needs")
+            denied[:] = found
+        if not found:
+            return
+        await asyncio.sleep(PERMISSION_RECHECK_S)
 
 
 def not_ready(started: asyncio.Event, reconciler: Reconciler) -> list[str]:

@@ -237,6 +237,9 @@ class LocalCluster:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
             f"--cert-dir={pki}", f"--token-auth-file={work / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+            # on top of the defaults, as OpenShift and hardened clusters run it: setting blockOwnerDeletion on an
+            # ownerReference needs `update` on the owner's finalizers (the controller's replicas set it)
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             f"--service-account-issuer={self.url}", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from infer_ctl.controller import access
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.sandbox.faultproxy import Fault, FaultProxy
@@ -95,6 +96,12 @@ def test_a_conflict_on_create_is_checked_before_it_counts(cluster: Cluster, tmp_
             kube.create(INFERENCE_SERVICES, service("llm"), "default")
             wait_for("a ready replica", lambda: any(ready(p) for p in live_replicas(cluster, "llm")), timeout_s=60)
     assert conflict.injected == 1
+    assert proxy.requests[("get", "pods")] >= 1  # the read that checked the conflict
+    outside = {(verb, resource) for verb, resource in proxy.requests
+               if not resource.startswith("/")  # discovery
+               and not any(a.resource == resource and verb in a.verbs for a in access.ACCESS)
+               and not any(r == resource and v == verb for _, r, v in access.DEFAULT_ALLOWED)}
+    assert not outside, f"requests outside deploy/'s RBAC (infer_ctl/controller/access.py): {sorted(outside)}"
     events = [e for e in kube.list(EVENTS, "default") if e["regarding"]["name"] == "llm"]
     placed = [e for e in events if e["reason"] == "Placed"]
     assert len(placed) == 1, [e["note"] for e in placed]

@@ -61,8 +61,9 @@ def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when
     kube = cluster.kube
     install_peering(cluster)
     low_port, high_port = free_port(), free_port()
-    with running_controller(cluster, peering="infer-ctl", priority=10, metrics_port=low_port), \
-            running_controller(cluster, peering="infer-ctl", priority=20, metrics_port=high_port) as stop_high:
+    peered = {"peering": "infer-ctl", "namespaces": ("default",)}  # namespaced, one cluster-wide election
+    with running_controller(cluster, priority=10, metrics_port=low_port, **peered), \
+            running_controller(cluster, priority=20, metrics_port=high_port, **peered) as stop_high:
         # Until each has seen the other's keep-alive both may act (kopf's peering is not a lease): wait for the
         # lower one to step back.
         wait_for("the lower priority to pause", lambda: any(

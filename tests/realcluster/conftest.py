@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, run
@@ -26,6 +25,7 @@ from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import KubeClient, KubeError
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
 from infer_ctl.sandbox.threaded import LoopThread
+from tests.kubehelpers import install_controller, manage_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -63,13 +63,14 @@ def kube(local_cluster: LocalCluster) -> Iterator[KubeClient]:
 
 
 @pytest.fixture
-def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(kube: KubeClient, local_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace (deleted afterwards, without waiting for the namespace controller to finish)."""
     name = f"t{next(_namespaces)}-{request.node.name.lower()[:40].strip('_').replace('_', '-')}".strip("-")
     kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": name}})
     wait_for(lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"),
              what=f"the default ServiceAccount of {name}")
+    manage_namespace(local_cluster, name)  # the controller's writes, as an installer grants them per namespace
     yield name
     with contextlib.suppress(KubeError):
         kube.request("DELETE", f"/api/v1/namespaces/{name}")
@@ -94,34 +95,13 @@ def wait_for(probe: Callable[[], T | None], *, what: str, timeout_s: float = 30.
 
 # ------------------------------------------------------------------------------------------------ the controller
 
-KUSTOMIZE = ROOT / "deploy" / "kustomize"
-CONTROLLER_MANIFESTS = (KUSTOMIZE / "kopf-peering" / "crd.yaml", KUSTOMIZE / "base" / "namespace.yaml",
-                        KUSTOMIZE / "base" / "priorityclasses.yaml", KUSTOMIZE / "base" / "rbac.yaml",
-                        KUSTOMIZE / "base" / "peering.yaml")
-
-
 @pytest.fixture(scope="session")
 def controller_kubeconfig(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """deploy/kustomize's peering CRD and the base's namespace, PriorityClasses, RBAC and peering applied with
-    kubectl (the Deployment is installed whole by test_deploy.py), and a kubeconfig that acts as its
-    ServiceAccount: the controller in these tests has exactly the permissions deploy/ grants, not an admin's."""
-    for path in CONTROLLER_MANIFESTS:
-        apply_in_order(local_cluster, path)
-    return local_cluster.service_account_kubeconfig("infer-ctl-system", "infer-ctl",
-                                                    tmp_path_factory.mktemp("sa") / "kubeconfig")
-
-
-def apply_in_order(cluster: LocalCluster, path: Path) -> None:
-    """kubectl apply, one document at a time, waiting for each CRD to be Established before what follows it
-    (a custom resource cannot be applied before its CRD is served: "no matches for kind ClusterKopfPeering ...
-    ensure CRDs are installed first")."""
-    for doc in yaml.safe_load_all(path.read_text()):
-        if not doc:
-            continue
-        cluster.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(doc))
-        if doc.get("kind") == "CustomResourceDefinition":
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                            f"crd/{doc['metadata']['name']}")
+    kubectl (the Deployment is installed whole by test_deploy.py), the writes granted in `default` (the
+    `namespace` fixture grants them in each fresh namespace, as an installer would), and a kubeconfig that acts
+    as its ServiceAccount: the controller in these tests has exactly the permissions deploy/ grants."""
+    return install_controller(local_cluster, tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
 @contextmanager

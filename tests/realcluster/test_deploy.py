@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from infer_ctl.config.policies import load_policies
-from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, KubeClient, Resource
+from infer_ctl.controller import access
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS, KubeClient, Resource
 from infer_ctl.sandbox.cluster import load_cluster
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster
@@ -47,7 +48,8 @@ PEERING_CRD, SERVICE_CRD = "clusterkopfpeerings.kopf.dev", "inferenceservices.in
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSandbox]:
     policies = load_policies(ROOT / "policies")
     topology = load_cluster(ROOT / "deploy" / "sandbox" / "small.yaml", policies.catalog)
-    with kube_sandbox_in_thread(topology, policies.catalog, workdir=tmp_path_factory.mktemp("deploy")) as s:
+    with kube_sandbox_in_thread(topology, policies.catalog, workdir=tmp_path_factory.mktemp("deploy"),
+                                audit_log=True) as s:
         yield s
 
 
@@ -102,9 +104,16 @@ def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: st
     service["spec"]["runtime"]["coldStartSeconds"] = 3  # 180 s in the example
     kube.create(INFERENCE_SERVICES, service, "default")
     try:
-        wait_for(lambda: ((kube.get(INFERENCE_SERVICES, "llama-8b", "default") or {}).get("status") or {})
-                 .get("replicas", {}).get("serving", 0) >= 1, what="a serving replica of llama-8b", timeout_s=90)
+        wait_for(lambda: serving(kube) >= 1, what="a serving replica of llama-8b", timeout_s=90)
         print(f"llama-8b serving after {time.monotonic() - started:.1f} s")
+        # pinned to two, then one: the controller creates a second replica, then removes one (Pod and claim)
+        kube.merge_patch(INFERENCE_SERVICES, "llama-8b", {"spec": {"replicas": 2}}, "default")
+        wait_for(lambda: serving(kube) == 2, what="two serving replicas of llama-8b", timeout_s=90)
+        kube.merge_patch(INFERENCE_SERVICES, "llama-8b", {"spec": {"replicas": 1}}, "default")
+        one = "infer-ctl.io/service=llama-8b"
+        wait_for(lambda: len(kube.list(PODS, "default", label_selector=one)) == 1
+                 and len(kube.list(RESOURCE_CLAIMS, "default", label_selector=one)) == 1,
+                 what="llama-8b back to one replica and one claim", timeout_s=90)
     finally:
         kube.delete(INFERENCE_SERVICES, "llama-8b", "default")
     lines = [json.loads(line) for pod in pods
@@ -114,6 +123,59 @@ def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: st
     assert any((line.get("object") or {}).get("name") == "llama-8b" for line in lines), "no line names the object"
     wait_for(lambda: not kube.list(PODS, "default", label_selector="infer-ctl.io/service=llama-8b"),
              what="llama-8b's replicas to go", timeout_s=60)
+
+
+def serving(kube: KubeClient) -> int:
+    return int((((kube.get(INFERENCE_SERVICES, "llama-8b", "default") or {}).get("status") or {})
+                .get("replicas") or {}).get("serving", 0))
+
+
+def controller_requests(sandbox: KubeSandbox, namespace: str) -> list[dict[str, Any]]:
+    """kube-apiserver's audit entries of the controller's ServiceAccount in `namespace` (one per request)."""
+    user = f"system:serviceaccount:{namespace}:infer-ctl"
+    entries = [json.loads(line) for line in sandbox.local.audit_path.read_text().splitlines() if line.strip()]
+    return [e for e in entries if (e.get("user") or {}).get("username") == user]
+
+
+# Table entries the scenario does not reach, and where they are exercised instead.
+NOT_IN_THE_SCENARIO = {
+    ("kueue.x-k8s.io", "workloads"): "Kueue is not installed here (tests/realcluster/test_kueue.py)",
+    ("", "events"): "kopf posts only its own warnings as core Events; none happen here",
+    ("events.k8s.io", "events"): "patch: a repeating Event's series count, written every 5 min "
+                                 "(tests/controller/test_faults.py on the emulator)",
+    ("", "pods"): "get: a name found taken on create (tests/controller/test_faults.py)",
+    ("resource.k8s.io", "resourceclaims"): "get: a claim name found taken on create (tests/controller/test_faults.py)",
+    ("infer-ctl.io", "inferenceservices/finalizers"): "no request of its own: the OwnerReferencesPermissionEnforcement "
+        "admission plugin (on here, localcluster.py) checks it on every create of a replica's Pod or claim",
+}
+
+
+def assert_requests_within_the_access_table(sandbox: KubeSandbox, namespace: str,
+                                            managed: frozenset[str] = frozenset({"default"})) -> None:
+    """Every request the controller made under deploy/'s RBAC is in infer_ctl/controller/access.py's table (the
+    same rules deploy/ grants, tests/deploy/test_rbac.py), none was refused, its writes went only to managed
+    namespaces, and every table entry the scenario does not reach is named in NOT_IN_THE_SCENARIO."""
+    requests = controller_requests(sandbox, namespace)
+    assert requests, "no audit entries of the controller's ServiceAccount"
+    used: set[tuple[str, str, str]] = set()
+    refused, outside = set(), set()
+    for entry in requests:
+        ref = entry.get("objectRef") or {}
+        if (entry.get("responseStatus") or {}).get("code") == 403:
+            refused.add(f"{entry['verb']} {entry.get('requestURI', '').split('?')[0]}")
+        if not ref.get("resource"):  # discovery (/apis/...): every authenticated user's
+            continue
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        group, verb, ns = ref.get("apiGroup", ""), entry["verb"], ref.get("namespace", "")
+        if not access.allowed(group, resource, verb, managed=ns in managed, name=ref.get("name", "")):
+            outside.add(f"{verb} {resource}.{group} in {ns or 'the cluster scope'}")
+        used.add((group, resource, verb))
+    assert not refused, f"requests RBAC refused: {sorted(refused)}"
+    assert not outside, f"requests outside the access table: {sorted(outside)}"
+    unused = {(a.group, a.resource, v) for a in access.ACCESS for v in a.verbs} - used
+    print("the controller's requests by (group, resource, verb):", sorted(used))
+    print("table entries this scenario did not reach:", sorted(unused))
+    assert {(g, r) for g, r, _ in unused} <= set(NOT_IN_THE_SCENARIO), sorted(unused)
 
 
 def crd_exists(kube: KubeClient, name: str) -> bool:
@@ -127,10 +189,11 @@ def test_kubectl_apply_k_installs_a_controller_that_reconciles_and_delete_k_keep
     local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PEERING_CRD}")
     applied = local.kubectl("apply", "-k", str(KUSTOMIZE / "overlays" / "local"))  # once, on a fresh namespace
     assert "deployment.apps/infer-ctl created" in applied.stdout, applied.stdout
-    reconciles_the_example(sandbox, kube, "infer-ctl-local", replicas=1)
+    reconciles_the_example(sandbox, kube, "infer-ctl-system", replicas=1)
+    assert_requests_within_the_access_table(sandbox, "infer-ctl-system")
     local.kubectl("delete", "-k", str(KUSTOMIZE / "overlays" / "local"), "--wait=true", "--timeout=120s")
     assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
-    wait_for(lambda: not kube.list(PODS, "infer-ctl-local"), what="the controller Pod to go", timeout_s=60)
+    wait_for(lambda: not kube.list(PODS, "infer-ctl-system"), what="the controller Pod to go", timeout_s=60)
 
 
 def test_helm_install_brings_its_crds_and_a_controller_and_uninstall_keeps_the_crds(
@@ -142,6 +205,7 @@ def test_helm_install_brings_its_crds_and_a_controller_and_uninstall_keeps_the_c
          "--set", "prometheusUrl=", "--set", "image.tag=dev")  # replicas: the default, 2
     assert crd_exists(kube, PEERING_CRD)
     reconciles_the_example(sandbox, kube, "infer-ctl-helm", replicas=2)
+    assert_requests_within_the_access_table(sandbox, "infer-ctl-helm")
     wait_for(lambda: ((kube.get(PDBS, "infer-ctl", "infer-ctl-helm") or {}).get("status") or {})
              .get("disruptionsAllowed") == 1, what="the PodDisruptionBudget to allow one disruption")
     helm(local, tmp_path, "uninstall", "infer-ctl", "--namespace", "infer-ctl-helm", "--wait", "--timeout=120s")
