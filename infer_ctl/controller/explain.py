@@ -16,6 +16,8 @@ answer holds for the next replica the controller would try to place.
 
 from __future__ import annotations
 
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -117,7 +119,7 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
     if decision.placement is not None:
         return (f"not created yet: the next replica fits on {decision.placement.node}; "
                 "the controller creates it on its next cycle")
-    reasons = "; ".join(str(r) for r in decision.status.reasons) or decision.status.message
+    reasons = readable("; ".join(str(r) for r in decision.status.reasons) or decision.status.message)
     if any(r.plugin == "GangReservation" for r in decision.status.reasons):
         return f"capacity held for a pending gang: {reasons}"
     eligible = state.eligible(request)
@@ -132,13 +134,79 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
             if best < request.count:
                 return (f"no free capacity: {int(matching.max())} matching GPUs on the largest node, "
                         f"{total} free in all, {request.count} wanted on one node; filters: {reasons}")
+            # the devices are there and free: the nodes that hold them refuse the Pod (its CPU or memory, a
+            # taint, a cordon)
+            return f"matching GPUs are free, but no node that has them can take the replica: {reasons}"
         elif matching.size and int(matching.max()) > 0:
             return (f"no node has {request.count} matching GPUs (the most on one node: {int(matching.max())}); "
                     f"filters: {reasons}")
+    elif request.sharing is Sharing.MIG and any(eligible.partitions) and not any(
+            ok and part.memory_bytes >= request.device_memory_bytes
+            for ok, part in zip(eligible.partitions, state.partitions, strict=True)):
+        largest = max((part for ok, part in zip(eligible.partitions, state.partitions, strict=True) if ok),
+                      key=lambda part: part.memory_bytes)
+        return (f"no MIG partition is large enough: the model needs {human_bytes(request.device_memory_bytes)}, "
+                f"the largest matching partition is {largest.profile} ({human_bytes(largest.memory_bytes)})")
     elif eligible.slots.any() or any(eligible.partitions):
         kind = "MIG partitions" if request.sharing is Sharing.MIG else "shares of GPUs"
         return f"no free capacity: matching {kind} exist, none is free enough; filters: {reasons}"
-    return f"no device matches: {reasons}"
+    return f"no device matches: {reasons}; the cluster has {cluster_accelerators(inventory, policies)}"
+
+
+def human_bytes(count: int) -> str:
+    """A byte count in binary units, as a person reads it: 42949672960 -> "40 GiB", 1610612736 -> "1.5 GiB",
+    85521203200 -> "79.6 GiB", 512 -> "512 B"."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} B"
+
+
+# The placement filters' reasons name memory in bytes (DeviceMemory, PartitionAvailable, NodeResources):
+# "model needs 32212254720 bytes of device memory, largest matching device has 0", "memory requested
+# 2199023255552 > free 206158430208 bytes", "no free MIG partition with at least 32212254720 bytes".
+_BYTE_COUNTS = re.compile(r"(\d+) bytes\b|(?<=memory requested )(\d+)|(?<=largest matching device has )(\d+)")
+
+
+def readable(message: str) -> str:
+    """A placement reason with its byte counts in binary units ("model needs 30 GiB of device memory, ...")."""
+    return _BYTE_COUNTS.sub(lambda m: human_bytes(int(next(g for g in m.groups() if g is not None))), message)
+
+
+def cluster_accelerators(inventory: Inventory, policies: Policies) -> str:
+    """What the cluster's ResourceSlices offer, by the catalog's product names (what `spec.accelerator.products`
+    takes), e.g. "A100-40GB: 16 MIG devices on 1 node (1g.5gb x8, 2g.10gb x4, 3g.20gb x4); H100-80GB: 16 GPUs on 2
+    nodes; L4: 4 GPUs on 1 node"."""
+    gpus: dict[str, list[str]] = defaultdict(list)  # product -> node of each whole GPU
+    migs: dict[str, list[tuple[str, str]]] = defaultdict(list)  # product -> (node, profile) of each MIG device
+    for device in inventory.devices:
+        raw = device.attribute("productName", device.id.driver)
+        if raw is None:
+            continue
+        known = policies.catalog.by_product_name(str(raw))
+        product = known.name if known is not None else str(raw)
+        if device.kind == "mig":
+            migs[product].append((device.node_name, str(device.attribute("profile", device.id.driver) or "?")))
+        else:
+            gpus[product].append(device.node_name)
+    if not gpus and not migs:
+        return "no GPUs (no ResourceSlice publishes a device with a productName)"
+
+    def nodes(names: list[str]) -> str:
+        count = len(set(names))
+        return f"{count} node{'s' if count != 1 else ''}"
+
+    parts = []
+    for product in sorted(gpus.keys() | migs.keys()):
+        held = []
+        if gpus[product]:
+            held.append(f"{len(gpus[product])} GPU{'s' if len(gpus[product]) != 1 else ''} on {nodes(gpus[product])}")
+        if migs[product]:
+            profiles = Counter(profile for _node, profile in migs[product])
+            held.append(f"{len(migs[product])} MIG devices on {nodes([n for n, _ in migs[product]])} ("
+                        + ", ".join(f"{p} x{c}" for p, c in sorted(profiles.items())) + ")")
+        parts.append(f"{product}: {'; '.join(held)}")
+    return "; ".join(parts)
 
 
 def _refusal_findings(kube: KubeClient, namespace: str, name: str) -> list[Finding]:

@@ -7,7 +7,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infer_ctl.controller.explain import Finding, explain
+import pytest
+
+from infer_ctl.controller.explain import Finding, explain, human_bytes, readable
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
@@ -166,3 +168,95 @@ async def test_a_replica_the_scheduler_leaves_pending_is_explained_with_the_sche
     [finding] = [f for f in explain(cluster.kube, cluster.policies, "default", "late") if f.layer == "scheduler"]
     # The scheduler's own words, whichever scheduler it is (kube-scheduler's and the emulator's texts differ).
     assert finding.subject == "late-r0" and finding.message == message
+
+
+SMALL_CLUSTER_ACCELERATORS = ("A100-40GB: 16 MIG devices on 1 node (1g.5gb x8, 2g.10gb x4, 3g.20gb x4); "
+                              "H100-80GB: 16 GPUs on 2 nodes; L4: 4 GPUs on 1 node")
+
+
+async def test_a_selector_that_matches_nothing_lists_the_accelerators_the_cluster_has(cluster: Cluster) -> None:
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("t4").with_("spec.accelerator.products", ["T4"])
+                        .with_("spec.model.memory", "8Gi").build(), "default")
+    await cycle(cluster, "t4")
+    placement = placement_finding(cluster, "t4")
+    assert placement.message.startswith("no device matches")
+    assert placement.message.endswith(f"; the cluster has {SMALL_CLUSTER_ACCELERATORS}"), placement.message
+
+
+async def test_memory_is_told_in_binary_units_not_bytes(cluster: Cluster) -> None:
+    # A100-40GB allows a 7g.40gb profile (the spec is valid), but the cluster's A100 is split into smaller ones.
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("mig").with_("spec.accelerator.products",
+                                                                                 ["A100-40GB"])
+                        .with_("spec.accelerator.sharing", "MIG").with_("spec.model.memory", "30Gi").build(), "default")
+    # The L4 node has 192Gi of memory: a replica asking 2Ti of it fits no node that has an L4.
+    cluster.kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("hog").with_("spec.accelerator.products", ["L4"])
+                        .with_("spec.model.memory", "8Gi").with_("spec.runtime.memory", "2Ti").build(), "default")
+    for name in ("mig", "hog"):
+        await cycle(cluster, name)
+    assert placement_finding(cluster, "mig").message == (
+        "no MIG partition is large enough: the model needs 30 GiB, the largest matching partition is 3g.20gb "
+        "(19.6 GiB)")
+    hog = placement_finding(cluster, "hog").message
+    assert hog.startswith("matching GPUs are free, but no node that has them can take the replica: ")
+    assert "l4-0: memory requested 2 TiB > free 192 GiB" in hog and "bytes" not in hog
+
+
+@pytest.mark.parametrize(("count", "text"), [
+    (42949672960, "40 GiB"), (1610612736, "1.5 GiB"), (85521203200, "79.6 GiB"), (2 * 2**40, "2 TiB"),
+    (20096 * 2**20, "19.6 GiB"), (512, "512 B"), (0, "0 B")],
+    ids=["40Gi is 40 GiB", "a fraction keeps one decimal", "H100-80GB's memory", "tebibytes", "a MIG profile",
+         "under a KiB stays in bytes", "nothing"])
+def test_byte_counts_read_in_binary_units(count: int, text: str) -> None:
+    assert human_bytes(count) == text
+
+
+@pytest.mark.parametrize(("reason", "expected"), [
+    ("model needs 32212254720 bytes of device memory, largest matching device has 25769803776",
+     "model needs 30 GiB of device memory, largest matching device has 24 GiB"),
+    ("memory requested 2199023255552 > free 206158430208 bytes", "memory requested 2 TiB > free 192 GiB"),
+    ("no free MIG partition with at least 42949672960 bytes", "no free MIG partition with at least 40 GiB"),
+    ("CPU requested 4000m > free 2000m", "CPU requested 4000m > free 2000m"),
+], ids=["DeviceMemory", "NodeResources", "PartitionAvailable", "no memory in it: unchanged"])
+def test_the_placement_filters_byte_counts_are_rewritten(reason: str, expected: str) -> None:
+    assert readable(reason) == expected
+
+
+@pytest.fixture
+def no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No KUBECONFIG, no ~/.kube/config, not in a Pod, and a working directory without .sandbox/kubeconfig."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    (([], {}), "no cluster to ask: no --kubeconfig, KUBECONFIG is not set and ~/.kube/config does not exist"),
+    (([], {"KUBECONFIG": "/nowhere/config"}), "KUBECONFIG=/nowhere/config names no file that exists"),
+    ((["--kubeconfig", "/nowhere/kc"], {}), "the kubeconfig /nowhere/kc does not exist"),
+], ids=["nothing configured", "KUBECONFIG names no file", "--kubeconfig names no file"])
+def test_without_a_kubeconfig_the_command_says_how_to_point_it_at_a_cluster(
+        case: tuple[list[str], dict[str, str]], says: str, no_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from infer_ctl.cli.main import main
+
+    argv, env = case
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["explain", "default/llm", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"infer-ctl explain: {says}\n")
+    assert "--kubeconfig FILE" in err and "export KUBECONFIG=FILE" in err and "infer-ctl sandbox up" in err
+    assert "Service host/port is not set" not in err
+
+
+def test_the_hint_names_the_sandboxs_kubeconfig_when_there_is_one(no_kubeconfig: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from infer_ctl.cli.main import main
+
+    (no_kubeconfig / ".sandbox").mkdir()
+    (no_kubeconfig / ".sandbox" / "kubeconfig").write_text("{}")
+    assert main(["explain", "default/llm"]) == 2
+    assert "A sandbox kubeconfig is here: infer-ctl explain default/llm --kubeconfig .sandbox/kubeconfig" in \
+        capsys.readouterr().err
