@@ -99,8 +99,10 @@ def _canonical(value: Any) -> Any:
 
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
                 node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
-                annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node."""
+                annotations: Mapping[str, str] | None = None, priority: Role | None = None) -> dict[str, Any]:
+    """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node. `priority`: the
+    PriorityClass's role when it differs from the label's (a swap's replacement: labelled standby, out of
+    traffic, at the serving priority it will serve at)."""
     spec = svc.spec
     runtime = spec.runtime
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
@@ -125,7 +127,7 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "resourceClaims": [{"name": CLAIM_NAME_IN_POD, "resourceClaimName": claim_name}],
-        "priorityClassName": PRIORITY_CLASS_SERVING if role is Role.SERVING else PRIORITY_CLASS_STANDBY,
+        "priorityClassName": PRIORITY_CLASS_SERVING if (priority or role) is Role.SERVING else PRIORITY_CLASS_STANDBY,
         "terminationGracePeriodSeconds": DRAIN_SECONDS,
         "restartPolicy": "Always",
     }

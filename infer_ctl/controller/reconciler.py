@@ -401,15 +401,21 @@ class Reconciler:
 
     async def _write(self, svc: api.InferenceService, plan: CyclePlan, now: datetime,
                      orphaned: frozenset[str] = frozenset()) -> str:
-        """The plan's writes, in order: roles, deletions, new replicas, orphan claims. Returns why the API server
-        refused a replica ("" when it did not)."""
+        """The plan's writes, in order: what leaves traffic (demotions, deletions), then what joins it
+        (promotions), so that the replicas in traffic never exceed the desired count, even for the moment between
+        two writes of a swap; then new replicas and orphan claims. Returns why the API server refused a replica
+        ("" when it did not)."""
         ns = svc.meta.namespace
         actions = plan.actions
-        for name, role in [*((n, Role.SERVING) for n in actions.promote), *((n, Role.STANDBY) for n in actions.demote)]:
-            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: role.value}}}, ns)
+        for name in actions.demote:
+            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.STANDBY.value}}},
+                          ns)
         for name in actions.remove:
             # graceful: the Pod's grace period drains it (but for a Pod whose Node is gone)
             await self._k(self.kube.delete, PODS, name, ns, grace_period_s=0 if name in orphaned else None)
+        for name in actions.promote:
+            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}},
+                          ns)
         refused = await self._write_replicas(svc, plan.create, now) if plan.create else ""
         removed = 0
         for claim in plan.delete_claims:
@@ -434,7 +440,7 @@ class Reconciler:
                     continue
                 try:
                     await self._write_replica(svc, placement, Role.STANDBY if replica.standby else Role.SERVING,
-                                              now, written)
+                                              now, written, held=replica.held)
                 except NameTaken as taken:
                     self.memory.setdefault(svc.meta.uid, ServiceMemory()).foreign[placement.replica] = (
                         taken.resource, taken.name)
@@ -457,7 +463,7 @@ class Reconciler:
         return ""
 
     async def _write_replica(self, svc: api.InferenceService, placement: ReplicaPlacement, role: Role,
-                             now: datetime, written: set[str]) -> None:
+                             now: datetime, written: set[str], *, held: bool = False) -> None:
         ns = svc.meta.namespace
         assert placement.claim is not None
         claim = placement.claim.claim
@@ -473,12 +479,14 @@ class Reconciler:
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
-                                       ANNOTATION_CACHED: str(placement.cached).lower()})
+                                       ANNOTATION_CACHED: str(placement.cached).lower()},
+                          priority=Role.SERVING if held else None)
         if not await self._create(PODS, pod, ns, svc.meta.uid):
             return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
         await self._event(_ref(svc), "Placed",
-                          f"{role.value} replica {placement.replica} on {placement.claim.node_name} "
+                          f"{'replacement (out of traffic until ready)' if held else role.value} replica "
+                          f"{placement.replica} on {placement.claim.node_name} "
                           f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
 
     async def _create(self, resource: Resource, obj: Mapping[str, Any], namespace: str, owner_uid: str) -> bool:

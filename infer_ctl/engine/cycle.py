@@ -184,8 +184,9 @@ class CycleState:
 @dataclass(frozen=True, slots=True)
 class NewReplica:
     name: str
-    standby: bool
+    standby: bool  # labelled standby: out of traffic
     placement: ReplicaPlacement | None = None  # None when the cycle had no cluster to place on
+    held: bool = False  # a swap's replacement: labelled standby, at the serving priority
 
     @property
     def placed(self) -> bool:
@@ -331,7 +332,8 @@ def _new_replicas(observation: Observation, actions: ReplicaActions,
                   policies: CyclePolicies) -> tuple[NewReplica, ...]:
     """Names for the replicas to create (a name is taken while its Pod or its claim exists: a claim left by a
     crash gets collected, its replica a new name), placed one after the other on the snapshot."""
-    wanted = [False] * actions.create_serving + [True] * actions.create_standby
+    wanted = [False] * actions.create_serving + [True] * (actions.create_standby + actions.create_held)
+    held = [False] * (actions.create_serving + actions.create_standby) + [True] * actions.create_held
     if not wanted:
         return ()
     svc = observation.service
@@ -339,13 +341,13 @@ def _new_replicas(observation: Observation, actions: ReplicaActions,
     names = new_names(svc.meta.name, taken, len(wanted))
     cluster = observation.cluster
     if cluster is None or policies.placement is None:
-        return tuple(NewReplica(n, s) for n, s in zip(names, wanted, strict=True))
+        return tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
     service_nodes = Counter(r.node for r in observation.replicas if r.node)
     placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
                                 engine=policies.placement,
                                 inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
                                 seed=policies.seed, state=cluster.state)
-    return tuple(NewReplica(n, s, p) for n, s, p in zip(names, wanted, placements, strict=True))
+    return tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True))
 
 
 def new_names(service: str, taken: set[str], n: int) -> list[str]:

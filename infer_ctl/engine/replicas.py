@@ -17,10 +17,17 @@ replicas it has, in the order that keeps capacity up:
    replicas reach the desired counts (make before break), or before that when keeping them would hold more
    replicas than the service's budget (its maximum plus the standby).
 6. Out-of-date replicas (their Pod was made from an older spec) are replaced one at a time: while every
-   replica is ready, one extra replica is created; once it is ready, an out-of-date one is removed (surge 1).
-   So are serving replicas at the standby's priority (`low_priority`): a promoted standby serves at once, but
-   a Pod's priority cannot change, and a batch gang could preempt it; once the service is steady it gives way
-   to a replica at the serving priority (or it is the first to be demoted when standby is short again).
+   replica is ready, one extra replica is created (surge 1); a serving one's replacement is held out of traffic
+   (labelled standby, at the serving priority) until it is ready, then it takes the out-of-date one's place in
+   one cycle (the old one leaves traffic first, then the new one joins). So are serving replicas at the
+   standby's priority (`low_priority`): a promoted standby serves at once, but a Pod's priority cannot change,
+   and a batch gang could preempt it; once the service is steady a replacement at the serving priority is made,
+   held out of traffic until ready, and the two trade places (the promoted one back to the standby pool when it
+   is short, else removed; or it is the first to be demoted when standby is short again). So a swap never puts
+   more replicas in traffic than the desired count, and the replicas in traffic never exceed `maxReplicas`: the
+   surge of a swap is one replica, out of traffic, for one cold start. (A replica made for the desired count
+   that is still loading when the count falls serves once ready, until the next cycle removes it: it was within
+   the maximum when it was made.)
 
 E.g. desired 3 serving / 1 standby; have serving [a ready, b loading], standby [c ready, d ready]:
 promote c (serving 3), keep d as the standby, create nothing, remove nothing.
@@ -50,10 +57,14 @@ class ReplicaActions:
     promote: tuple[str, ...] = ()  # standby -> serving
     demote: tuple[str, ...] = ()  # serving -> standby
     remove: tuple[str, ...] = ()
+    # replacements for a swap: at the serving priority, but out of traffic (labelled standby) until they are ready
+    # and take their twin's place in one cycle, so that the replicas in traffic never exceed the desired count
+    create_held: int = 0
 
     @property
     def empty(self) -> bool:
-        return not (self.create_serving or self.create_standby or self.promote or self.demote or self.remove)
+        return not (self.create_serving or self.create_standby or self.promote or self.demote or self.remove
+                    or self.create_held)
 
 
 def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
@@ -72,14 +83,17 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
             and r.name not in replaced]
     serving = [r for r in live if not r.standby]
     standby = [r for r in live if r.standby]
-    promote: list[str] = []
-    demote: list[str] = []
-    remove: list[str] = []
+    # A swap's replacement that is ready takes its twin's place in one cycle.
+    promote, demote, remove = _trade_places(serving, standby, desired_serving, desired_standby)
+    swapped = {*promote, *demote, *remove}
+    serving = [r for r in serving if r.name not in swapped] + [r for r in standby if r.name in promote]
+    standby = [r for r in standby if r.name not in swapped] + [r for r in live if r.name in demote]
 
-    # Serving short: warm standby replicas first.
+    # Serving short: warm standby replicas first (those at the serving priority first).
     short = desired_serving - len(serving)
     if short > 0:
-        ready_standby = [r for r in standby if r.state is ReplicaState.STANDBY and r.up_to_date]
+        ready_standby = sorted((r for r in standby if r.state is ReplicaState.STANDBY and r.up_to_date),
+                               key=lambda r: r.low_priority)
         for r in ready_standby[:short]:
             promote.append(r.name)
         standby = [r for r in standby if r.name not in promote]
@@ -122,26 +136,55 @@ def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_sta
     # standby pool when ready.
     low = sum(r.low_priority and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in serving)
     covered = min(create_standby, max(0, len(serving) - desired_serving), low)
-    swap = min(create_standby - covered, low - covered)
-    create_standby -= covered + swap
-    create_serving += swap
+    # replacements already on their way (held, still loading) are not made again
+    coming = sum(not r.low_priority and r.state in (ReplicaState.LOADING, ReplicaState.PENDING) for r in standby)
+    swap = max(0, min(create_standby - covered, low - covered) - coming)
+    create_standby -= covered + min(create_standby - covered, low - covered)
+    create_held = swap
 
     # Rolling replacement of out-of-date replicas, one at a time, only when nothing else is in motion.
     kept_replicas = serving + standby
     outdated = [r for r in kept_replicas if not r.up_to_date] + \
         [r for r in serving if r.up_to_date and r.low_priority and reseat]
     settled = all(r.state in (ReplicaState.SERVING, ReplicaState.STANDBY) for r in kept_replicas)
-    if outdated and settled and not (create_serving or create_standby or remove or promote or demote):
+    if outdated and settled and not (create_serving or create_standby or create_held or remove or promote
+                                     or demote):
         target = outdated[0]
         if target.standby:
             create_standby += 1
+            # The surge replica's twin is removed in a later cycle, once the new one is ready (it then counts
+            # as one too many, and out-of-date replicas are removed first).
         else:
-            create_serving += 1
-        # The surge replica's twin is removed in a later cycle, once the new one is ready (it then counts
-        # as one too many, and out-of-date replicas are removed first).
+            create_held += 1  # out of traffic until ready, then it takes the twin's place (above)
     remove.extend(_unavailable_to_remove(unavailable, kept_replicas, desired_serving + desired_standby,
-                                         create_serving + create_standby, budget))
-    return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), (*replaced, *remove))
+                                         create_serving + create_standby + create_held, budget))
+    return ReplicaActions(create_serving, create_standby, tuple(promote), tuple(demote), (*replaced, *remove),
+                          create_held)
+
+
+def _trade_places(serving: Sequence[Replica], standby: Sequence[Replica], desired_serving: int,
+                  desired_standby: int) -> tuple[list[str], list[str], list[str]]:
+    """A swap's replacement that is ready (labelled standby, at the serving priority) takes its twin's place (a
+    serving replica out of date, or at the standby's priority): the twin leaves traffic, demoted into a short
+    standby pool or removed, and the replacement is promoted, in one cycle (the controller writes the twin's
+    change first). Only while serving is full (a shortfall promotes the replacement without a trade), and only
+    for twins within the desired count (a surplus of them is removed by the caller). Returns (promote, demote,
+    remove)."""
+    held = [r for r in standby if r.state is ReplicaState.STANDBY and r.up_to_date and not r.low_priority]
+    twins = sorted((r for r in serving if r.state is ReplicaState.SERVING and (not r.up_to_date or r.low_priority)),
+                   key=lambda r: (r.up_to_date, r.name))  # out of date first
+    within = max(0, min(len(twins), desired_serving - (len(serving) - len(twins)))) \
+        if len(serving) >= desired_serving else 0
+    promote: list[str] = []
+    demote: list[str] = []
+    remove: list[str] = []
+    for replacement, twin in zip(held, twins[:within], strict=False):
+        promote.append(replacement.name)
+        if twin.up_to_date and len(standby) - 1 < desired_standby:
+            demote.append(twin.name)  # a promoted standby going back to the pool it came from
+        else:
+            remove.append(twin.name)
+    return promote, demote, remove
 
 
 def _unavailable_to_remove(unavailable: Sequence[Replica], kept: Sequence[Replica], desired: int, creating: int,

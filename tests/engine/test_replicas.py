@@ -39,10 +39,13 @@ CASES = [
                  id="an unschedulable replica is removed first"),
     pytest.param([serving("a"), serving("gone", S.DRAINING)], 2, 0, ReplicaActions(create_serving=1),
                  id="a draining replica counts for nothing"),
-    pytest.param([serving("old", up_to_date=False), serving("b")], 2, 0, ReplicaActions(create_serving=1),
-                 id="an out of date replica is replaced with a surge of one"),
+    pytest.param([serving("old", up_to_date=False), serving("b")], 2, 0, ReplicaActions(create_held=1),
+                 id="an out of date replica is replaced by a surge of one held out of traffic"),
+    pytest.param([serving("old", up_to_date=False), serving("b"), standby("new")], 2, 0,
+                 ReplicaActions(promote=("new",), remove=("old",)),
+                 id="once the surge is ready it takes the out of date replica's place in one cycle"),
     pytest.param([serving("old", up_to_date=False), serving("b"), serving("new")], 2, 0,
-                 ReplicaActions(remove=("old",)), id="once the surge is ready the out of date replica goes"),
+                 ReplicaActions(remove=("old",)), id="a ready surplus out of date replica goes first"),
     pytest.param([serving("old", up_to_date=False), serving("b", S.LOADING)], 2, 0, ReplicaActions(),
                  id="no replacement while a replica is loading"),
     pytest.param([standby("s1"), standby("s2")], 0, 0, ReplicaActions(remove=("s1", "s2")),
@@ -97,22 +100,20 @@ def test_invariants_hold_for_any_replicas(replicas: list[Replica], want_serving:
     # unavailable replicas count for nothing; they go once the ready replicas reach the desired counts
     gone = [n for n in actions.remove if by_name[n].state is S.UNAVAILABLE]
     actions = ReplicaActions(actions.create_serving, actions.create_standby, actions.promote, actions.demote,
-                             tuple(n for n in actions.remove if n not in gone))
-    serving_after = (sum(not r.standby for r in live) + len(actions.promote) - len(actions.demote)
+                             tuple(n for n in actions.remove if n not in gone), actions.create_held)
+    serving_before = sum(not r.standby for r in live)
+    serving_after = (serving_before + len(actions.promote) - len(actions.demote)
                      - sum(not by_name[n].standby for n in actions.remove) + actions.create_serving)
-    loading_serving = sum(not r.standby and r.state is S.LOADING for r in live)
-    # Serving ends at the desired count, unless loading replicas hold it above, or a surge of one replaces, or
-    # replicas at the standby's priority are being swapped for serving-priority ones.
-    low_priority = sum(r.low_priority and r.state in (S.SERVING, S.STANDBY) for r in live)
     assert serving_after >= want_serving
+    # The replicas labelled serving (in traffic once ready) never go above the desired count on account of this
+    # plan: a swap's replacement waits out of traffic (create_held) and takes its twin's place in one cycle.
+    assert serving_after <= max(want_serving, serving_before)
     # Ready serving capacity never drops below the desired count on account of this plan.
     warm = (S.SERVING, S.STANDBY)
     ready_before = sum(not r.standby and r.state in warm for r in live) + len(actions.promote)
     ready_after = ready_before - len(actions.demote) - sum(
         not by_name[n].standby and by_name[n].state in warm for n in actions.remove)
     assert ready_after >= min(want_serving, ready_before)
-    # (A surplus of loading replicas waits, and so do as many ready ones as the desired count, until they load.)
-    assert serving_after <= want_serving + loading_serving + len(actions.promote) + 1 + low_priority
 
 
 def test_a_replica_stuck_unschedulable_is_removed_and_placed_again() -> None:
@@ -125,24 +126,27 @@ def low(name: str, state: S = S.SERVING, *, standby: bool = False) -> Replica:
     return Replica(name, state, standby=standby, low_priority=True)
 
 
-def test_a_promoted_standby_is_swapped_for_a_serving_priority_replica_without_a_dip() -> None:
+def test_a_promoted_standby_is_swapped_for_a_serving_priority_replica_without_exceeding_the_count() -> None:
     # Traffic rises: the warm standby is promoted at once, and the standby pool is refilled by a replica at the
-    # serving priority rather than another standby.
+    # serving priority, held out of traffic, rather than another standby.
     first = plan_replicas([serving("a"), low("s", S.STANDBY, standby=True)], 2, 1)
-    assert first.promote == ("s",) and (first.create_serving, first.create_standby) == (1, 0)
+    assert first.promote == ("s",) and (first.create_serving, first.create_standby, first.create_held) == (0, 0, 1)
     # While the new one loads, nothing more is made.
-    loading = plan_replicas([serving("a"), low("s"), serving("n", S.LOADING)], 2, 1)
+    loading = plan_replicas([serving("a"), low("s"), standby("n", S.LOADING)], 2, 1)
     assert loading.empty
-    # Once it is ready, the promoted one goes back to standby, where its priority belongs.
-    ready = plan_replicas([serving("a"), low("s"), serving("n")], 2, 1)
-    assert ready.demote == ("s",) and ready.remove == () and not ready.create_serving
+    # Once it is ready, the two trade places in one cycle: the promoted one goes back to standby, where its
+    # priority belongs, and the new one serves; two serve throughout.
+    ready = plan_replicas([serving("a"), low("s"), standby("n")], 2, 1)
+    assert ready.demote == ("s",) and ready.promote == ("n",) and ready.remove == ()
+    assert not (ready.create_serving or ready.create_standby or ready.create_held)
 
 
 def test_a_promoted_standby_without_a_standby_pool_is_replaced_once_the_service_is_steady() -> None:
     steady = plan_replicas([serving("a"), low("s")], 2, 0)
-    assert (steady.create_serving, steady.remove) == (1, ())
-    assert plan_replicas([serving("a"), low("s"), serving("n", S.LOADING)], 2, 0).empty
-    assert plan_replicas([serving("a"), low("s"), serving("n")], 2, 0).remove == ("s",)
+    assert (steady.create_held, steady.create_serving, steady.remove) == (1, 0, ())
+    assert plan_replicas([serving("a"), low("s"), standby("n", S.LOADING)], 2, 0).empty
+    done = plan_replicas([serving("a"), low("s"), standby("n")], 2, 0)
+    assert done.remove == ("s",) and done.promote == ("n",)
 
 
 def test_a_promoted_standby_is_not_swapped_while_the_service_heads_down() -> None:
