@@ -324,7 +324,7 @@ def _size(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: Foreca
     if fc is not None and summary is not None:
         sizing = _forecast_sizing(tick, summary, fc, demand)
     else:
-        sizing = _Sizing(demand, demand, Reason.OBSERVED, "" if tick.missing else
+        sizing = _Sizing(demand, demand, Reason.OBSERVED, "no request rate observed (no forecast)" if tick.missing else
                          f"observed {tick.observed:.1f} rps (no forecast)")
     if not tick.missing and state.backlog_requests > max(1, tick.ready) * tick.cap * policy.control_period_s:
         sizing = _drain_sizing(tick, state, sizing)
