@@ -119,6 +119,23 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _phases_arg(text: str) -> tuple[tuple[str, float], ...]:
+    """`[NAME=]START,...`: phases by their start (a duration, increasing); unnamed ones are named by their start."""
+    out: list[tuple[str, float]] = []
+    for token in (t.strip() for t in text.split(",")):
+        name, _, when = token.rpartition("=")
+        try:
+            start = parse_duration_s(when)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"phase {token!r}: {exc}") from None
+        if out and start <= out[-1][1]:
+            raise argparse.ArgumentTypeError(
+                f"phase {token!r}: starts at {start:g} s, not after the previous phase ({out[-1][1]:g} s)"
+            )
+        out.append((name.strip() or f"from {start:g}s", start))
+    return tuple(out)
+
+
 def build_parser(prog: str = "loadgen") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -226,6 +243,13 @@ def build_parser(prog: str = "loadgen") -> argparse.ArgumentParser:
         help="live one-line progress on stderr (default: when stderr is a terminal)",
     )
     out.add_argument("--timeline", metavar="FILE", help="per-second timeline, CSV (or JSON for *.json)")
+    out.add_argument(
+        "--phases",
+        type=_phases_arg,
+        metavar="[NAME=]START,...",
+        help="also summarize the run in phases starting at these scheduled times, e.g. "
+        "'steady=0,step=60s,drop=3m' (a phase lasts until the next starts)",
+    )
     out.add_argument("--plot", metavar="PNG", help="plot rate and latency over time to a PNG file")
     out.add_argument(
         "--metrics-port",
@@ -395,10 +419,12 @@ class Progress:
 
 async def _run(args: argparse.Namespace, plan: Plan, cfg: ClientConfig, *, seed: int, out: TextIO, err: TextIO) -> int:
     from loadgen.runner import Runner
+    from loadgen.stats import RunStats
 
     show_progress = args.progress if args.progress is not None else err.isatty()
     progress = Progress(err, plan.rate_now) if show_progress else None
-    runner = Runner(cfg, target_of=plan.target_of, on_tick=progress.tick if progress else None)
+    runner = Runner(cfg, RunStats(args.phases or ()), target_of=plan.target_of,
+                    on_tick=progress.tick if progress else None)
     metrics_server = _serve_metrics(args.metrics_port, plan, runner, err) if args.metrics_port is not None else None
     try:
         outcome = await _run_until_signalled(runner, plan)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.runner import RunOutcome
-from loadgen.stats import TimelineRow
+from loadgen.stats import PhaseStats, TimelineRow
 
 SUMMARY_KEYS = (
     "target_rps",
@@ -83,8 +83,28 @@ def summarize(
         "interrupted": outcome.interrupted,
         "latency_relative_error": s.latency_us.relative_error,
     }
+    if s.phases:
+        summary["phases"] = [_phase_summary(p) for p in s.phases]
     summary.update(context)
     return summary
+
+
+def _phase_summary(p: PhaseStats) -> dict[str, Any]:
+    """One phase: its scheduled window, counts, errors by kind and the latency of its successes."""
+    p50, p95, p99 = p.latency_us.quantiles((0.5, 0.95, 0.99))
+    return {
+        "name": p.name,
+        "start_s": round(p.start_s, 3),
+        "end_s": None if p.end_s == float("inf") else round(p.end_s, 3),
+        "scheduled": p.scheduled,
+        "ok": p.ok,
+        "errors": p.errors,
+        "errors_by_kind": dict(sorted(p.errors_by_kind.items())),
+        "p50_ms": _ms(p50),
+        "p95_ms": _ms(p95),
+        "p99_ms": _ms(p99),
+        "max_ms": _ms(p.latency_us.max_value),
+    }
 
 
 def _fmt_ms(v: float) -> str:
@@ -125,6 +145,12 @@ def render_text(summary: dict[str, Any]) -> str:
     for kind, n in s["errors_by_kind"].items():
         example = s["error_examples"].get(kind)
         lines.append(f"  errors     {kind}: {n}" + (f"  e.g. {example}" if example else ""))
+    for p in s.get("phases", ()):
+        end = f"{p['end_s']:g}" if p["end_s"] is not None else "end"
+        errors = ", ".join(f"{k} {n}" for k, n in p["errors_by_kind"].items())
+        latency = f"p50 {_fmt_ms(p['p50_ms'])}  p95 {_fmt_ms(p['p95_ms'])}" if p["ok"] else "no successes"
+        lines.append(f"  phase      {p['name']} ({p['start_s']:g}-{end} s): scheduled {p['scheduled']}  ok {p['ok']}"
+                     f"  {latency}" + (f"  errors {errors}" if errors else ""))
     if s["cancelled_at_end"]:
         lines.append(f"  note       {s['cancelled_at_end']} requests still pending at the end were cancelled")
     if s["interrupted"]:
@@ -162,7 +188,8 @@ def write_timeline(rows: list[TimelineRow], path: str | Path) -> None:
 
 
 def plot_timeline(rows: list[TimelineRow], path: str | Path, title: str) -> None:
-    """A PNG: request rate (target, sent, ok, errors) above latency (p50, p99, send-lag p99), per second."""
+    """A PNG: request rate (target, sent, answered and failed by the second they completed) above latency (p50,
+    p95, p99 of the requests due in each second, and send-lag p99)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,21 +199,23 @@ def plot_timeline(rows: list[TimelineRow], path: str | Path, title: str) -> None
     fig, (ax_rate, ax_lat) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, constrained_layout=True)
     ax_rate.step(t, [r.target for r in rows], where="post", label="target", color="0.55", linewidth=1.2)
     ax_rate.plot(t, [r.sent for r in rows], label="sent", color="tab:blue", linewidth=1.0)
-    ax_rate.plot(t, [r.ok for r in rows], label="ok", color="tab:green", linewidth=1.0, linestyle="--")
-    if any(r.errors for r in rows):
-        ax_rate.plot(t, [r.errors for r in rows], label="errors", color="tab:red", linewidth=1.0)
+    ax_rate.plot(t, [r.answered for r in rows], label="answered (by completion)", color="tab:green", linewidth=1.0,
+                 linestyle="--")
+    if any(r.failed for r in rows):
+        ax_rate.plot(t, [r.failed for r in rows], label="failed (by completion)", color="tab:red", linewidth=1.0)
     ax_rate.set_ylabel("requests / s")
     ax_rate.legend(loc="upper left", ncols=4, fontsize="small")
     ax_rate.grid(alpha=0.3)
     ax_rate.set_title(title, fontsize="medium")
     ax_lat.plot(t, [r.p50_ms for r in rows], label="latency p50", color="tab:blue", linewidth=1.0)
+    ax_lat.plot(t, [r.p95_ms for r in rows], label="latency p95", color="tab:olive", linewidth=1.0)
     ax_lat.plot(t, [r.p99_ms for r in rows], label="latency p99", color="tab:orange", linewidth=1.0)
     ax_lat.plot(t, [r.send_lag_p99_ms for r in rows], label="send lag p99", color="tab:purple", linewidth=0.8)
     ax_lat.set_ylabel("ms (by scheduled second)")
     ax_lat.set_xlabel("seconds since start")
     if any(r.p99_ms > 0 for r in rows):
         ax_lat.set_yscale("log")
-    ax_lat.legend(loc="upper left", ncols=3, fontsize="small")
+    ax_lat.legend(loc="upper left", ncols=4, fontsize="small")
     ax_lat.grid(alpha=0.3, which="both")
     fig.savefig(path, dpi=110)
     plt.close(fig)

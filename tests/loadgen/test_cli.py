@@ -86,6 +86,26 @@ def test_each_step_of_a_step_shape_is_sent_at_its_rate(upstream, tmp_path: Path)
     assert float(r.summary["achieved_rps"]) == pytest.approx(200.0, rel=0.01)
 
 
+def test_phases_split_the_summary_at_their_scheduled_starts(upstream) -> None:  # type: ignore[no-untyped-def]
+    r = loadgen(upstream.url("/ok"), "--shape", "100@1s,300@1s", "--phases", "low=0,high=1s", "--json")
+    assert r.code == EXIT_OK, r.err
+    low, high = r.summary["phases"]
+    assert (low["name"], low["start_s"], low["end_s"], low["scheduled"], low["ok"]) == ("low", 0.0, 1.0, 100, 100)
+    assert (high["name"], high["start_s"], high["end_s"], high["scheduled"], high["errors"]) == ("high", 1.0, None,
+                                                                                                 300, 0)
+    assert 0 < high["p50_ms"] <= high["p95_ms"]
+    text = loadgen(upstream.url("/ok"), "--shape", "10@1s,20@1s", "--phases", "0,1").out
+    assert "phase      from 0s (0-1 s): scheduled 10  ok 10" in text
+    assert "phase      from 1s (1-end s): scheduled 20  ok 20" in text
+
+
+def test_phases_that_do_not_increase_are_a_usage_error(upstream, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exit_:
+        loadgen(upstream.url("/ok"), "--shape", "10@1s", "--phases", "a=5s,b=2s")
+    assert exit_.value.code == EXIT_USAGE
+    assert "phase 'b=2s': starts at 2 s, not after the previous phase (5 s)" in capsys.readouterr().err
+
+
 def test_a_slow_server_raises_latency_while_the_rate_holds(upstream) -> None:  # type: ignore[no-untyped-def]
     fast = loadgen(upstream.url("/ok"), "--shape", "50@2s", "--json").summary
     slow = loadgen(upstream.url("/slow?ms=300"), "--shape", "50@2s", "--json").summary
@@ -263,6 +283,7 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--body",
         "--max-in-flight",
         "--timeline",
+        "--phases",
         "--plot",
         "--metrics-port",
         "--json",

@@ -148,3 +148,38 @@ async def test_stopping_during_a_silent_tail_ends_the_run_at_once() -> None:
     await stopper
     assert outcome.interrupted
     assert outcome.ended_s == pytest.approx(2.9, abs=0.05)  # 3 s after setup, t0 being 0.1 s in
+
+
+@pytest.mark.looptime
+async def test_a_backlog_parts_answered_by_completion_from_ok_by_scheduled_second() -> None:
+    # One request at a time (a cap of 1 in flight) at 0.1 s each serves 10 req/s; 20 req/s are due for 5 s. By
+    # scheduled second, every second's 20 requests succeed (late); by completion, 10 are answered per second
+    # (at 0.1, 0.2, ... 10.0 s) until the backlog has drained, 5 s after the schedule.
+    runner = Runner(config(max_in_flight=1), client_factory=mock_server(lambda n: 0.1))
+    outcome = await runner.run(schedule("20@5s"))
+    rows = outcome.stats.rows
+    assert [r.ok for r in rows[:5]] == [20] * 5
+    assert [r.answered for r in rows[1:10]] == [10] * 9
+    assert sum(r.answered for r in rows) == 100
+    assert max(r.t_s for r in rows if r.answered) == 10
+    assert rows[4].p50_ms < rows[4].p95_ms <= rows[4].p99_ms  # the wait grows within the second
+
+
+@pytest.mark.looptime
+async def test_phases_count_and_time_their_own_requests_by_scheduled_time() -> None:
+    from loadgen.stats import RunStats
+
+    stats = RunStats((("fast", 0.0), ("slow", 2.0)))
+    runner = Runner(config(), stats, client_factory=mock_server(lambda n: 0.01 if n < 200 else 0.5))
+    outcome = await runner.run(schedule("100@4s"))
+    fast, slow = outcome.stats.phases
+    assert (fast.name, fast.scheduled, fast.ok, slow.scheduled, slow.ok) == ("fast", 200, 200, 200, 200)
+    assert fast.latency_us.quantile(0.95) == pytest.approx(10_000, rel=0.01)
+    assert slow.latency_us.quantile(0.5) == pytest.approx(500_000, rel=0.01)
+
+
+def test_phase_starts_that_do_not_increase_are_refused() -> None:
+    from loadgen.stats import RunStats
+
+    with pytest.raises(ValueError, match="phase starts must increase"):
+        RunStats((("a", 0.0), ("b", 0.0)))
