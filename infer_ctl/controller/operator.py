@@ -17,6 +17,8 @@
   a timer whose patch is refused (409, or 422 for a status the CRD's schema rejects) dies with it.
   A watch that fails (kopf ends the operator on any watch error but 410 and 429) restarts kopf's operator in the
   same process after a backoff, keeping every service's memory (`infer_ctl_operator_restarts_total`).
+- The log says what changed: one line per change of a service's decision (the replicas it wants and why), not
+  kopf's "Timer 'control' succeeded." each period (its per-object INFO lines are off unless `--verbose`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import logging
 import secrets
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -98,6 +101,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
                 changed = {k: v for k, v in result.status.items() if written.get(k) != v}
                 if changed:
                     await reconciler.write_status(body, changed)
+                log_decision(body, written, result.status)
             except Exception as exc:  # any failure is retried; none may end the service's loop
                 delay = await reconciler.failed(body, exc, now)
                 raise kopf.TemporaryError(f"the control cycle failed: {exc}", delay=delay) from exc
@@ -120,9 +124,46 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
     def deleted(body: kopf.Body, **_: Any) -> None:
         meta = body.get("metadata", {})
         reconciler.forget(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+        log.info("%s/%s: deleted; its replicas go with it (owner references)", meta.get("namespace"),
+                 meta.get("name"))
         config._locks.pop(str(meta.get("uid", "")), None)
 
     return registry
+
+
+def _scaling(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The status's Scaling condition: its reason and message are the decision's."""
+    found: Mapping[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Scaling"), {})
+    return found
+
+
+def decision_of(status: Mapping[str, Any]) -> tuple[int, int, str]:
+    """(serving, standby, reason) the status says the controller wants (-1, -1, "" before its first cycle)."""
+    desired = status.get("desired") or {}
+    return int(desired.get("serving", -1)), int(desired.get("standby", -1)), str(_scaling(status).get("reason", ""))
+
+
+def log_decision(body: kopf.Body, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """One line when a service's desired replicas or the reason for them change (not one per cycle), e.g.
+    "default/llm: wants 3 serving + 1 standby (was 1 + 1): ForecastRise: 3 wanted: upper q0.95 forecast ..."."""
+    then, now = decision_of(before), decision_of(after)
+    if now == then:
+        return
+    meta = body.get("metadata", {})
+    was = "first decision" if then[0] < 0 else f"was {then[0]} + {then[1]}"
+    message = str(_scaling(after).get("message") or "")
+    log.info("%s/%s: wants %d serving + %d standby (%s): %s%s", meta.get("namespace"), meta.get("name"), now[0],
+             now[1], was, now[2], f": {message}" if message and message != now[2] else "")
+
+
+def quiet_handler_successes() -> None:
+    """kopf logs each handler's success at INFO through its per-object logger `kopf.objects` ("Timer 'control'
+    succeeded." every period for every service, which is all an idle controller's log said); the controller logs
+    its decisions instead (`log_decision`). kopf's per-object warnings and errors (a failed cycle) still show, and
+    everything does when the root logger is at DEBUG (`--verbose`) or when the level was set by someone else."""
+    objects = logging.getLogger("kopf.objects")
+    if objects.level == logging.NOTSET and not logging.getLogger().isEnabledFor(logging.DEBUG):
+        objects.setLevel(logging.WARNING)
 
 
 def random_priority() -> int:
@@ -150,6 +191,7 @@ def connection_info(kube: KubeClient) -> kopf.ConnectionInfo:
 async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Event | None = None,
               ready_flag: asyncio.Event | threading.Event | None = None) -> None:
     """Run the operator until `stop_flag` is set (or the task is cancelled)."""
+    quiet_handler_successes()
     kube = KubeClient.from_config(config.kubeconfig)
     reconciler = Reconciler(kube, config.settings)
     if config.metrics_port is not None:

@@ -271,6 +271,11 @@ class SandboxApiServer:
         raw = request.raw
         path = raw.path.rstrip("/") or "/"
         try:
+            if (request.path.group, request.path.version, request.path.plural) == (
+                    "authorization.k8s.io", "v1", "selfsubjectaccessreviews"):
+                if raw.method != "POST" or request.path.name is not None:  # a review: answered, not stored
+                    raise _method_not_allowed(raw.method)
+                return _json(_access_review(self._body(request)), 201)
             if request.path.plural is not None:
                 return await self._serve(request)
             if raw.method != "GET":
@@ -574,6 +579,16 @@ class SandboxApiServer:
         finally:
             self.store.unwatch(watch)
         return response
+
+
+def _access_review(body: Any) -> dict[str, Any]:
+    """A SelfSubjectAccessReview answered as kube-apiserver answers an admin's: allowed (the sandbox has no RBAC;
+    the controller asks at start whether it may write where it manages)."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("spec"), Mapping):
+        raise ApiError(422, "Invalid", "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec: Required "
+                                       "value")
+    return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {},
+            "spec": body["spec"], "status": {"allowed": True}}
 
 
 def _event(event_type: str, obj: Mapping[str, Any]) -> bytes:

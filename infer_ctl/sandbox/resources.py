@@ -89,6 +89,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _t("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
     _t("resource.k8s.io/v1", "resourceslices", "ResourceSlice", namespaced=False),
     _t("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", subresources=("status",), short_names=("pdb",)),
+    # Answered, never stored (apiserver.py): the sandbox authorizes every request.
+    ResourceType(group="authorization.k8s.io", version="v1", plural="selfsubjectaccessreviews",
+                 kind="SelfSubjectAccessReview", namespaced=False, singular="selfsubjectaccessreview",
+                 verbs=("create",)),
 )
 
 

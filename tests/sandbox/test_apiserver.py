@@ -659,3 +659,17 @@ def test_a_table_watch_sends_column_definitions_once_then_rows(http: httpx.Clien
     assert [e["object"]["kind"] for e in events] == ["Table", "Table"]
     assert events[0]["object"]["columnDefinitions"] and not events[1]["object"]["columnDefinitions"]
     assert [e["object"]["rows"][0]["cells"][0] for e in events] == ["a", "b"]
+
+
+def test_a_self_subject_access_review_is_allowed_and_not_stored(http: httpx.Client) -> None:
+    """The sandbox has no RBAC: the controller's start-up check of its permissions is answered "allowed", as
+    kube-apiserver answers an admin (it was a 404, and a warning in every controller's log)."""
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"}}}
+    response = http.post(path, json=review)
+    assert response.status_code == 201
+    assert response.json()["status"] == {"allowed": True} and response.json()["spec"] == review["spec"]
+    assert http.get(path).status_code == 405
+    listed = http.get("/apis/authorization.k8s.io/v1").json()["resources"]
+    assert [(r["name"], r["verbs"]) for r in listed] == [("selfsubjectaccessreviews", ["create"])]
