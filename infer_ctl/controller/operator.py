@@ -145,7 +145,7 @@ def decision_of(status: Mapping[str, Any]) -> tuple[int, int, str]:
 
 def log_decision(body: kopf.Body, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
     """One line when a service's desired replicas or the reason for them change (not one per cycle), e.g.
-    "default/llm: wants 3 serving + 1 standby (was 1 + 1): ForecastRise: 3 wanted: upper q0.95 forecast ..."."""
+    "default/llm: wants 3 serving + 1 standby (was 1 + 1): Forecast: 3 wanted: upper q0.95 forecast ..."."""
     then, now = decision_of(before), decision_of(after)
     if now == then:
         return

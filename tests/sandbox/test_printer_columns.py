@@ -36,7 +36,7 @@ def service_status() -> dict[str, Any]:
         desired=api.DesiredReplicas(serving=3, standby=1),
         forecast=api.ForecastStatus(rate_rps=31.5, upper_rps=42.25, horizon_s=190, method="ewma", quantile=0.95),
         conditions=(condition("Valid", "True", "SpecValid", "the spec passed the parser and catalog checks"),
-                    condition("Scaling", "True", "ForecastRise", "3 wanted: upper q0.95 forecast 42.2 rps within "
+                    condition("Scaling", "True", "Forecast", "3 wanted: upper q0.95 forecast 42.2 rps within "
                                                                  "190 s at 15 rps per replica"))).to_dict()
 
 
@@ -51,7 +51,7 @@ def create_service(http: httpx.Client, name: str = "llm") -> None:
 
 
 EXPECTED = {"Name": "llm", "Desired": 3, "Serving": 2, "Standby": 1, "Loading": 1, "Forecast RPS": "42.25",
-            "Reason": "ForecastRise", "Accelerator": "H100-80GB", "Valid": "True",
+            "Reason": "Forecast", "Accelerator": "H100-80GB", "Valid": "True",
             "Decision": "3 wanted: upper q0.95 forecast 42.2 rps within 190 s at 15 rps per replica"}
 
 
@@ -88,7 +88,7 @@ def test_kubectl_get_prints_the_columns_by_their_names(api: RunningApiServer, tm
 
     header, row = get()
     assert header == ["NAME", "DESIRED", "SERVING", "STANDBY", "LOADING", "FORECAST RPS", "REASON", "AGE"]
-    assert row[:7] == ["llm", "3", "2", "1", "1", "42.25", "ForecastRise"]
+    assert row[:7] == ["llm", "3", "2", "1", "1", "42.25", "Forecast"]
     header, row = get("-o", "wide")
     assert header[8:] == ["ACCELERATOR", "VALID", "DECISION"]
     assert row[8:] == ["H100-80GB", "True", EXPECTED["Decision"]]
