@@ -23,6 +23,7 @@ from typing import Any
 from infer_ctl.core import api
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
+    ANNOTATION_MODEL_BYTES,
     ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
     LABEL_NAME,
@@ -30,6 +31,7 @@ from infer_ctl.kube.labels import (
     LABEL_ROLE,
     LABEL_SERVICE,
     MANAGER,
+    ROLE_PREFETCH,
     ROLE_SERVING,
     ROLE_STANDBY,
 )
@@ -150,4 +152,56 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
             "ownerReferences": [owner_reference(svc.meta)],
         },
         "spec": pod_spec,
+    }
+
+
+# Where prefetch Pods put a model's weights on a node (a hostPath; one directory per model cache key).
+MODEL_CACHE_DIR = "/var/lib/infer-ctl/models"
+PREFETCH_CONTAINER = "prefetch"
+
+
+def prefetch_pod_name(service: str, node: str) -> str:
+    return f"{service}-prefetch-{node}"[:253].rstrip("-.")
+
+
+def prefetch_pod(svc: api.InferenceService, *, node: str,
+                 tolerations: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+    """A Pod that copies the service's model weights into `node`'s model cache and completes (the cached tier).
+
+    It runs on the node (`nodeName`: no GPU, nothing to schedule) with the runtime's image and the cache
+    directory (`MODEL_CACHE_DIR`/<cache key>, a hostPath) as `INFER_CTL_MODEL_CACHE_DIR`; the model's name and
+    URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the weights there with the
+    Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates the download (bytes
+    over the node's network bandwidth) and publishes the node's cache on the Node. Owned by the service, so
+    deleting the service deletes it."""
+    spec = svc.spec
+    key = spec.model.cache_key
+    directory = f"{MODEL_CACHE_DIR}/{key}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": prefetch_pod_name(svc.meta.name, node),
+            "namespace": svc.meta.namespace,
+            "labels": {**selector_labels(svc.meta), LABEL_ROLE: ROLE_PREFETCH, LABEL_NAME: svc.meta.name},
+            "annotations": {ANNOTATION_CACHE_KEY: key, ANNOTATION_MODEL_BYTES: str(spec.model.memory_bytes)},
+            "ownerReferences": [owner_reference(svc.meta)],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "priorityClassName": PRIORITY_CLASS_STANDBY,
+            **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
+            "containers": [{
+                "name": PREFETCH_CONTAINER,
+                "image": spec.runtime.image,
+                "command": ["sh", "-c", 'huggingface-cli download "$INFER_CTL_MODEL_NAME" '
+                                        '--local-dir "$INFER_CTL_MODEL_CACHE_DIR"'],
+                "env": [{"name": "INFER_CTL_MODEL_NAME", "value": spec.model.name},
+                        {"name": "INFER_CTL_MODEL_URI", "value": spec.model.uri or ""},
+                        {"name": "INFER_CTL_MODEL_CACHE_DIR", "value": directory}],
+                "volumeMounts": [{"name": "model-cache", "mountPath": directory, "subPath": key}],
+            }],
+            "volumes": [{"name": "model-cache", "hostPath": {"path": MODEL_CACHE_DIR, "type": "DirectoryOrCreate"}}],
+        },
     }

@@ -35,6 +35,7 @@ from infer_ctl.actuate.manifests import (
     PRIORITY_CLASS_STANDBY,
     Role,
     owner_reference,
+    prefetch_pod,
     replica_pod,
     selector,
     selector_labels,
@@ -76,6 +77,7 @@ from infer_ctl.kube.labels import (
     ANNOTATION_PINNED_DEVICES,
     LABEL_REPLICA,
     LABEL_ROLE,
+    ROLE_PREFETCH,
 )
 from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
 from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
@@ -287,6 +289,9 @@ class Reconciler:
         ns, sel = svc.meta.namespace, selector(svc.meta)
         labelled = await self.view.owned(PODS, ns, sel)
         pods = [p for p in labelled if _owned_by(p, uid)]
+        # the cached tier's prefetch Pods are not replicas
+        prefetches = [p for p in pods if _role(p) == ROLE_PREFETCH]
+        pods = [p for p in pods if _role(p) != ROLE_PREFETCH]
         # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
         # still draining (skipped quietly), or somebody else's (reported; the Event is aggregated, so once). The
         # cache shows them every cycle: only names found by a refused create are read again (`_foreign`).
@@ -306,7 +311,9 @@ class Reconciler:
         rates = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
-                              foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid))
+                              foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
+                              prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
+                                                    for p in prefetches if not _finished(p)))
 
         # 3. plan, on one snapshot, and pin what it placed
         if stuck_replicas(observation.replicas, now_s, self.settings.period_s):
@@ -326,6 +333,7 @@ class Reconciler:
         # (as the pod garbage collector would)
         orphaned = frozenset(r.name for r in replicas if r.node and self.view.node_problem(r.node) == "deleted")
         refused = await self._write(svc, plan, now, orphaned)
+        await self._prefetch(body, svc, plan.prefetch, prefetches, now)
         for accelerator, cached, seconds in plan.cold_starts:
             self.metrics.cold_start.labels(accelerator or "unknown", str(cached).lower()).observe(seconds)
         if plan.scaled:
@@ -423,6 +431,30 @@ class Reconciler:
         if removed:
             log.info("%s: removed %d claims without a replica", svc.meta.key, removed)
         return refused
+
+    async def _prefetch(self, body: Mapping[str, Any], svc: api.InferenceService, nodes: Sequence[str],
+                        prefetches: Sequence[Mapping[str, Any]], now: datetime) -> None:
+        """The cached tier: a prefetch Pod on each node the plan wants the weights on; finished ones are deleted
+        (the Node's model-cache annotation is the record), a failed one with a Warning Event."""
+        ns = svc.meta.namespace
+        for pod in prefetches:
+            if not _finished(pod) or pod["metadata"].get("deletionTimestamp"):
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            node = (pod.get("spec") or {}).get("nodeName")
+            if phase == "Failed":
+                await self._event(body, "PrefetchFailed", f"copying the model to node {node} failed: "
+                                  f"{_termination(pod)}; tried again while the cached tier is short", "Warning",
+                                  "Prefetch", now)
+            else:
+                log.info("%s: node %s holds the model now", svc.meta.key, node)
+            await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
+        for node in nodes:
+            pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
+                                                              "effect": t.effect} for t in GPU_TOLERATIONS])
+            if await self._create(PODS, pod, ns, svc.meta.uid):
+                await self._event(body, "Prefetch", f"copying the model's weights to node {node} (the cached "
+                                  "tier has less room than the forecast needs)", "Normal", "Prefetch", now)
 
     async def _write_replicas(self, svc: api.InferenceService, create: Sequence[NewReplica], now: datetime) -> str:
         """Create the claims and Pods of the placed replicas; return why the API server refused one (a quota, an
@@ -733,3 +765,19 @@ def allocated_devices(claims: Sequence[Mapping[str, Any]]) -> dict[str, tuple[st
         if replica and results:
             out[str(replica)] = tuple(f"{r.get('pool')}/{r.get('device')}" for r in results)
     return out
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE, ""))
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _termination(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        done = (status.get("state") or {}).get("terminated")
+        if done:
+            return f"{done.get('reason', 'terminated')} (exit {done.get('exitCode')}): {done.get('message', '')}"
+    return str((pod.get("status") or {}).get("message") or "no reason given")

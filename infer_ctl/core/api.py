@@ -163,6 +163,7 @@ class ForecastSpec:
 class PrewarmSpec:
     lead_s: float | None = None  # None: auto, the measured cold start p90 plus one control period
     standby_replicas: int | None = None  # None: from the preset
+    node_cache: bool | None = None  # the cached tier (node-local weights, prefetched); None: from the preset
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +356,10 @@ SCALING_SCHEMA = Prop(
                                       "control period) or a duration such as 5m."),
             "standbyReplicas": _replicas("Warm replicas kept loaded but out of traffic, ready to take a burst at "
                                          "once; batch gangs may preempt them. Default from the preset."),
+            "nodeCache": Prop("boolean", "Keep the model's weights on the local disk of enough nodes (prefetched "
+                              "by a Pod per node) that replicas started there are ready in the measured cached "
+                              "load time; the awake replicas then only cover that time, not the whole cold "
+                              "start. Default from the preset."),
         }),
         "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
                             properties={

@@ -302,6 +302,11 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
     w = r.sub(s, schema, "prewarm", p)
     lead = _auto_or_duration(r, w, schema["prewarm"], "lead", f"{p}.prewarm")
     standby = r.read(w, schema["prewarm"], "standbyReplicas", f"{p}.prewarm")
+    node_cache = w.get("nodeCache")
+    if node_cache is not None and not isinstance(node_cache, bool):
+        r.error(f"{p}.prewarm.nodeCache", f"must be a boolean, got {type(node_cache).__name__} {node_cache!r}",
+                "FieldValueTypeInvalid")
+        node_cache = None
 
     z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
@@ -320,7 +325,7 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
     return api.ScalingSpec(
         target_rps_per_replica=target, min_replicas=min_r, max_replicas=max_r, preset=preset,
         metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
-        prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby), scale_to_zero=stz,
+        prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache), scale_to_zero=stz,
         scale_down_stabilization_s=None if stabilization is None else float(stabilization),
     )
 

@@ -39,10 +39,25 @@ from infer_ctl.core.conditions import rfc3339
 from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
+from infer_ctl.decide.tiers import Room, Tier, TierTimes
 from infer_ctl.engine.gangs import GangReservation
-from infer_ctl.engine.placement import ReplicaPlacement, claim_name, place_replicas, removal_costs
+from infer_ctl.engine.placement import (
+    ReplicaPlacement,
+    claim_name,
+    free_replica_slots,
+    place_replicas,
+    removal_costs,
+)
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
-from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
+from infer_ctl.engine.step import (
+    EngineConfig,
+    EngineInputs,
+    EngineOutput,
+    EngineState,
+    TierInputs,
+    candidates_for,
+    step,
+)
 from infer_ctl.place.frag import WorkloadMix
 from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
@@ -94,6 +109,9 @@ class ClusterSnapshot(Protocol):
     """The cluster as placement sees it (the controller's shared, watch-fed snapshot)."""
 
     @property
+    def model_caches(self) -> Mapping[str, frozenset[str]]: ...  # node -> model cache keys its disk holds
+
+    @property
     def inventory(self) -> Inventory: ...
 
     @property
@@ -119,6 +137,8 @@ class Observation:
     claims: tuple[ObservedClaim, ...] = ()
     # None: the caller places new replicas itself (the simulator); the plan then names them without devices
     cluster: ClusterSnapshot | None = None
+    # nodes where the service's prefetch Pod is copying the model's weights (the cached tier)
+    prefetching: frozenset[str] = frozenset()
     # replica names held by objects the service does not own (a Pod someone else created as "llm-r0"): never
     # given to a new replica
     foreign: frozenset[str] = frozenset()
@@ -150,6 +170,8 @@ class ServicePolicy:
 
     decide: DecidePolicy
     engine: EngineConfig
+    node_cache: bool = False  # the cached tier (spec.scaling.prewarm.nodeCache or the preset's)
+    cached_start_ratio: float = 0.25  # a cached start's share of the cold start until cached ones are measured
 
 
 def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
@@ -157,11 +179,12 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     spec leaves unset, the forecasters are those the spec allows, and each rate sample stands for the metric
     query's range window (or, scraping directly, one control period)."""
     scaling = spec.scaling
-    decide = DecidePolicy.from_spec(scaling, effective_scaling(scaling, policies.policies.scaling))
+    effective = effective_scaling(scaling, policies.policies.scaling)
+    decide = DecidePolicy.from_spec(scaling, effective)
     window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None
     engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality),
                      rate_window_s=window if window is not None else policies.period_s)
-    return ServicePolicy(decide, engine)
+    return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio)
 
 
 # ----------------------------------------------------------------------------------------------- state, plan
@@ -208,6 +231,7 @@ class CyclePlan:
     cold_starts: tuple[tuple[str, bool, float], ...] = ()  # (accelerator, cached, seconds) measured this cycle
     scaled: str = ""  # the Scaled event's note ("" when the desired counts did not change)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # replica -> why it is unavailable
+    prefetch: tuple[str, ...] = ()  # nodes to copy the model's weights to (the cached tier is short of room)
 
     @property
     def placements(self) -> tuple[ReplicaPlacement, ...]:
@@ -238,8 +262,11 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     cold_p90 = cold_starts.worst_p90_s(products, spec.runtime.cold_start_s)
     views = tuple(ReplicaView(r.name, r.state, r.created_s if r.created_s is not None else now_s)
                   for r in replicas)
-    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide),
+    tiers, prefetchable = (cached_tier(observation, policies, policy, cold_starts, products)
+                           if policy.node_cache and observation.cluster is not None else (None, ()))
+    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers),
                                 state.engine, policy.engine)
+    prefetch = _prefetch(output, prefetchable, observation.prefetching)
     serving, standby = output.desired_serving, output.desired_standby
     reason, message = str(output.decision.reason), output.decision.message
     if spec.replicas is not None:
@@ -286,8 +313,10 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         if before != desired:
             scaled = (f"serving {before[0]} -> {serving}, standby {before[1]} -> {standby}: "
                       f"{reason}: {message}")
+    if output.tiers is not None and spec.replicas is None:
+        message = f"{message}; tiers: {output.tiers.message}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
-                     measured, scaled, unavailable)
+                     measured, scaled, unavailable, prefetch)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
                             orphans - set(delete_claims))
 
@@ -360,3 +389,48 @@ def new_names(service: str, taken: set[str], n: int) -> list[str]:
             out.append(name)
         ordinal += 1
     return out
+
+
+# ----------------------------------------------------------------------------------------------- the cached tier
+
+
+def cached_tier(observation: Observation, policies: CyclePolicies, policy: ServicePolicy, cold_starts: ColdStarts,
+                products: Sequence[str]) -> tuple[TierInputs, tuple[tuple[str, int], ...]]:
+    """The cached tier's inputs: how soon a replica started on a node that holds the model's weights serves
+    (measured cached starts, else the cold start times the policy's ratio), and the room: replicas that fit on
+    free GPUs of nodes that hold them now. Also the nodes that could be given the weights, with the replicas
+    each would then hold (most first)."""
+    cluster = observation.cluster
+    assert cluster is not None
+    svc = observation.service
+    hint = svc.spec.runtime.cold_start_s
+    cold = cold_starts.worst_p90_s(products, hint)
+    estimates = [cold_starts.estimate(p, True, hint) for p in products] or [cold_starts.estimate("", True, hint)]
+    cached = max(e.p90_s if e.source == "measured" else cold * policy.cached_start_ratio for e in estimates)
+    cached = min(cached, cold)
+    fits = free_replica_slots(svc, policies.policies.catalog, cluster.state)
+    holders = {node for node, keys in cluster.model_caches.items() if svc.spec.model.cache_key in keys}
+    room = sum(n for node, n in fits.items() if node in holders)
+    others = tuple(sorted(((node, n) for node, n in fits.items() if node not in holders and n > 0),
+                          key=lambda kv: (-kv[1], kv[0])))
+    times = TierTimes(wake_s=cached, cached_s=cached, cold_s=max(cached, cold))
+    return TierInputs(frozenset({Tier.CACHED}), times, Room(cached=room)), others
+
+
+def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],
+              prefetching: frozenset[str]) -> tuple[str, ...]:
+    """Nodes to give the model's weights: as many as cover what the cached tier passed up for want of room
+    (counting the copies already under way), the nodes with the most room first."""
+    if output.tiers is None:
+        return ()
+    short = sum(n for tier, n in output.tiers.passed_up if tier is Tier.CACHED)
+    short -= sum(n for node, n in prefetchable if node in prefetching)
+    out: list[str] = []
+    for node, n in prefetchable:
+        if short <= 0:
+            break
+        if node in prefetching:
+            continue
+        out.append(node)
+        short -= n
+    return tuple(out)

@@ -213,3 +213,31 @@ def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, st
     for (replica, _, _), d in zip(rows, delta, strict=True):
         costs[replica] = float(d)
     return costs
+
+
+def free_replica_slots(svc: api.InferenceService, catalog: AcceleratorCatalog,
+                       state: ClusterState) -> dict[str, int]:
+    """Per node, how many more replicas of `svc` its free devices hold now (devices that match the service's
+    request: product, memory, taints; a whole GPU per replica for Exclusive, a memory share for Shared, a free
+    partition for MIG). What the cached tier counts as room on nodes that hold the model's weights. Node
+    resources other than devices (CPU, memory) are not counted: placement checks them for each replica."""
+    request = replica_request(svc, catalog, f"{svc.meta.name}-room")
+    eligible = state.eligible(request)
+    out: dict[str, int] = {}
+    for node, info in enumerate(state.nodes):
+        if state.unschedulable[node]:
+            continue
+        if request.sharing is Sharing.MIG:
+            n = sum(ok and not state.partition_taken[i] and part.node == node
+                    for i, (ok, part) in enumerate(zip(eligible.partitions, state.partitions, strict=True)))
+        elif request.sharing is Sharing.SHARED:
+            need = state.share_needed(request)[node]
+            free = state.free_milli[node]
+            usable = eligible.slots[node] & ~state.partitioned[node] & (need > 0)
+            n = sum(int(f) // max(1, int(q)) for f, q, u in zip(free, need, usable, strict=True) if u and q <= MILLI)
+        else:
+            whole = eligible.slots[node] & (state.free_milli[node] == MILLI) & ~state.partitioned[node]
+            n = int(whole.sum()) // max(1, request.count)
+        if n:
+            out[info.name] = n
+    return out

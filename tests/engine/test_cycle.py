@@ -64,6 +64,10 @@ class Snapshot:
     def gang_reservation(self) -> GangReservation:
         return gang_reservation(self.state, self.gangs)
 
+    @property
+    def model_caches(self) -> Mapping[str, frozenset[str]]:
+        return self.cached
+
 
 def snapshot(*gangs: GangDemand) -> Snapshot:
     objs = load_cluster(ROOT / "deploy" / "sandbox" / "small.yaml", POLICIES.catalog).objects()

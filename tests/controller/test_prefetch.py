@@ -1,0 +1,62 @@
+"""The cached tier's actuation against the sandbox (emulator and real control plane): a prefetch Pod per node
+the plan names, run by the node agent (the model's bytes over the node's network bandwidth) until it Succeeds
+and the Node publishes the model in its cache; the next cycle deletes the finished Pod, and the snapshot then
+counts that node's free GPUs as the cached tier's room. Prefetch Pods are never counted as replicas."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.engine.placement import free_replica_slots
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS
+from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_reconciler import T0, caught_up, cycle, wait_for
+
+CACHE_KEY = "example/prefetch-test-7b"
+
+
+def prefetches(cluster: Cluster) -> list[dict[str, Any]]:
+    return [p for p in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
+            if p["metadata"]["labels"].get("infer-ctl.io/role") == "prefetch"]
+
+
+async def test_a_prefetch_pod_fills_a_node_cache_and_is_collected_and_never_counts_as_a_replica(
+        cluster: Cluster) -> None:
+    builder = (InferenceServiceBuilder("llm").with_("spec.scaling.minReplicas", 1)
+               .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    body = cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    try:
+        first = await cycle(reconciler, body, T0)
+        assert first.actions.create_serving == 1
+        node = next(n["metadata"]["name"] for n in cluster.kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        await reconciler._prefetch(body, svc, [node], [], T0)
+        [pod] = prefetches(cluster)
+        assert pod["spec"]["nodeName"] == node and pod["metadata"]["ownerReferences"][0]["name"] == "llm"
+        wait_for("the prefetch Pod to succeed", lambda: (cluster.kube.get(PODS, pod["metadata"]["name"], "default")
+                                                          or {}).get("status", {}).get("phase") == "Succeeded",
+                 timeout_s=60)
+        cache = wait_for("the node to publish the model", lambda: CACHE_KEY in (
+            (cluster.kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
+            .get(ANNOTATION_MODEL_CACHE, "").split(",")))
+        assert cache
+        later = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
+                            T0 + timedelta(seconds=10))
+        assert later.status["replicas"]["serving"] + later.status["replicas"].get("loading", 0) == 1, later.status
+        assert later.actions.create_serving == 0  # the prefetch Pod is no replica
+        wait_for("the finished prefetch Pod to be deleted", lambda: not prefetches(cluster), timeout_s=30)
+        await caught_up(reconciler)
+        snapshot = await reconciler.view.current()
+        assert CACHE_KEY in snapshot.model_caches[node]
+        assert free_replica_slots(svc, cluster.policies.catalog, snapshot.state).get(node, 0) > 0
+        notes = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "Prefetch"]
+        assert notes and node in notes[0]
+    finally:
+        await reconciler.close()
