@@ -1,6 +1,7 @@
-"""Request rates of a service: from Prometheus (the service's PromQL template) or a direct scrape of replicas.
+"""Request rates of a service: from Prometheus (the service's PromQL template) or a direct scrape of replicas,
+and, for a service at zero replicas without Prometheus, the requests its front door holds (`read_held_at_gateway`).
 
-Both return `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the read found
+Each read returns `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the read found
 no rate at all, an `error` (what happened, for people) and a `reason` (`Outage`, for conditions and metrics).
 Missing data is a value, not an exception: the decision holds the current replicas rather than scaling down on a
 gap (the engine's rule), and the controller says why in a condition.
@@ -28,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infer_ctl.core.promql import PromQLTemplateError, render
 
 REQUESTS_METRIC = "infer_ctl_requests_total"
+GATEWAY_HELD_METRIC = "infer_ctl_gateway_queue_depth"  # requests a front door holds for a replica
 
 
 class Outage(StrEnum):
@@ -46,7 +48,7 @@ class Outage(StrEnum):
 @dataclass(frozen=True, slots=True)
 class RateSamples:
     samples: tuple[tuple[float, float], ...]
-    source: str  # "prometheus" | "scrape"
+    source: str  # "prometheus" | "scrape" | "gateway"
     error: str = ""  # what happened when no rate could be read ("" when the read found one)
     reason: str = ""  # an `Outage` when `error` is set
     http_status: int | None = None  # the status of an `Outage.HTTP_ERROR`
@@ -287,6 +289,39 @@ class ScrapeRates:
         for gone in set(self._last) - set(totals):
             del self._last[gone]
         return rate if known and totals else math.nan
+
+
+async def read_held_at_gateway(client: httpx.AsyncClient, url: str, namespace: str, service: str, now_s: float,
+                               *, timeout_s: float = 2.0) -> RateSamples:
+    """What wakes a service at zero replicas when no Prometheus is configured: the requests its front door holds
+    now (`infer_ctl_gateway_queue_depth{namespace,service}` on the gateway's /metrics at `url`). At zero there is
+    no replica to scrape, and a front door holds every request of a service that scales to zero until a replica
+    is ready, so the held requests are all the traffic there is: the value is what deploy/examples/
+    scale-to-zero.yaml's query gives at zero (the gateway's request rate, nothing answered, plus the held
+    requests). 0 is a value (the door saw nothing), not a gap: the decision then stays at zero as idle."""
+    try:
+        response = await client.get(url, timeout=timeout_s)
+        response.raise_for_status()
+        held = series_total(response.text, GATEWAY_HELD_METRIC, {"namespace": namespace, "service": service})
+    except (httpx.HTTPError, ValueError) as exc:
+        return RateSamples(((now_s, math.nan),), "gateway", f"cannot scrape the gateway at {url}: "
+                                                            f"{type(exc).__name__}: {exc}", _scrape_outage(exc))
+    return RateSamples(((now_s, held),), "gateway")
+
+
+def series_total(text: str, metric: str, labels: Mapping[str, str]) -> float:
+    """The sum of a metric's samples whose labels include `labels`, in a Prometheus text exposition; a
+    ValueError when no sample matches (the target does not export the series)."""
+    total, seen = 0.0, False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+                seen = True
+    if not seen:
+        selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        raise ValueError(f"no {metric}{{{selector}}} in the exposition")
+    return total
 
 
 def _scrape_outage(exc: Exception) -> Outage:
