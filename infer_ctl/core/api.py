@@ -438,6 +438,9 @@ class ReplicaState(enum.StrEnum):
     # was ready and has not been for longer than the policy's grace (its readiness failing, its container
     # restarting), or its Node is gone or unreachable: replaced, and removed once the replacement is ready
     UNAVAILABLE = "Unavailable"
+    # loaded, asleep on a warm host (weights in the node's host memory, no device memory), out of traffic: a wake
+    # puts it back in seconds (the sleeping tier, infer_ctl.decide.tiers)
+    SLEEPING = "Sleeping"
 
 
 @dataclass(frozen=True, slots=True)

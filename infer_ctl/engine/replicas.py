@@ -36,7 +36,7 @@ promote c (serving 3), keep d as the standby, create nothing, remove nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infer_ctl.core.api import ReplicaState
 
@@ -60,11 +60,15 @@ class ReplicaActions:
     # replacements for a swap: at the serving priority, but out of traffic (labelled standby) until they are ready
     # and take their twin's place in one cycle, so that the replicas in traffic never exceed the desired count
     create_held: int = 0
+    # the sleeping tier (`plan_tiers`): sleepers woken into traffic, awake replicas put to sleep, sleepers to make
+    wake: tuple[str, ...] = ()
+    sleep: tuple[str, ...] = ()
+    create_sleeping: int = 0
 
     @property
     def empty(self) -> bool:
         return not (self.create_serving or self.create_standby or self.promote or self.demote or self.remove
-                    or self.create_held)
+                    or self.create_held or self.wake or self.sleep or self.create_sleeping)
 
 
 def plan_replicas(replicas: Sequence[Replica], desired_serving: int, desired_standby: int,
@@ -215,3 +219,46 @@ def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | N
         return (3, cost(r.name) if cost is not None else 0.0, r.name)
 
     return sorted((r for r in replicas if r.state is not ReplicaState.LOADING), key=key)
+
+
+def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standby: int, desired_sleeping: int,
+               *, on_warm_host: Callable[[str], bool], removal_cost: Callable[[str], float] | None = None,
+               stuck: frozenset[str] = frozenset(), reseat: bool = True,
+               budget: int | None = None) -> ReplicaActions:
+    """`plan_replicas` with the sleeping tier around it: the awake replicas are planned as without it; then a
+    serving shortfall is covered by waking sleepers before anything is created (seconds instead of a cold
+    start), an awake replica the plan would remove goes to sleep instead while sleepers are short (demotion one
+    tier, not deletion; only a ready, up-to-date one on a warm host: a Pod's claims are fixed for its life, so
+    only a replica on a shared claim can sleep and wake), sleepers still short are created, and a surplus of
+    sleepers is removed (out of date first, then by `removal_cost`).
+
+    E.g. desired 4 serving / 0 standby / 2 sleeping; have serving [a, b], sleeping [s1, s2, s3]: wake s1 and s2
+    (serving 4), keep s3, create one sleeper."""
+    if desired_sleeping < 0:
+        raise ValueError(f"desired sleeping replicas must not be negative, got {desired_sleeping}")
+    asleep = [r for r in replicas if r.state is ReplicaState.SLEEPING]
+    awake = [r for r in replicas if r.state is not ReplicaState.SLEEPING]
+    actions = plan_replicas(awake, desired_serving, desired_standby, removal_cost, stuck=stuck, reseat=reseat,
+                            budget=budget)
+    by_name = {r.name: r for r in awake}
+    # out-of-date sleepers are replaced (they are out of traffic: no surge needed); the others wake, the
+    # cheapest to lose last
+    outdated = [r.name for r in asleep if not r.up_to_date]
+    current = [r for r in _removal_order(asleep, removal_cost) if r.up_to_date]
+    woken = [r.name for r in current[::-1][:actions.create_serving]]
+    left = [r for r in current if r.name not in woken]
+    short = desired_sleeping - len(left)
+    sleep: list[str] = []
+    remove: list[str] = []
+    for name in actions.remove:
+        r = by_name.get(name)
+        ready = r is not None and r.up_to_date and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
+        if short > 0 and ready and on_warm_host(name):
+            sleep.append(name)
+            short -= 1
+        else:
+            remove.append(name)
+    surplus = [r.name for r in left[:max(0, -short)]]
+    return replace(actions, create_serving=actions.create_serving - len(woken),
+                   remove=(*remove, *outdated, *surplus), wake=tuple(woken), sleep=tuple(sleep),
+                   create_sleeping=max(0, short))
