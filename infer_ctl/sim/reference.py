@@ -21,19 +21,28 @@ say how far from it a causal policy can get at all on a given trace:
 
 The search grid (`PEAK_HOLD_GRID`): k from 1 to 10 in steps of 0.25, W of 2, 5, 10, 15, 20, 30 and 60 minutes,
 both pipelines: 518 simulations, a few seconds on a trace of an hour at a 5 s tick.
+
+For a fleet (`infer_ctl.sim.fleet`) the oracle is each service's own hindsight sizing (`policies.oracle_schedule`,
+as `suite.build_policy` makes it), run on the same finite cluster as every other policy (`fleet.run_fleet`):
+where the cluster cannot hold what the oracles want at once, their replicas wait Pending like anyone's.
+`fleet_oracle_demand` is what those schedules would hold on an unlimited cluster, per tick: its peak says whether
+a cluster constrains the oracle at all, and sizes a cluster for it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from infer_ctl.forecast.series import FloatArray
+from infer_ctl.sim.fleet import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Observation, Oracle, Pipeline
 from infer_ctl.sim.run import SimConfig, SimResult, simulate
+from infer_ctl.sim.suite import build_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +152,16 @@ def cheapest_constant_fleet(
         else:
             lo = mid
     return best
+
+
+def fleet_oracle_demand(services: Sequence[FleetService], tick_s: float) -> FloatArray:
+    """GPUs the oracle's per-service hindsight sizing would hold at each tick, summed over the fleet, on a cluster
+    with room for all of it: each service's `oracle_schedule` (the oracle policy the fleet runs) times its GPUs
+    per replica. E.g. two services whose schedules read [2, 3] and [1, 1] replicas of 1 and 2 GPUs: [4, 5]."""
+    total = np.zeros(services[0].arrivals.size if services else 0)
+    for s in services:
+        oracle = build_policy("oracle", s.settings, s.arrivals, tick_s)
+        if not isinstance(oracle, Oracle):
+            raise TypeError(f"the oracle of {s.name} is a {type(oracle).__name__}")
+        total += oracle.desired * s.settings.model.gpus_per_replica
+    return total

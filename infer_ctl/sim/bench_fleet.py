@@ -1,0 +1,187 @@
+"""Benchmark: every policy over a fleet of services sharing one cluster of finite GPUs.
+
+    .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
+        [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
+
+The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
+offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
+(one run per policy: every service under that policy, all competing for the same GPUs), infer-ctl through the
+controller's `plan_cycle` per service, the peers' autoscalers as ported in `infer_ctl.sim.policies`, the oracle
+with each service's own hindsight schedule. Every service starts warm (`suite.initial_replicas`) with no history.
+
+The cluster: `--nodes` nodes of `--gpus-per-node` H100 GPUs with `--host-memory-gib` each; `auto` (the default)
+takes the fewest nodes that hold `--headroom` x the peak of what the oracle's per-service sizing would hold at
+once on an unlimited cluster (`reference.fleet_oracle_demand`), so the oracle is barely constrained and a policy
+holding much more than it meets the cluster's limit.
+
+Printed per policy: the fleet's SLO attainment (requests within their service's SLO over all requests), the worst
+and the median per-service attainment, how many services reach 99 %, GPU-hours (every GPU held, from the bind to
+the deletion) and their ratio to the oracle's on the same cluster, host-memory GiB-hours (0 until warm tiers are
+simulated), the replica-hours spent Pending for want of a GPU, cold starts, and the run's wall time.
+
+Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
+trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
+rules); a fleet run has other inputs (the recipe, the cluster) and other columns, and takes minutes rather than
+seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from infer_ctl.core.api import Preset
+from infer_ctl.sim.bench_autoscaling import parse_presets, with_preset
+from infer_ctl.sim.fleet import (
+    GIB,
+    ClusterSpec,
+    FleetResult,
+    FleetService,
+    build_fleet,
+    fleet_recipe,
+    run_fleet,
+    service_settings,
+)
+from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.reference import fleet_oracle_demand
+from infer_ctl.sim.run import SimConfig
+from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names
+from infer_ctl.sim.trace import load_trace
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--azure", default="../shared/data/traces/AzureLLMInferenceTrace_code.csv")
+    ap.add_argument("--bank", default="../shared/data/traces/bank_calls_5min.csv")
+    ap.add_argument("--services", type=int, default=24)
+    ap.add_argument("--hours", type=float, default=6.0, help="the fleet's horizon")
+    ap.add_argument("--recipe-seed", type=int, default=0)
+    ap.add_argument("--tick-s", type=float, default=5.0)
+    ap.add_argument("--nodes", default="auto", help="a number, or auto (see the description)")
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--host-memory-gib", type=float, default=2048.0)
+    ap.add_argument("--headroom", type=float, default=1.25, help="for --nodes auto")
+    ap.add_argument("--policies", default="all", help="all or a comma-separated list of suite.POLICY_NAMES")
+    ap.add_argument("--presets", default="balanced",
+                    help="scaling presets infer-ctl runs with; the first is its main row, the others are rows "
+                    "infer-ctl/<preset>")
+    ap.add_argument("--score-from-s", type=float, default=0.0)
+    ap.add_argument("--per-service", action="store_true", help="also print each service's attainment per policy")
+    return ap.parse_args(argv)
+
+
+def auto_nodes(demand_peak_gpus: float, gpus_per_node: int, headroom: float) -> int:
+    """The fewest nodes holding `headroom` x the peak. E.g. a peak of 170 GPUs, 1.25, 8 per node: 27 nodes."""
+    return max(1, math.ceil(headroom * demand_peak_gpus / gpus_per_node - 1e-9))
+
+
+def table(results: Sequence[FleetResult], oracle_gpu_hours: float | None) -> list[str]:
+    w = max(11, *(len(r.policy) for r in results))
+    rows = [f"  {'policy':<{w}} {'SLO':>8} {'worst svc':>9} {'median svc':>10} {'svc>=99%':>8} {'GPU-h':>8} "
+            f"{'x oracle':>8} {'host GiB-h':>10} {'pending rep-h':>13} {'cold':>6} {'wall s':>7}"]
+    for r in results:
+        ratio = f"{r.gpu_hours / oracle_gpu_hours:>8.2f}" if oracle_gpu_hours else f"{'-':>8}"
+        reach = sum(s.slo_attainment >= 0.99 for s in r.services)
+        rows.append(f"  {r.policy:<{w}} {r.slo_attainment:>8.2%} {r.worst_attainment:>9.2%} "
+                    f"{r.median_attainment:>10.2%} {f'{reach}/{len(r.services)}':>8} {r.gpu_hours:>8.1f} {ratio} "
+                    f"{r.host_memory_gib_hours:>10.1f} {r.pending_replica_s / 3600.0:>13.1f} {r.cold_starts:>6d} "
+                    f"{r.wall_s:>7.1f}")
+    return rows
+
+
+def per_service_table(results: Sequence[FleetResult]) -> list[str]:
+    """Each service's SLO attainment and GPU-hours under each policy."""
+    w = max(11, *(len(r.policy) for r in results))
+    rows = ["  " + f"{'service':<8}" + "".join(f" {r.policy:>{w}}" for r in results)]
+    for i, name in enumerate(results[0].names):
+        cells = "".join(f" {f'{r.services[i].slo_attainment:.2%} {r.services[i].gpu_hours:.0f}h':>{w}}"
+                        for r in results)
+        rows.append(f"  {name:<8}{cells}")
+    return rows
+
+
+def _progress(name: str) -> Callable[[float], None]:
+    """Tenths of a run on a terminal's stderr."""
+    last = [-1]
+
+    def cb(frac: float) -> None:
+        pct = int(frac * 10)
+        if pct != last[0] and sys.stderr.isatty():
+            last[0] = pct
+            print(f"\r  {name}: {pct * 10}%", end="", file=sys.stderr, flush=True)
+
+    return cb
+
+
+def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
+                 fleets: dict[Preset, tuple[FleetService, ...]]) -> list[FleetResult]:
+    """Every policy over the fleet; infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
+    first preset's row named infer-ctl, the others infer-ctl/<preset>); the peers on the first preset's fleet
+    (the preset changes nothing of theirs)."""
+    presets = list(fleets)
+    out: list[FleetResult] = []
+    for name in names:
+        runs = [(name, fleets[presets[0]])] if name != "infer-ctl" else [
+            ("infer-ctl" if i == 0 else f"infer-ctl/{p.value}", fleets[p]) for i, p in enumerate(presets)]
+        for label, fleet in runs:
+            r = run_fleet(fleet, name, cluster, config, progress=_progress(label))
+            out.append(r if label == r.policy else replace(r, policy=label))
+            print(f"\r  {label}: done in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    t0 = time.perf_counter()
+    names = parse_policy_names(args.policies)
+    presets = parse_presets(args.presets)
+    azure = load_trace(args.azure, "azure-llm")
+    bank = load_trace(args.bank, "counts-csv")
+    horizon_s = args.hours * 3600.0
+    recipe = fleet_recipe(args.services, horizon_s, args.recipe_seed, azure.duration_s)
+
+    def settings_for(preset: Preset) -> tuple[FleetService, ...]:
+        def settings(name: str, model: ServiceModel) -> ScenarioSettings:
+            return with_preset(service_settings(name, model), preset)
+
+        return build_fleet(recipe, azure, bank, horizon_s=horizon_s, tick_s=args.tick_s, settings=settings)
+
+    by_preset = {p: settings_for(p) for p in presets}
+    services = by_preset[presets[0]]
+    demand = fleet_oracle_demand(services, args.tick_s)
+    peak = float(demand.max())
+    if args.nodes == "auto":
+        nodes, how = auto_nodes(peak, args.gpus_per_node, args.headroom), f"auto: {args.headroom:g} x the oracle's peak"
+    else:
+        try:
+            nodes, how = int(args.nodes), "--nodes"
+        except ValueError:
+            raise SystemExit(f"--nodes: {args.nodes!r} is not a number nor auto") from None
+    cluster = ClusterSpec(nodes, args.gpus_per_node, round(args.host_memory_gib * GIB))
+    config = SimConfig(tick_s=args.tick_s, score_from_s=args.score_from_s)
+
+    print(f"fleet: {len(recipe)} services over {args.hours:g} h (recipe seed {args.recipe_seed}), tick "
+          f"{args.tick_s:g} s, every service starting warm with no history; infer-ctl on preset "
+          f"{presets[0].value}")
+    for line in recipe:
+        print(f"  {line.describe()}")
+    print(f"cluster: {cluster.describe()} ({how})")
+    print(f"  reference: the oracle's per-service hindsight sizing would hold at most {peak:.0f} GPUs at once "
+          f"({float(demand.sum()) * args.tick_s / 3600.0:.1f} GPU-h) with no GPU limit; here it runs on the "
+          f"cluster above like every policy")
+    results = run_policies(names, cluster, config, by_preset)
+    oracle = next((r for r in results if r.policy == "oracle"), None)
+    print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
+    if args.per_service:
+        print("per service (SLO attainment, GPU-hours):")
+        print("\n".join(per_service_table(results)))
+    print(f"wall {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,716 @@
+"""The fleet simulator: many services at once, each under one policy, competing for a cluster's finite GPUs.
+
+`simulate_fleet` runs one policy per service (one run per policy over the whole fleet) on a cluster of `nodes`
+nodes with `gpus_per_node` GPUs each. Per service, a tick is what `infer_ctl.sim.run.simulate` does (the same
+fluid queue, latency model, metric pipelines, observations and, for infer-ctl, the same `InferCtl.observation` and
+`plan_cycle` through `InferCtl.plan`); what differs is where a replica runs:
+
+- A created replica is a Pod. It holds no GPU until the scheduler binds it to a node with `gpus_per_replica` free
+  GPUs (a replica's GPUs are on one node, as one DRA claim's devices are); until then it is Pending, and every
+  policy sees it as not ready (infer-ctl as a replica in state Pending, the count policies as one of the
+  `loading` replicas, as an HPA counts a Pending Pod unready). Its cold start begins when it is bound.
+- The scheduler runs once per tick, after every service's decisions, over the Pending Pods in kube-scheduler's
+  queue order (PrioritySort: higher priority first, then the oldest), one Pod at a time; a Pod that fits nowhere
+  stays Pending and the next one is tried (no head-of-line blocking). Node choice: a node that holds the
+  service's weights from a replica that left it (as kube-scheduler's ImageLocality prefers a node with the image;
+  the same for every policy), else the node with the most free GPUs (kube-scheduler's default LeastAllocated).
+- Priorities are the controller's PriorityClasses: infer-ctl's standby replicas run at `infer-ctl-standby`
+  (preemptionPolicy Never), its serving ones at `infer-ctl-serving` (PreemptLowerPriority); the peers' Pods all
+  share one priority. A serving Pod that fits nowhere evicts lower-priority Pods on the node where the fewest
+  must go (newest first), as DefaultPreemption does; the evicted replicas are gone at once (no grace period).
+- GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
+  none, and its wait is reported as pending replica-seconds. Host-memory GiB-hours are integrated beside them over
+  what each node's host memory holds for the services (sleeping replicas' weights): 0 until the simulator models
+  warm tiers, and reported so that the figures can be compared once it does.
+- A node caches a service's weights for `cache_ttl_s` after one of its ready replicas left it: the next replica
+  of that service bound there starts `cached_factor` faster (one cached start per replica that left, as in the
+  single-service simulator, which has one such cache for its service).
+
+infer-ctl runs with no cluster snapshot (`Observation.cluster` None, as in the single-service simulator): its plan
+names replicas without placing them and the simulator's scheduler binds them like everyone else's. So a replica
+the cluster has no room for is a Pending Pod that infer-ctl sees, and its own rule for unschedulable replicas
+(`stuck_replicas`: Pending for two control periods) replaces it: deleted, and a new Pod created that queues behind
+the Pods already Pending. The live controller would instead place on its
+snapshot and not create a Pod it cannot place; giving it the finite cluster here would mean building a device
+inventory per cycle and service, which this simulator does not do.
+
+With one service and GPUs to spare, `simulate_fleet` makes exactly the decisions and figures of `simulate`
+(tests/sim/test_fleet.py holds it to that).
+
+The default fleet (`fleet_recipe`): `n` services (24) over `horizon_s` (6 hours), built from the shared traces as
+time-shifted and scaled segments. Service i draws from numpy's generator seeded with (recipe seed, i):
+
+- source by i mod 4: 0 and 2 `bank` (bank_calls, 5-minute call-centre arrivals on weekdays 07:00-21:00), 1
+  `azure-loop` (the Azure LLM code trace, 57 minutes, repeated and started `offset_s` into it), 3 `azure-burst`
+  (the Azure trace once, starting `offset_s` into the horizon, silence before and after: a service that wakes up);
+- `bank`: a weekday of the first 32 weeks (week uniform in 0..31, day uniform in Monday..Friday) and a start
+  uniform on the 5-minute grid from 07:00 to 19:55 (`offset_s` from the trace's first bucket, Monday 2003-03-03
+  07:00; a segment running past 21:00 goes quiet), rate x `scale` uniform in [15, 60] (peaks of 20-90 req/s);
+- `azure-loop`: offset uniform in whole seconds over the trace's length; `azure-burst`: offset uniform in whole
+  seconds over [0, horizon - trace length]; both at rate x `scale` uniform in [1, 4];
+- size by i mod 5: 4 is a large model (2 GPUs per replica, 360 s cold start, 4 req/s per replica at a 4 s SLO,
+  1.6 s base latency) at half the drawn scale; the others take 1 GPU, 8 req/s per replica at a 2 s SLO (0.8 s
+  base), and a 120 s (i even) or 240 s (i odd) cold start;
+- `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.run.arrivals_per_tick`) and,
+  in every run, its cold-start samples (`SimConfig.seed` is not used: each service has its own).
+
+Every service may scale to zero where its policy can, up to 200 replicas, as the single-service benchmark's
+default service. `RecipeLine.describe` prints one line per service (the benchmark prints them all).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from infer_ctl.core import api
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
+from infer_ctl.engine.cycle import Observation as CycleObservation
+from infer_ctl.forecast.series import FloatArray
+from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy
+from infer_ctl.sim.run import SimConfig, SimResult, _latency_stats, _pipeline_values, _queue_step, arrivals_per_tick
+from infer_ctl.sim.suite import ScenarioSettings, _forecast_probe, build_policy, initial_replicas
+from infer_ctl.sim.trace import Trace
+
+SOURCES = ("bank", "azure-loop", "bank", "azure-burst")  # by service index mod 4
+BANK_WEEKS = 32
+BANK_OPEN_BUCKETS = 13 * 12  # start on the 5-minute grid from 07:00 to 19:55
+AZURE_SCALE = (1.0, 4.0)
+BANK_SCALE = (15.0, 60.0)
+GIB = 1024**3
+# the controller's PriorityClasses (deploy/kustomize/base/priorityclasses.yaml); peers' Pods run at 0
+PRIORITY_SERVING, PRIORITY_STANDBY, PRIORITY_DEFAULT = 100_000, 1_000, 0
+
+
+# ----------------------------------------------------------------------------------------------- the cluster
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """`nodes` nodes of `gpus_per_node` GPUs of one product and `host_memory_bytes` of host memory each."""
+
+    nodes: int
+    gpus_per_node: int = 8
+    host_memory_bytes: int = 2 * 1024 * GIB  # the sandbox's large H100 nodes (deploy/sandbox/large.yaml): 2 TiB
+    accelerator: str = "H100-80GB"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes: {self.nodes} must be at least 1")
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node: {self.gpus_per_node} must be at least 1")
+        if self.host_memory_bytes < 0:
+            raise ValueError(f"host_memory_bytes: {self.host_memory_bytes} must not be negative")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        return (f"{self.nodes} nodes x {self.gpus_per_node} {self.accelerator} GPUs ({self.gpus} GPUs), "
+                f"{self.host_memory_bytes / GIB:g} GiB host memory per node")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """GPUs one replica held on one node, from its bind to its deletion (`end_s` inf: still held at the end)."""
+
+    service: str
+    replica: str
+    node: int
+    gpus: int
+    start_s: float
+    end_s: float = math.inf
+
+
+class _Cluster:
+    """Free GPUs per node, the Pods bound to each, and the log of every allocation."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.free = [spec.gpus_per_node] * spec.nodes
+        self.free_total = spec.gpus
+        self.host_used = [0] * spec.nodes  # bytes of sleeping replicas' weights (none until tiers are modelled)
+        # per node: (service index, replica) -> (GPUs, priority, bound at)
+        self.pods: list[dict[tuple[int, str], tuple[int, int, float]]] = [{} for _ in range(spec.nodes)]
+        self.allocations: list[Allocation] = []
+        self._open: dict[tuple[int, str], int] = {}
+
+    def least_allocated(self, gpus: int) -> int | None:
+        best, best_free = None, -1
+        for node, free in enumerate(self.free):
+            if free >= gpus and free > best_free:
+                best, best_free = node, free
+        return best
+
+    def bind(self, service: tuple[int, str], replica: str, node: int, *, gpus: int, priority: int,
+             now: float) -> None:
+        """Bind `replica` of `service` (index, name) to `node`."""
+        index, service_name = service
+        if self.free[node] < gpus:
+            raise RuntimeError(f"node {node} has {self.free[node]} free GPU(s), {replica} needs {gpus}")
+        self.free[node] -= gpus
+        self.free_total -= gpus
+        self.pods[node][(index, replica)] = (gpus, priority, now)
+        self._open[(index, replica)] = len(self.allocations)
+        self.allocations.append(Allocation(service_name, replica, node, gpus, now))
+
+    def release(self, service: int, replica: str, node: int, now: float) -> None:
+        gpus, _, _ = self.pods[node].pop((service, replica))
+        self.free[node] += gpus
+        self.free_total += gpus
+        i = self._open.pop((service, replica))
+        self.allocations[i] = replace(self.allocations[i], end_s=now)
+
+    def victims(self, gpus: int, priority: int) -> tuple[int, list[tuple[int, str]]] | None:
+        """DefaultPreemption, simplified: the node where evicting the fewest lower-priority Pods (lowest priority,
+        then newest, first) frees `gpus`; None when no node can."""
+        best: tuple[int, list[tuple[int, str]]] | None = None
+        for node, pods in enumerate(self.pods):
+            lower = sorted(((p, -t, key, g) for key, (g, p, t) in pods.items() if p < priority))
+            free, chosen = self.free[node], []
+            for _, _, key, g in lower:
+                if free >= gpus:
+                    break
+                free += g
+                chosen.append(key)
+            if free >= gpus and chosen and (best is None or len(chosen) < len(best[1])):
+                best = (node, chosen)
+        return best
+
+
+# ----------------------------------------------------------------------------------------------- the recipe
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeLine:
+    """One service of a fleet: which trace, where in it (or in the horizon), how scaled, its seed and model."""
+
+    name: str
+    source: str  # bank | azure-loop | azure-burst
+    offset_s: float
+    scale: float
+    seed: int
+    model: ServiceModel
+
+    def describe(self) -> str:
+        m = self.model
+        if self.source == "bank":
+            day, rest = divmod(self.offset_s, 86400.0)
+            week, weekday = divmod(int(day), 7)
+            start = 7 * 3600 + rest
+            where = (f"week {week} {('Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat', 'Sun')[weekday]} "
+                     f"{int(start // 3600):02d}:{int(start % 3600 // 60):02d}")
+        elif self.source == "azure-loop":
+            where = "into the trace, looped"
+        else:
+            where = "into the horizon, once"
+        return (f"{self.name:<8} {self.source:<11} offset {self.offset_s:>8.0f} s ({where:<22}) x{self.scale:<6g} "
+                f"seed {self.seed:<5d} {m.gpus_per_replica} GPU/replica, cold start {m.cold_start_s:.0f} s, "
+                f"{m.target_rps_per_replica:g} req/s per replica at a {m.slo_latency_s:g} s SLO")
+
+
+def fleet_recipe(n: int = 24, horizon_s: float = 6 * 3600.0, seed: int = 0,
+                 azure_s: float = 3437.0) -> tuple[RecipeLine, ...]:
+    """The fleet of the module docstring; `azure_s` is the Azure trace's length (its 1-second buckets)."""
+    if n < 1:
+        raise ValueError(f"n: {n} services; need at least 1")
+    if horizon_s < azure_s:
+        raise ValueError(f"horizon_s: {horizon_s:g} s is shorter than the Azure trace ({azure_s:g} s)")
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng([seed, i])
+        source = SOURCES[i % len(SOURCES)]
+        if source == "bank":
+            day = 7 * int(rng.integers(0, BANK_WEEKS)) + int(rng.integers(0, 5))
+            offset = day * 86400.0 + 300.0 * int(rng.integers(0, BANK_OPEN_BUCKETS))
+            scale = round(float(rng.uniform(*BANK_SCALE)), 1)
+        else:
+            span = azure_s if source == "azure-loop" else horizon_s - azure_s + 1
+            offset = float(rng.integers(0, int(span)))
+            scale = round(float(rng.uniform(*AZURE_SCALE)), 2)
+        if i % 5 == 4:
+            model = ServiceModel(target_rps_per_replica=4.0, slo_latency_s=4.0, base_latency_s=1.6,
+                                 cold_start_s=360.0, gpus_per_replica=2, min_replicas=0)
+            scale = round(scale / 2, 2)
+        else:
+            model = ServiceModel(cold_start_s=120.0 if i % 2 == 0 else 240.0, min_replicas=0)
+        out.append(RecipeLine(f"svc-{i:02d}", source, offset, scale, 1000 * seed + i, model))
+    return tuple(out)
+
+
+def segment(line: RecipeLine, azure: Trace, bank: Trace, horizon_s: float) -> Trace:
+    """The service's trace over the horizon, unscaled (the scale is applied with its Poisson draws)."""
+    if line.source == "bank":
+        per = round(horizon_s / bank.bucket_s)
+        first = round(line.offset_s / bank.bucket_s)
+        counts = np.zeros(per)
+        part = bank.counts[first:first + per]
+        counts[:part.size] = part
+        return Trace(f"{bank.name}@{line.offset_s:.0f}", bank.start_s + line.offset_s, bank.bucket_s, counts)
+    per = round(horizon_s / azure.bucket_s)
+    shift = round(line.offset_s / azure.bucket_s)
+    if line.source == "azure-loop":
+        tiled = np.tile(azure.counts, math.ceil((per + shift) / azure.counts.size))
+        counts = tiled[shift:shift + per]
+    elif line.source == "azure-burst":
+        counts = np.zeros(per)
+        part = azure.counts[:max(0, per - shift)]
+        counts[shift:shift + part.size] = part
+    else:
+        raise ValueError(f"source: {line.source!r} is not one of bank, azure-loop, azure-burst")
+    return Trace(f"{azure.name}@{line.offset_s:.0f}", azure.start_s, azure.bucket_s, np.asarray(counts, dtype=float))
+
+
+@dataclass(frozen=True, slots=True)
+class FleetService:
+    """One service of a fleet as the simulator runs it: its arrivals per tick, its settings and its seed (its
+    cold-start samples in every run)."""
+
+    name: str
+    arrivals: FloatArray = field(repr=False)
+    settings: ScenarioSettings
+    seed: int
+    recipe: RecipeLine | None = None
+
+
+def service_settings(name: str, model: ServiceModel) -> ScenarioSettings:
+    """The scenario settings of a fleet service (the balanced preset's), infer-ctl running an InferenceService of
+    that name."""
+    manifest = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name, "namespace": "fleet"},
+                "spec": {"model": {"name": name, "parameters": "70B" if model.gpus_per_replica > 1 else "8B"},
+                         "runtime": {"image": "sim"}}}
+    return ScenarioSettings(model, manifest=manifest)
+
+
+def build_fleet(recipe: Sequence[RecipeLine], azure: Trace, bank: Trace, *, horizon_s: float, tick_s: float,
+                settings: Callable[[str, ServiceModel], ScenarioSettings] = service_settings,
+                ) -> tuple[FleetService, ...]:
+    """Each recipe line's segment, scaled with Poisson draws from its seed, per tick."""
+    return tuple(
+        FleetService(line.name,
+                     arrivals_per_tick(segment(line, azure, bank, horizon_s), tick_s, line.scale,
+                                       np.random.default_rng(line.seed)),
+                     settings(line.name, line.model), line.seed, line)
+        for line in recipe)
+
+
+# ----------------------------------------------------------------------------------------------- one service
+
+
+class _Replicas:
+    """One service's replicas: Pending (no GPU yet), Loading (bound, ready at a time), ready serving or standby.
+    Kept in creation order, as `infer_ctl.sim.run` keeps them (the observation lists them in that order)."""
+
+    def __init__(self, product: str) -> None:
+        self.product = product
+        self.replicas: dict[str, ObservedReplica] = {}
+        self.node: dict[str, int] = {}
+        self.loading: list[tuple[float, str]] = []  # (ready-at, name), sorted
+        self.pending: dict[str, None] = {}  # names, in creation order
+        self.serving = 0
+        self.cold_starts = 0
+        self._ordinal = 0
+
+    def new_name(self) -> str:
+        self._ordinal += 1
+        return f"sim-{self._ordinal}"
+
+    def add_ready(self, name: str, node: int) -> None:
+        self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
+                                              node=f"node-{node}", accelerator=self.product)
+        self.node[name] = node
+        self.serving += 1
+
+    def add_pending(self, name: str, now: float, standby: bool) -> None:
+        # a replica started as standby runs at the standby's PriorityClass for its whole life
+        self.replicas[name] = ObservedReplica(name, ReplicaState.PENDING, standby, created_s=now,
+                                              low_priority=standby, accelerator=self.product)
+        self.pending[name] = None
+
+    def bind(self, name: str, node: int, now: float, cold_start_s: float, cached: bool) -> None:
+        del self.pending[name]
+        self.replicas[name] = replace(self.replicas[name], state=ReplicaState.LOADING, node=f"node-{node}",
+                                      cached=cached)
+        self.node[name] = node
+        bisect.insort(self.loading, (now + cold_start_s, name))
+        self.cold_starts += 1
+
+    def advance(self, now: float) -> None:
+        while self.loading and self.loading[0][0] <= now:
+            _, name = self.loading.pop(0)
+            r = self.replicas[name]
+            self.replicas[name] = replace(r, state=ReplicaState.STANDBY if r.standby else ReplicaState.SERVING,
+                                          cold_start_s=now - (r.created_s or 0.0))
+            self.serving += not r.standby
+
+    def remove(self, name: str) -> tuple[ReplicaState, int | None]:
+        """Remove one replica: its state before, and the node it held GPUs on (None: it was Pending)."""
+        r = self.replicas.pop(name)
+        node = self.node.pop(name, None)
+        if r.state is ReplicaState.PENDING:
+            del self.pending[name]
+        elif r.state is ReplicaState.LOADING:
+            self.loading = [x for x in self.loading if x[1] != name]
+        else:
+            self.serving -= r.state is ReplicaState.SERVING
+        return r.state, node
+
+    def set_role(self, name: str, standby: bool) -> None:
+        r = self.replicas[name]
+        if r.standby == standby:
+            return
+        ready = r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
+        state = (ReplicaState.STANDBY if standby else ReplicaState.SERVING) if ready else r.state
+        self.replicas[name] = replace(r, standby=standby, state=state)
+        if ready:
+            self.serving += -1 if standby else 1
+
+    def shrink_order(self, n: int) -> list[str]:
+        """A count policy's scale-down in the ReplicaSet controller's order: unscheduled Pods first, then loading
+        ones, then ready ones, newest first."""
+        pending = sorted(self.pending, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)
+        loading = [name for _, name in reversed(self.loading)]
+        out = (pending + loading)[:n]
+        gone = set(out)
+        rest = [k for k in self.replicas if k not in gone]
+        out += sorted(rest, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)[:n - len(out)]
+        return out
+
+
+class _ServiceRun:
+    """One service's per-tick state in a fleet run (the loop of `infer_ctl.sim.run.simulate`, less the GPUs)."""
+
+    def __init__(self, index: int, service: FleetService, policy: SimPolicy | InferCtl, *, initial: int,
+                 config: SimConfig, n_ticks: int) -> None:
+        self.index, self.service, self.policy = index, service, policy
+        self.model = service.settings.model
+        dt = config.tick_s
+        self.arrivals = service.arrivals
+        metrics = [_pipeline_values(p, self.arrivals, dt) for p in policy.pipelines]
+        self.metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
+        self.metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
+        self.period_ticks = max(1, round(policy.period_s / dt))
+        self.ongoing_k = max(1, round(config.ongoing_window_s / dt))
+        self.ongoing_ring = [0.0] * self.ongoing_k
+        self.ongoing_sum = 0.0
+        self.rng = np.random.default_rng(service.seed)
+        self.replicas = _Replicas(self.model.accelerator)
+        self.cache: deque[tuple[float, int]] = deque()  # (left at, node) of ready replicas that left a node
+        self.cold_samples: deque[float] = deque(maxlen=50)
+        self.p90, self.p90_dirty = math.nan, False
+        self.state = policy.initial_state()
+        self.q = 0.0
+        self.ready = 0
+        self.desired = initial
+        self.scale_events = 0
+        self.ready_n = np.zeros(n_ticks, dtype=np.int64)
+        self.held_n = np.zeros(n_ticks, dtype=np.int64)  # replicas holding GPUs (bound)
+        self.pending_n = np.zeros(n_ticks, dtype=np.int64)
+        self.desired_n = np.zeros(n_ticks, dtype=np.int64)
+        self.backlog = np.zeros(n_ticks)
+        self.fc_upper = np.full(n_ticks, np.nan)
+        self.probe = _forecast_probe if isinstance(policy, InferCtl) else None
+
+    @property
+    def priority_serving(self) -> int:
+        return PRIORITY_SERVING if isinstance(self.policy, InferCtl) else PRIORITY_DEFAULT
+
+    def priority(self, name: str) -> int:
+        if not isinstance(self.policy, InferCtl):
+            return PRIORITY_DEFAULT
+        return PRIORITY_STANDBY if self.replicas.replicas[name].low_priority else PRIORITY_SERVING
+
+    def serve(self, t: int, now: float, dt: float) -> None:
+        """Replicas whose cold start is over become ready; the tick's arrivals meet the ready replicas."""
+        self.replicas.advance(now)
+        self.ready = self.replicas.serving
+        self.backlog[t] = self.q
+        self.ready_n[t] = self.ready
+        self.q, ongoing_now = _queue_step(self.q, float(self.arrivals[t]), self.ready, dt, self.model)
+        slot = t % self.ongoing_k
+        self.ongoing_sum += ongoing_now - self.ongoing_ring[slot]
+        self.ongoing_ring[slot] = ongoing_now
+
+    def record(self, t: int) -> None:
+        self.desired_n[t] = self.desired
+        self.pending_n[t] = len(self.replicas.pending)
+        self.held_n[t] = len(self.replicas.replicas) - len(self.replicas.pending)
+
+    def result(self, config: SimConfig, wall_s: float) -> SimResult:
+        dt, n_ticks = config.tick_s, self.arrivals.size
+        w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
+        scored = np.concatenate([np.zeros(w), self.arrivals[w:]])
+        attainment, p95, p99 = _latency_stats(scored, self.ready_n, self.backlog, self.model, dt)
+        return SimResult(
+            policy=self.policy.name, slo_attainment=attainment,
+            gpu_hours=float(self.held_n[w:].sum()) * dt * self.model.gpus_per_replica / 3600.0,
+            cold_starts=self.replicas.cold_starts, p95_latency_ms=p95 * 1000.0, p99_latency_ms=p99 * 1000.0,
+            scale_events=self.scale_events, wall_s=wall_s, requests=float(scored.sum()),
+            times_s=np.arange(n_ticks, dtype=np.float64) * dt, arrivals_rps=self.arrivals / dt,
+            desired=self.desired_n.astype(np.float64), ready=self.ready_n.astype(np.float64),
+            alive=self.held_n.astype(np.float64), forecast_upper_rps=self.fc_upper)
+
+
+# ----------------------------------------------------------------------------------------------- the fleet
+
+
+@dataclass(frozen=True, slots=True)
+class FleetResult:
+    """One policy over a fleet: per service (each a `SimResult` whose `alive` counts the replicas holding GPUs)
+    and the fleet's totals. `slo_attainment` is the requests within their service's SLO over all requests."""
+
+    policy: str
+    cluster: ClusterSpec
+    names: tuple[str, ...]
+    services: tuple[SimResult, ...] = field(repr=False)
+    slo_attainment: float
+    worst_attainment: float  # the lowest per-service attainment (services with requests)
+    median_attainment: float
+    gpu_hours: float
+    host_memory_gib_hours: float
+    pending_replica_s: float  # replica-seconds Pending (waiting for a GPU)
+    cold_starts: int
+    requests: float
+    wall_s: float
+    allocations: tuple[Allocation, ...] = field(repr=False)
+    gpus_held: FloatArray = field(repr=False)  # per tick, the whole fleet
+
+    def row(self) -> dict[str, Any]:
+        return {"policy": self.policy, "slo_attainment": round(self.slo_attainment, 6),
+                "worst_service": round(self.worst_attainment, 6), "median_service": round(self.median_attainment, 6),
+                "gpu_hours": round(self.gpu_hours, 3), "host_memory_gib_hours": round(self.host_memory_gib_hours, 3),
+                "pending_replica_hours": round(self.pending_replica_s / 3600.0, 3), "cold_starts": self.cold_starts,
+                "wall_s": round(self.wall_s, 1)}
+
+
+class _FleetSim:
+    def __init__(self, runs: list[_ServiceRun], cluster: _Cluster, config: SimConfig) -> None:
+        self.runs, self.cluster, self.config = runs, cluster, config
+        # kube-scheduler's queue: (-priority, created at, sequence, service index, replica)
+        self.queue: list[tuple[int, float, int, int, str]] = []
+        self.seq = 0
+        self.dirty = False  # something the queue waits for changed: a new Pod, freed GPUs
+        self.on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None
+
+    def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float) -> None:
+        name = name or run.replicas.new_name()
+        run.replicas.add_pending(name, now, standby)
+        self.queue.append((-run.priority(name), now, self.seq, run.index, name))
+        self.seq += 1
+        self.dirty = True
+
+    def remove(self, run: _ServiceRun, name: str, now: float) -> None:
+        """A deletion: the GPUs go back to the node, which keeps the weights of a replica that was ready."""
+        state, node = run.replicas.remove(name)
+        if node is None:
+            return
+        self.cluster.release(run.index, name, node, now)
+        self.dirty = True
+        if state in (ReplicaState.SERVING, ReplicaState.STANDBY):
+            run.cache.append((now, node))
+
+    def place_initial(self, run: _ServiceRun, n: int) -> None:
+        """The replicas a service runs at t = 0, ready (Pending from t = 0 for those the cluster has no room
+        for)."""
+        g = run.model.gpus_per_replica
+        for _ in range(n):
+            name = run.replicas.new_name()
+            node = self.cluster.least_allocated(g)
+            if node is None:
+                self.create(run, name, False, 0.0)
+                continue
+            self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=run.priority_serving,
+                              now=0.0)
+            run.replicas.add_ready(name, node)
+
+    # -- decisions
+
+    def decide(self, run: _ServiceRun, t: int, now: float) -> None:
+        cache = run.cache
+        while cache and cache[0][0] < now - run.model.cache_ttl_s:
+            cache.popleft()
+        before = len(run.replicas.replicas)
+        metric = float(run.metric_a[t - 1]) if t > 0 else math.nan
+        policy = run.policy
+        if isinstance(policy, InferCtl):
+            observation = policy.observation(now, metric, tuple(run.replicas.replicas.values()))
+            plan, run.state = policy.plan(observation, now, run.state)
+            if self.on_cycle is not None:
+                self.on_cycle(run.service.name, observation, plan)
+            self._apply(run, plan, now)
+            run.desired = plan.serving + plan.standby
+        else:
+            run.desired = self._decide_count(run, policy, t, now, metric)
+        if run.probe is not None:
+            run.fc_upper[t] = run.probe(run.state)
+        run.scale_events += run.desired != before
+
+    def _decide_count(self, run: _ServiceRun, policy: SimPolicy, t: int, now: float, metric: float) -> int:
+        if run.p90_dirty:
+            samples = run.cold_samples
+            run.p90 = float(np.quantile(np.asarray(samples), 0.9)) if len(samples) >= 3 else math.nan
+            run.p90_dirty = False
+        reps = run.replicas
+        obs = Observation(now_s=now, ready=run.ready, loading=len(reps.loading) + len(reps.pending),
+                          metric_rps=metric, panic_rps=float(run.metric_b[t - 1]) if t > 0 else math.nan,
+                          ongoing=run.ongoing_sum / run.ongoing_k, waiting=run.q if run.ready == 0 else 0.0,
+                          cold_start_p90_s=run.p90)
+        desired, run.state = policy.decide(obs, run.state)
+        alive = len(reps.replicas)
+        if desired > alive:
+            for _ in range(desired - alive):
+                self.create(run, None, False, now)
+        elif desired < alive:
+            for name in reps.shrink_order(alive - desired):
+                self.remove(run, name, now)
+        return int(desired)
+
+    def _apply(self, run: _ServiceRun, plan: CyclePlan, now: float) -> None:
+        """infer-ctl's plan, as `infer_ctl.sim.run` applies it: roles, removals, then new replicas by name."""
+        for name in plan.actions.promote:
+            run.replicas.set_role(name, False)
+        for name in plan.actions.demote:
+            run.replicas.set_role(name, True)
+        for name in plan.actions.remove:
+            self.remove(run, name, now)
+        for replica in plan.create:
+            self.create(run, replica.name, replica.standby, now)
+
+    # -- the scheduler
+
+    def schedule(self, now: float) -> None:
+        """One pass over the Pending Pods in queue order; each is bound where it fits (or preempts)."""
+        if not self.dirty or not self.queue:
+            return
+        self.dirty = False
+        self.queue.sort()
+        kept = []
+        for entry in self.queue:
+            run, name = self.runs[entry[3]], entry[4]
+            r = run.replicas.replicas.get(name)
+            if r is None or r.state is not ReplicaState.PENDING or entry[1] != r.created_s:
+                continue  # deleted while Pending
+            if not self._bind(run, name, -entry[0], now):
+                kept.append(entry)
+        self.queue = kept
+
+    def _bind(self, run: _ServiceRun, name: str, priority: int, now: float) -> bool:
+        g = run.model.gpus_per_replica
+        node, cached = self._node_for(run, g, now)
+        if node is None and priority > PRIORITY_STANDBY:
+            found = self.cluster.victims(g, priority)
+            if found is not None:
+                node, victims = found
+                for service, victim in victims:
+                    self.remove(self.runs[service], victim, now)
+                self.dirty = True  # the preemption changed what the other Pending Pods see
+        if node is None:
+            return False
+        cold = run.model.sample_cold_start_s(run.rng, cached)
+        run.cold_samples.append(cold)
+        run.p90_dirty = True
+        self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
+        run.replicas.bind(name, node, now, cold, cached)
+        return True
+
+    def _node_for(self, run: _ServiceRun, gpus: int, now: float) -> tuple[int | None, bool]:
+        """The node holding the service's weights (the most recent that fits) or the least allocated one."""
+        ttl = run.model.cache_ttl_s
+        for i in range(len(run.cache) - 1, -1, -1):
+            left_s, node = run.cache[i]
+            if left_s < now - ttl:
+                break
+            if self.cluster.free[node] >= gpus:
+                del run.cache[i]
+                return node, True
+        return self.cluster.least_allocated(gpus), False
+
+
+def simulate_fleet(
+    services: Sequence[FleetService],
+    policies: Sequence[SimPolicy | InferCtl],
+    cluster: ClusterSpec,
+    config: SimConfig,
+    *,
+    initial: Sequence[int],
+    name: str | None = None,
+    on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> FleetResult:
+    """Run `policies[i]` for `services[i]`, all at once on `cluster`, each from `initial[i]` ready replicas; see
+    the module docstring. `on_cycle(service, observation, plan)` sees each of infer-ctl's cycles."""
+    if not services:
+        raise ValueError("services: an empty fleet")
+    if len(policies) != len(services) or len(initial) != len(services):
+        raise ValueError(f"policies, initial: need one per service ({len(services)}), got {len(policies)} and "
+                         f"{len(initial)}")
+    lengths = {s.arrivals.size for s in services}
+    if len(lengths) != 1:
+        raise ValueError(f"services: every service's arrivals must cover the same ticks, got {sorted(lengths)}")
+    for s in services:
+        if s.settings.model.accelerator != cluster.accelerator:
+            raise ValueError(f"services: {s.name} runs on {s.settings.model.accelerator}, the cluster's nodes have "
+                             f"{cluster.accelerator}")
+        if s.settings.model.gpus_per_replica > cluster.gpus_per_node:
+            raise ValueError(f"services: {s.name} needs {s.settings.model.gpus_per_replica} GPUs per replica, "
+                             f"more than a node has ({cluster.gpus_per_node})")
+    wall0 = time.perf_counter()
+    n_ticks, dt = lengths.pop(), config.tick_s
+    runs = [_ServiceRun(i, s, p, initial=n0, config=config, n_ticks=n_ticks)
+            for i, (s, p, n0) in enumerate(zip(services, policies, initial, strict=True))]
+    sim = _FleetSim(runs, _Cluster(cluster), config)
+    sim.on_cycle = on_cycle
+    for run, n0 in zip(runs, initial, strict=True):
+        sim.place_initial(run, n0)
+    gpus_held = np.zeros(n_ticks)
+    host_bytes = np.zeros(n_ticks)
+    report_every = max(1, n_ticks // 100)
+    for t in range(n_ticks):
+        now = t * dt
+        for run in runs:
+            run.serve(t, now, dt)
+        for run in runs:
+            if t % run.period_ticks == 0:
+                sim.decide(run, t, now)
+        sim.schedule(now)
+        for run in runs:
+            run.record(t)
+        gpus_held[t] = cluster.gpus - sim.cluster.free_total
+        host_bytes[t] = sum(sim.cluster.host_used)
+        if progress is not None and t % report_every == 0:
+            progress(t / n_ticks)
+    wall = time.perf_counter() - wall0
+    w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
+    results = tuple(run.result(config, wall) for run in runs)
+    requests = sum(r.requests for r in results)
+    within = sum(r.slo_attainment * r.requests for r in results)
+    with_traffic = [r.slo_attainment for r in results if r.requests > 0] or [1.0]
+    return FleetResult(
+        policy=name or runs[0].policy.name, cluster=cluster, names=tuple(s.name for s in services), services=results,
+        slo_attainment=within / requests if requests > 0 else 1.0,
+        worst_attainment=min(with_traffic), median_attainment=float(np.median(with_traffic)),
+        gpu_hours=sum(r.gpu_hours for r in results),
+        host_memory_gib_hours=float(host_bytes[w:].sum()) * dt / 3600.0 / GIB,
+        pending_replica_s=float(sum(run.pending_n[w:].sum() for run in runs)) * dt,
+        cold_starts=sum(r.cold_starts for r in results), requests=requests, wall_s=wall,
+        allocations=tuple(sim.cluster.allocations), gpus_held=gpus_held)
+
+
+def run_fleet(services: Sequence[FleetService], policy: str, cluster: ClusterSpec, config: SimConfig, *,
+              start: str = "warm", progress: Callable[[float], None] | None = None) -> FleetResult:
+    """One of `infer_ctl.sim.suite.POLICY_NAMES` for every service of the fleet (the oracle with each service's
+    own hindsight schedule), each service from the replicas `suite.initial_replicas` gives it."""
+    tick = config.tick_s
+    policies = [build_policy(policy, s.settings, s.arrivals, tick) for s in services]
+    initial = [initial_replicas(s.arrivals, tick, s.settings.model, start) for s in services]
+    return simulate_fleet(services, policies, cluster, config, initial=initial, name=policy, progress=progress)

@@ -1,0 +1,299 @@
+"""The fleet simulator: many services on a cluster of finite GPUs (infer_ctl.sim.fleet), on traces made here."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.engine.cycle import CyclePlan, Observation
+from infer_ctl.sim.bench_fleet import auto_nodes, main
+from infer_ctl.sim.fleet import (
+    Allocation,
+    ClusterSpec,
+    FleetResult,
+    FleetService,
+    _Cluster,
+    build_fleet,
+    fleet_recipe,
+    run_fleet,
+    segment,
+    service_settings,
+    simulate_fleet,
+)
+from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.policies import Oracle
+from infer_ctl.sim.reference import fleet_oracle_demand
+from infer_ctl.sim.run import SimConfig, simulate
+from infer_ctl.sim.suite import build_policy, initial_replicas
+from infer_ctl.sim.trace import Trace
+
+TICK = 5.0
+AZURE_S = 600
+
+
+def azure_like(seed: int = 0) -> Trace:
+    """1-second buckets, 10 minutes: 2 req/s with a 20 s burst of 40 req/s every 3 minutes."""
+    rate = np.full(AZURE_S, 2.0)
+    for start in range(30, AZURE_S, 180):
+        rate[start:start + 20] = 40.0
+    return Trace("azure-like", 0.0, 1.0, np.random.default_rng(seed).poisson(rate).astype(np.float64))
+
+
+def bank_like() -> Trace:
+    """5-minute buckets over 40 weeks, a call centre's day: 07:00-21:00 on weekdays, a midday peak."""
+    day = np.zeros(288)
+    day[:168] = 100.0 + 300.0 * np.sin(np.linspace(0, np.pi, 168))
+    week = np.concatenate([np.tile(day, 5), np.zeros(2 * 288)])
+    return Trace("bank-like", 0.0, 300.0, np.tile(week, 40))
+
+
+def service(name: str, arrivals: np.ndarray, model: ServiceModel | None = None, seed: int = 0) -> FleetService:
+    return FleetService(name, arrivals, service_settings(name, model or ServiceModel(min_replicas=0)), seed)
+
+
+def most_held_per_node(allocations: tuple[Allocation, ...]) -> dict[int, int]:
+    """Per node, the most GPUs its allocations held at once (an allocation holds over [start, end))."""
+    out: dict[int, int] = defaultdict(int)
+    for a in allocations:
+        at = a.start_s
+        held = sum(b.gpus for b in allocations if b.node == a.node and b.start_s <= at < b.end_s)
+        out[a.node] = max(out[a.node], held)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the recipe
+
+
+def test_the_fleet_recipe_is_deterministic_and_documented_per_service() -> None:
+    azure, bank = azure_like(), bank_like()
+    a = fleet_recipe(24, 3600.0, seed=0, azure_s=AZURE_S)
+    b = fleet_recipe(24, 3600.0, seed=0, azure_s=AZURE_S)
+    assert a == b
+    assert len({line.describe() for line in a}) == 24  # one line per service, each its own
+    assert {line.source for line in a} == {"bank", "azure-loop", "azure-burst"}
+    assert {line.model.gpus_per_replica for line in a} == {1, 2}
+    fa = build_fleet(a, azure, bank, horizon_s=3600.0, tick_s=TICK)
+    fb = build_fleet(b, azure, bank, horizon_s=3600.0, tick_s=TICK)
+    for x, y in zip(fa, fb, strict=True):
+        assert x.name == y.name and x.seed == y.seed
+        assert np.array_equal(x.arrivals, y.arrivals)
+        assert x.arrivals.size == 3600 / TICK
+    other = fleet_recipe(24, 3600.0, seed=1, azure_s=AZURE_S)
+    assert [(line.offset_s, line.scale) for line in other] != [(line.offset_s, line.scale) for line in a]
+
+
+@pytest.mark.parametrize(
+    ("source", "offset_s", "expect"),
+    [
+        pytest.param("azure-burst", 1200.0, "the trace once from the offset, silence around",
+                     id="an azure burst is the trace once at its offset, silent before and after"),
+        pytest.param("azure-loop", 100.0, "the trace from the offset, wrapped around",
+                     id="an azure loop starts at its offset into the trace and wraps around"),
+        pytest.param("bank", 86400.0 + 3 * 300.0, "the buckets from the offset",
+                     id="a bank segment starts at its day and time"),
+    ],
+)
+def test_a_segment_is_the_trace_shifted_as_the_recipe_says(source: str, offset_s: float, expect: str) -> None:
+    azure, bank = azure_like(), bank_like()
+    line = replace(fleet_recipe(1, 3600.0, azure_s=AZURE_S)[0], source=source, offset_s=offset_s)
+    counts = segment(line, azure, bank, 3600.0).counts
+    if source == "azure-burst":
+        assert counts.size == 3600
+        assert counts[:1200].sum() == 0 and counts[1200 + AZURE_S:].sum() == 0
+        assert np.array_equal(counts[1200:1200 + AZURE_S], azure.counts)
+    elif source == "azure-loop":
+        assert np.array_equal(counts[:AZURE_S - 100], azure.counts[100:])
+        assert np.array_equal(counts[AZURE_S - 100:2 * AZURE_S - 100], azure.counts)
+    else:
+        assert np.array_equal(counts, bank.counts[291:291 + 12])
+
+
+# ------------------------------------------------------------------------------------------------ the GPUs
+
+
+def test_a_replica_the_cluster_has_no_room_for_waits_pending_and_is_not_ready() -> None:
+    # the oracle wants 5 replicas of 1 GPU; one node of 2 GPUs
+    arrivals = np.full(240, 30.0 * TICK)
+    svc = service("a", arrivals, ServiceModel(cold_start_s=60.0, min_replicas=0))
+    oracle = Oracle(np.full(240, 5.0), TICK)
+    r = simulate_fleet([svc], [oracle], ClusterSpec(nodes=1, gpus_per_node=2), SimConfig(tick_s=TICK), initial=[0])
+    res = r.services[0]
+    assert res.alive.max() == 2 and res.ready.max() == 2
+    assert r.pending_replica_s == pytest.approx(3 * 240 * TICK)  # 3 Pods Pending throughout
+    assert r.gpu_hours == pytest.approx(2 * 240 * TICK / 3600)
+
+
+def test_infer_ctl_sees_a_replica_waiting_for_a_gpu_as_pending() -> None:
+    arrivals = np.full(120, 40.0 * TICK)  # 40 req/s: 5 replicas at 8 req/s each
+    svc = service("a", arrivals)
+    seen: list[ReplicaState] = []
+
+    def on_cycle(name: str, observation: Observation, plan: CyclePlan) -> None:
+        seen.extend(r.state for r in observation.replicas)
+
+    policy = build_policy("infer-ctl", svc.settings, arrivals, TICK)
+    r = simulate_fleet([svc], [policy], ClusterSpec(nodes=1, gpus_per_node=2), SimConfig(tick_s=TICK),
+                       initial=[1], on_cycle=on_cycle)
+    assert ReplicaState.PENDING in seen
+    assert r.services[0].ready.max() <= 2
+    assert r.pending_replica_s > 0
+
+
+def test_a_multi_gpu_replica_needs_its_gpus_on_one_node() -> None:
+    # two nodes of 3 GPUs: 6 GPUs free, but only one 2-GPU replica fits on each node
+    arrivals = np.full(120, 1.0)
+    svc = service("big", arrivals, ServiceModel(gpus_per_replica=2, cold_start_s=30.0, min_replicas=0))
+    r = simulate_fleet([svc], [Oracle(np.full(120, 3.0), TICK)], ClusterSpec(nodes=2, gpus_per_node=3),
+                       SimConfig(tick_s=TICK), initial=[0])
+    assert r.services[0].alive.max() == 2
+    assert r.gpus_held.max() == 4
+    assert {a.node for a in r.allocations} == {0, 1}
+
+
+def test_preemption_evicts_the_fewest_lower_priority_pods() -> None:
+    c = _Cluster(ClusterSpec(nodes=2, gpus_per_node=4))
+    # node 0: 2 standby Pods of 1 GPU and a serving one of 2; node 1: a standby Pod of 2 and a serving one of 2
+    c.bind((0, "a"), "a-1", 0, gpus=1, priority=1_000, now=1.0)
+    c.bind((0, "a"), "a-2", 0, gpus=1, priority=1_000, now=2.0)
+    c.bind((0, "a"), "a-3", 0, gpus=2, priority=100_000, now=3.0)
+    c.bind((1, "b"), "b-1", 1, gpus=2, priority=1_000, now=4.0)
+    c.bind((1, "b"), "b-2", 1, gpus=2, priority=100_000, now=5.0)
+    assert c.least_allocated(1) is None
+    assert c.victims(2, 100_000) == (1, [(1, "b-1")])  # one victim on node 1 rather than two on node 0
+    assert c.victims(1, 100_000) == (0, [(0, "a-2")])  # the newest first
+    assert c.victims(4, 100_000) is None  # serving Pods are never victims of serving Pods
+    assert c.victims(1, 1_000) is None  # a standby Pod evicts only lower priorities
+    # node 1 again: b-1 leaves, a Pod at priority 0 and a standby one of 1 GPU each take its place
+    c.release(1, "b-1", 1, now=7.0)
+    c.bind((1, "b"), "b-4", 1, gpus=1, priority=0, now=8.0)
+    c.bind((1, "b"), "b-5", 1, gpus=1, priority=1_000, now=9.0)
+    assert c.victims(1, 100_000) == (0, [(0, "a-2")])  # one victim on either node: the first node
+    assert c.victims(2, 100_000) == (0, [(0, "a-2"), (0, "a-1")])
+    assert c.victims(1, 1_000) == (1, [(1, "b-4")])  # the lowest priority, the only one below a standby's
+
+
+def fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSpec]]:
+    """1-4 services with bursty arrivals, a policy, a small cluster."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[list[FleetService], list[str], ClusterSpec]:
+        gpus_per_node = draw(st.integers(1, 4))
+        cluster = ClusterSpec(draw(st.integers(1, 3)), gpus_per_node)
+        n = draw(st.integers(1, 4))
+        services, names = [], []
+        for i in range(n):
+            seed = draw(st.integers(0, 10_000))
+            rng = np.random.default_rng(seed)
+            rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=12), 30)  # 360 ticks of 5 s: 30 minutes
+            model = ServiceModel(gpus_per_replica=draw(st.integers(1, min(2, gpus_per_node))),
+                                 cold_start_s=draw(st.sampled_from([30.0, 60.0, 120.0])), min_replicas=0)
+            services.append(service(f"s{i}", rng.poisson(rate * TICK).astype(np.float64), model, seed))
+            names.append(draw(st.sampled_from(["oracle", "hpa", "kpa", "ray-serve", "aibrix-apa", "infer-ctl"])))
+        return services, names, cluster
+
+    return build()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_a_replica_never_starts_without_a_free_gpu(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> None:
+    services, names, cluster = fleet
+    policies = [build_policy(name, s.settings, s.arrivals, TICK) for s, name in zip(services, names, strict=True)]
+    initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
+    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
+    # no node ever holds more GPUs than it has
+    assert max(most_held_per_node(r.allocations).values()) <= cluster.gpus_per_node
+    # every ready replica holds GPUs: a replica is only ever ready after it was bound (ready is counted at the start
+    # of a tick, the replicas holding GPUs at its end)
+    for s in r.services:
+        assert np.all(s.ready[1:] <= s.alive[:-1])
+    assert np.all(r.gpus_held <= cluster.gpus)
+    # and the bound replicas at each tick are the allocations open then
+    n_ticks = services[0].arrivals.size
+    for s, res in zip(services, r.services, strict=True):
+        g = s.settings.model.gpus_per_replica
+        open_at = np.zeros(n_ticks)
+        for a in r.allocations:
+            if a.service == s.name:
+                first, last = round(a.start_s / TICK), min(n_ticks, round(min(a.end_s, 1e12) / TICK))
+                open_at[first:last] += 1
+        assert np.array_equal(open_at, res.alive), s.name
+        assert res.gpu_hours == pytest.approx(open_at.sum() * TICK * g / 3600)
+
+
+@pytest.mark.parametrize("score_from_s", [0.0, 600.0], ids=["scored from the start", "scored after 10 minutes"])
+def test_gpu_hours_equal_the_integral_of_the_gpus_held(score_from_s: float) -> None:
+    azure, bank = azure_like(), bank_like()
+    services = build_fleet(fleet_recipe(6, 3600.0, azure_s=AZURE_S), azure, bank, horizon_s=3600.0, tick_s=TICK)
+    cluster = ClusterSpec(nodes=3, gpus_per_node=4)
+    r = run_fleet(services, "ray-serve", cluster, SimConfig(tick_s=TICK, score_from_s=score_from_s))
+    end = 3600.0
+    integral = sum((min(a.end_s, end) - max(a.start_s, score_from_s)) * a.gpus for a in r.allocations
+                   if min(a.end_s, end) > max(a.start_s, score_from_s)) / 3600.0
+    assert r.pending_replica_s > 0  # the cluster is short: some replicas waited
+    assert r.gpu_hours == pytest.approx(integral)
+    assert r.gpu_hours == pytest.approx(r.gpus_held[round(score_from_s / TICK):].sum() * TICK / 3600.0)
+    assert r.host_memory_gib_hours == 0.0  # nothing sleeps in host memory until warm tiers are simulated
+
+
+# ------------------------------------------------------------------------------------------------ against simulate
+
+
+@pytest.mark.parametrize("policy", ["infer-ctl", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "oracle"])
+def test_a_single_service_fleet_with_ample_gpus_reproduces_the_single_service_simulator(policy: str) -> None:
+    arrivals = np.random.default_rng(3).poisson(np.repeat([4.0, 30.0, 2.0, 60.0, 0.0, 12.0], 120) * TICK)
+    arrivals = arrivals.astype(np.float64)
+    svc = service("sim", arrivals, ServiceModel(min_replicas=0), seed=7)
+    config = SimConfig(tick_s=TICK, seed=7)
+    n0 = initial_replicas(arrivals, TICK, svc.settings.model)
+    one = simulate(arrivals, build_policy(policy, svc.settings, arrivals, TICK), svc.settings.model, config,
+                   initial_replicas=n0)
+    fleet: FleetResult = simulate_fleet([svc], [build_policy(policy, svc.settings, arrivals, TICK)],
+                                        ClusterSpec(nodes=64), config, initial=[n0])
+    got = fleet.services[0]
+    assert one.cold_starts > 3  # the trace makes the policy scale
+    assert (got.slo_attainment, got.gpu_hours, got.cold_starts, got.p95_latency_ms, got.p99_latency_ms,
+            got.scale_events) == (one.slo_attainment, one.gpu_hours, one.cold_starts, one.p95_latency_ms,
+                                  one.p99_latency_ms, one.scale_events)
+    assert np.array_equal(got.ready, one.ready) and np.array_equal(got.alive, one.alive)
+    assert np.array_equal(got.desired, one.desired)
+    assert fleet.slo_attainment == one.slo_attainment and fleet.pending_replica_s == 0
+
+
+# ------------------------------------------------------------------------------------------------ the benchmark
+
+
+def test_the_oracle_demand_sums_each_services_schedule_times_its_gpus() -> None:
+    a = service("a", np.array([0.0, 80.0, 0.0, 0.0]), ServiceModel(cold_start_s=5.0, cold_start_sigma=0.0,
+                                                                  min_replicas=0))
+    b = service("b", np.array([0.0, 0.0, 0.0, 40.0]),
+                ServiceModel(cold_start_s=5.0, cold_start_sigma=0.0, gpus_per_replica=2, min_replicas=0))
+    # a: 80 requests in a 5 s tick at 8 req/s is 2 replicas, started one cold start (one tick) ahead: [2, 2, 0, 0];
+    # b: 1 replica of 2 GPUs for its 40 requests: [0, 0, 2, 2]
+    assert fleet_oracle_demand([a, b], TICK).tolist() == [2.0, 2.0, 2.0, 2.0]
+    assert auto_nodes(170.0, 8, 1.25) == 27
+
+
+def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    azure = tmp_path / "azure.csv"
+    rows = [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,10" for m in range(12) for s in range(0, 60, 3)]
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    bank = tmp_path / "bank.csv"
+    bank.write_text("DateTime,Calls\n" + "\n".join(
+        f"{1046674800 + 300 * i},{100 + i % 50}" for i in range(288 * 7 * 33)) + "\n")
+    assert main(["--azure", str(azure), "--bank", str(bank), "--services", "3", "--hours", "1",
+                 "--policies", "hpa,oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "svc-00   bank" in out and "svc-01   azure-loop" in out and "svc-02   bank" in out
+    assert "cluster: " in out and "reference: the oracle's per-service hindsight sizing" in out
+    table = [line.split() for line in out.splitlines() if line.strip().startswith(("hpa ", "oracle "))]
+    assert [row[0] for row in table] == ["hpa", "oracle"]
+    assert table[1][6] == "1.00"  # the oracle against itself
