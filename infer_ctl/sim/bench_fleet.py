@@ -17,7 +17,8 @@ holding much more than it meets the cluster's limit.
 Printed per policy: the fleet's SLO attainment (requests within their service's SLO over all requests), the worst
 and the median per-service attainment, how many services reach 99 %, GPU-hours (every GPU held, from the bind to
 the deletion) and their ratio to the oracle's on the same cluster, host-memory GiB-hours (0 until warm tiers are
-simulated), the replica-hours spent Pending for want of a GPU, cold starts, and the run's wall time.
+simulated), the replica-hours spent Pending for want of a GPU, the replicas the scheduler preempted (only infer-ctl's
+standby replicas run at a lower priority), cold starts, and the run's wall time.
 
 Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
 trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
@@ -82,14 +83,14 @@ def auto_nodes(demand_peak_gpus: float, gpus_per_node: int, headroom: float) -> 
 def table(results: Sequence[FleetResult], oracle_gpu_hours: float | None) -> list[str]:
     w = max(11, *(len(r.policy) for r in results))
     rows = [f"  {'policy':<{w}} {'SLO':>8} {'worst svc':>9} {'median svc':>10} {'svc>=99%':>8} {'GPU-h':>8} "
-            f"{'x oracle':>8} {'host GiB-h':>10} {'pending rep-h':>13} {'cold':>6} {'wall s':>7}"]
+            f"{'x oracle':>8} {'host GiB-h':>10} {'pending rep-h':>13} {'preempted':>9} {'cold':>6} {'wall s':>7}"]
     for r in results:
         ratio = f"{r.gpu_hours / oracle_gpu_hours:>8.2f}" if oracle_gpu_hours else f"{'-':>8}"
         reach = sum(s.slo_attainment >= 0.99 for s in r.services)
         rows.append(f"  {r.policy:<{w}} {r.slo_attainment:>8.2%} {r.worst_attainment:>9.2%} "
                     f"{r.median_attainment:>10.2%} {f'{reach}/{len(r.services)}':>8} {r.gpu_hours:>8.1f} {ratio} "
-                    f"{r.host_memory_gib_hours:>10.1f} {r.pending_replica_s / 3600.0:>13.1f} {r.cold_starts:>6d} "
-                    f"{r.wall_s:>7.1f}")
+                    f"{r.host_memory_gib_hours:>10.1f} {r.pending_replica_s / 3600.0:>13.1f} {r.preempted:>9d} "
+                    f"{r.cold_starts:>6d} {r.wall_s:>7.1f}")
     return rows
 
 

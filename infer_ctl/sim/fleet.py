@@ -479,6 +479,7 @@ class FleetResult:
     gpu_hours: float
     host_memory_gib_hours: float
     pending_replica_s: float  # replica-seconds Pending (waiting for a GPU)
+    preempted: int  # replicas evicted by the scheduler's preemption
     cold_starts: int
     requests: float
     wall_s: float
@@ -489,7 +490,8 @@ class FleetResult:
         return {"policy": self.policy, "slo_attainment": round(self.slo_attainment, 6),
                 "worst_service": round(self.worst_attainment, 6), "median_service": round(self.median_attainment, 6),
                 "gpu_hours": round(self.gpu_hours, 3), "host_memory_gib_hours": round(self.host_memory_gib_hours, 3),
-                "pending_replica_hours": round(self.pending_replica_s / 3600.0, 3), "cold_starts": self.cold_starts,
+                "pending_replica_hours": round(self.pending_replica_s / 3600.0, 3), "preempted": self.preempted,
+                "cold_starts": self.cold_starts,
                 "wall_s": round(self.wall_s, 1)}
 
 
@@ -500,6 +502,7 @@ class _FleetSim:
         self.queue: list[tuple[int, float, int, int, str]] = []
         self.seq = 0
         self.dirty = False  # something the queue waits for changed: a new Pod, freed GPUs
+        self.preempted = 0
         self.on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None
 
     def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float) -> None:
@@ -613,6 +616,7 @@ class _FleetSim:
                 node, victims = found
                 for service, victim in victims:
                     self.remove(self.runs[service], victim, now)
+                self.preempted += len(victims)
                 self.dirty = True  # the preemption changed what the other Pending Pods see
         if node is None:
             return False
@@ -701,7 +705,7 @@ def simulate_fleet(
         worst_attainment=min(with_traffic), median_attainment=float(np.median(with_traffic)),
         gpu_hours=sum(r.gpu_hours for r in results),
         host_memory_gib_hours=float(host_bytes[w:].sum()) * dt / 3600.0 / GIB,
-        pending_replica_s=float(sum(run.pending_n[w:].sum() for run in runs)) * dt,
+        pending_replica_s=float(sum(run.pending_n[w:].sum() for run in runs)) * dt, preempted=sim.preempted,
         cold_starts=sum(r.cold_starts for r in results), requests=requests, wall_s=wall,
         allocations=tuple(sim.cluster.allocations), gpus_held=gpus_held)
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infer_ctl.core.api import ReplicaState
+from infer_ctl.core.api import Preset, ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
+from infer_ctl.sim.bench_autoscaling import with_preset
 from infer_ctl.sim.bench_fleet import auto_nodes, main
 from infer_ctl.sim.fleet import (
     Allocation,
@@ -177,6 +178,23 @@ def test_preemption_evicts_the_fewest_lower_priority_pods() -> None:
     assert c.victims(1, 100_000) == (0, [(0, "a-2")])  # one victim on either node: the first node
     assert c.victims(2, 100_000) == (0, [(0, "a-2"), (0, "a-1")])
     assert c.victims(1, 1_000) == (1, [(1, "b-4")])  # the lowest priority, the only one below a standby's
+
+
+def test_a_serving_replica_that_fits_nowhere_preempts_another_services_standby_replica() -> None:
+    # one node of 3 GPUs: service a (latency-critical: one standby) holds 2; service b's traffic arrives later
+    quiet = np.full(360, 4.0 * TICK)
+    burst = np.concatenate([np.zeros(120), np.full(240, 30.0 * TICK)])
+    a = service("a", quiet)
+    a = replace(a, settings=with_preset(a.settings, Preset.LATENCY_CRITICAL))
+    b = service("b", burst)
+    policies = [build_policy("infer-ctl", s.settings, s.arrivals, TICK) for s in (a, b)]
+    r = simulate_fleet([a, b], policies, ClusterSpec(nodes=1, gpus_per_node=3), SimConfig(tick_s=TICK),
+                       initial=[1, 0])
+    assert r.preempted >= 1
+    # a's standby replica went when b's serving one was bound, at the same instant
+    b_binds = {x.start_s for x in r.allocations if x.service == "b"}
+    assert any(x.service == "a" and x.end_s in b_binds for x in r.allocations)
+    assert max(most_held_per_node(r.allocations).values()) <= 3
 
 
 def fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSpec]]:
