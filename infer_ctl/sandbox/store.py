@@ -36,7 +36,7 @@ HISTORY_EVENTS = 10_000
 # Kinds whose registry strategy keeps no metadata.generation (probed against kube-apiserver 1.37).
 _NO_GENERATION = frozenset({("", "configmaps"), ("", "secrets"), ("", "services"), ("", "serviceaccounts"),
                             ("", "nodes"), ("", "namespaces"), ("", "endpoints"), ("", "events"),
-                            ("events.k8s.io", "events"), ("coordination.k8s.io", "leases"),
+                            ("coordination.k8s.io", "leases"),
                             ("resource.k8s.io", "resourceclaims")})
 # Kinds whose DELETE answers with the deleted object; every other kind answers with a Success Status when the
 # object is removed at once (the object, with its deletionTimestamp, when the deletion is deferred).
