@@ -80,9 +80,9 @@ def test_crd_enums_list_exactly_the_python_enum_values(path: str, enum: Any) -> 
     assert fields[path]["enum"] == [m.value for m in enum]
 
 
-def test_printer_columns_show_ready_desired_forecast_accelerator_and_age() -> None:
-    columns = [c["name"] for c in load_crd().storage_version.printer_columns]
-    assert {"Ready", "Desired", "Forecast RPS", "Accelerator", "Age"} <= set(columns)
+def test_printer_columns_show_desired_serving_standby_loading_the_reason_and_age() -> None:
+    columns = [c["name"] for c in load_crd().storage_version.printer_columns if not c.get("priority")]
+    assert columns == ["Desired", "Serving", "Standby", "Loading", "Forecast RPS", "Reason", "Age"]
 
 
 def test_status_and_scale_subresources_point_at_fields_the_schema_has() -> None:

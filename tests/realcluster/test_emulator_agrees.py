@@ -870,17 +870,6 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, dict[str, tuple[Any, Any]]]] = {
                                                               [200, {"a": "forced", "c": "3"}]),
             "conflicting apply": ([200, ""], [409, "Conflict"]),
             "managers": ([], [["alice", "Apply"], ["bob", "Apply"]])}),
-    "events_of_both_apis_are_one_resource": (
-        "the emulator stores core/v1 and events.k8s.io/v1 Events apart (no conversion between the two schemas), "
-        "so each API lists only the Events written through it", {
-            "core list": ([["core-event", "CoreReason", "from core/v1", "Normal"]],
-                          [["core-event", "CoreReason", "from core/v1", "Normal"],
-                           ["new-event", "NewReason", "from events.k8s.io", "Warning"]]),
-            "events.k8s.io list": ([["new-event", "NewReason", "from events.k8s.io", "Warning"]],
-                                   [["core-event", "CoreReason", "from core/v1", "Normal"],
-                                    ["new-event", "NewReason", "from events.k8s.io", "Warning"]]),
-            "field selector on involvedObject": ([200, []], [200, ["new-event"]]),
-            "field selector on reason": ([200, []], [200, ["new-event"]])}),
 }
 
 
