@@ -16,7 +16,6 @@ answer holds for the next replica the controller would try to place.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from infer_ctl.actuate.manifests import selector
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
+from infer_ctl.core.quantity import human_bytes
 from infer_ctl.engine.placement import replica_request
 from infer_ctl.kube.client import (
     DEVICE_CLASSES,
@@ -119,7 +119,7 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
     if decision.placement is not None:
         return (f"not created yet: the next replica fits on {decision.placement.node}; "
                 "the controller creates it on its next cycle")
-    reasons = readable("; ".join(str(r) for r in decision.status.reasons) or decision.status.message)
+    reasons = "; ".join(str(r) for r in decision.status.reasons) or decision.status.message
     if any(r.plugin == "GangReservation" for r in decision.status.reasons):
         return f"capacity held for a pending gang: {reasons}"
     eligible = state.eligible(request)
@@ -151,26 +151,6 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
         kind = "MIG partitions" if request.sharing is Sharing.MIG else "shares of GPUs"
         return f"no free capacity: matching {kind} exist, none is free enough; filters: {reasons}"
     return f"no device matches: {reasons}; the cluster has {cluster_accelerators(inventory, policies)}"
-
-
-def human_bytes(count: int) -> str:
-    """A byte count in binary units, as a person reads it: 42949672960 -> "40 GiB", 1610612736 -> "1.5 GiB",
-    85521203200 -> "79.6 GiB", 512 -> "512 B"."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{count} B"
-
-
-# The placement filters' reasons name memory in bytes (DeviceMemory, PartitionAvailable, NodeResources):
-# "model needs 32212254720 bytes of device memory, largest matching device has 0", "memory requested
-# 2199023255552 > free 206158430208 bytes", "no free MIG partition with at least 32212254720 bytes".
-_BYTE_COUNTS = re.compile(r"(\d+) bytes\b|(?<=memory requested )(\d+)|(?<=largest matching device has )(\d+)")
-
-
-def readable(message: str) -> str:
-    """A placement reason with its byte counts in binary units ("model needs 30 GiB of device memory, ...")."""
-    return _BYTE_COUNTS.sub(lambda m: human_bytes(int(next(g for g in m.groups() if g is not None))), message)
 
 
 def cluster_accelerators(inventory: Inventory, policies: Policies) -> str:

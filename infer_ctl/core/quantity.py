@@ -77,6 +77,15 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
+def human_bytes(count: int) -> str:
+    """A byte count in binary units, as a person reads it (messages, not manifests: `format_bytes` writes a
+    quantity): 42949672960 -> "40 GiB", 1610612736 -> "1.5 GiB", 85521203200 -> "79.6 GiB", 512 -> "512 B"."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} B"
+
+
 def _explain_bad_quantity(text: str) -> str:
     stripped = text.strip()
     hint = re.match(rf"^[+-]?{_NUMBER}\s*([A-Za-z]+)$", stripped)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from infer_ctl.core.quantity import human_bytes
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix
 from infer_ctl.place.framework import (
     BoolArray,
@@ -82,7 +83,7 @@ class NodeResources:
             if not cpu_ok[n]:
                 return f"CPU requested {req.cpu_milli}m > free {st.cpu_free[n]}m"
             if not mem_ok[n]:
-                return f"memory requested {req.memory_bytes} > free {st.mem_free[n]} bytes"
+                return f"memory requested {human_bytes(req.memory_bytes)} > free {human_bytes(int(st.mem_free[n]))}"
             return f"pod count at its limit ({st.nodes[n].max_pods})"
 
         return FilterResult(cpu_ok & mem_ok & pods_ok, "InsufficientNodeResources", explain)
@@ -130,7 +131,8 @@ class DeviceMemory:
         def explain(n: int) -> str:
             mems = st.device_memory[n][ctx.eligible.slots[n]]
             biggest = int(mems.max()) if mems.size else 0
-            return f"model needs {need} bytes of device memory, largest matching device has {biggest}"
+            return (f"model needs {human_bytes(need)} of device memory, largest matching device has "
+                    f"{human_bytes(biggest)}")
 
         return FilterResult(passed, "InsufficientDeviceMemory", explain)
 
@@ -165,7 +167,7 @@ class PartitionAvailable:
                 need = int(ctx.share_needed[n][ctx.eligible.slots[n]].min()) if free.size else 0
                 return f"share requested {need}/1000 of a GPU > largest free share {most}/1000"
             if req.sharing is Sharing.MIG:
-                return f"no free MIG partition with at least {req.device_memory_bytes} bytes"
+                return f"no free MIG partition with at least {human_bytes(req.device_memory_bytes)}"
             return f"{req.count} whole GPU(s) requested > {int(ctx.slot_fits()[n].sum())} free"
 
         return FilterResult(passed, "DevicesUnavailable", explain)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infer_ctl.controller.explain import Finding, explain, human_bytes, readable
+from infer_ctl.controller.explain import Finding, explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.core.quantity import human_bytes
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
@@ -208,17 +209,6 @@ async def test_memory_is_told_in_binary_units_not_bytes(cluster: Cluster) -> Non
          "under a KiB stays in bytes", "nothing"])
 def test_byte_counts_read_in_binary_units(count: int, text: str) -> None:
     assert human_bytes(count) == text
-
-
-@pytest.mark.parametrize(("reason", "expected"), [
-    ("model needs 32212254720 bytes of device memory, largest matching device has 25769803776",
-     "model needs 30 GiB of device memory, largest matching device has 24 GiB"),
-    ("memory requested 2199023255552 > free 206158430208 bytes", "memory requested 2 TiB > free 192 GiB"),
-    ("no free MIG partition with at least 42949672960 bytes", "no free MIG partition with at least 40 GiB"),
-    ("CPU requested 4000m > free 2000m", "CPU requested 4000m > free 2000m"),
-], ids=["DeviceMemory", "NodeResources", "PartitionAvailable", "no memory in it: unchanged"])
-def test_the_placement_filters_byte_counts_are_rewritten(reason: str, expected: str) -> None:
-    assert readable(reason) == expected
 
 
 @pytest.fixture
