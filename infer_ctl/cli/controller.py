@@ -15,6 +15,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--prometheus-url", default=None,
                         help="Prometheus to read request rates from; without it (or empty) the replicas' /metrics "
                              "are scraped")
+    parser.add_argument("--gateway-metrics-url", default=None, metavar="URL",
+                        help="without --prometheus-url: the front door's /metrics (infer_ctl_gateway_queue_depth), "
+                             "read for a service at zero replicas, whose requests only the front door sees (infer-ctl "
+                             "sandbox up prints it); without either, a service at zero wakes only on its forecast")
     parser.add_argument("--namespace", action="append", default=[], metavar="NS[,NS...]",
                         help="manage only these namespaces (repeatable, or comma-separated; default: cluster-wide). "
                              "deploy/ grants the controller its writes in each by a RoleBinding")
@@ -63,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(f"infer-ctl controller: the policies are invalid: {exc}", file=sys.stderr)
         return 2
-    config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url or None), kubeconfig=args.kubeconfig,
+    config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url or None,
+                                     gateway_metrics_url=args.gateway_metrics_url or None), kubeconfig=args.kubeconfig,
                             namespaces=namespaces(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
                             metrics_address=args.metrics_address, liveness_port=args.liveness_port,
                             readiness_port=args.readiness_port, health_address=args.health_address,

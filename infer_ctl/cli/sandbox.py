@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             _print_next_steps(args.kubeconfig.resolve())
             print("  front doors: one per InferenceService, URL in its annotation sandbox.infer-ctl.io/url "
                   "(logged as they open)", flush=True)
+            print(f"  gateway metrics: {sandbox.endpoints()['gateway-metrics']}   (every door's requests, held "
+                  "ones too: a Prometheus target, or `infer-ctl controller --gateway-metrics-url`)", flush=True)
             print("Ctrl-C stops the sandbox and every model server it started.", flush=True)
             await stop.wait()
         finally:
@@ -116,6 +118,8 @@ def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
             _print_next_steps(kubeconfig)
             print("  front doors: one per InferenceService, URL in its annotation sandbox.infer-ctl.io/url",
                   flush=True)
+            print(f"  gateway metrics: {sandbox.endpoints()['gateway-metrics']}   (every door's requests, held "
+                  "ones too: a Prometheus target, or `infer-ctl controller --gateway-metrics-url`)", flush=True)
             print("Ctrl-C stops the control plane and every model server it started.", flush=True)
             stop.wait()
             print("stopping ...", flush=True)

@@ -80,7 +80,7 @@ from infer_ctl.kube.labels import (
     ROLE_PREFETCH,
 )
 from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
-from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates
+from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates, read_held_at_gateway
 from infer_ctl.place.claims import HOSTNAME_LABEL
 from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
@@ -119,6 +119,8 @@ class _Posted:
 class Settings:
     policies: Policies
     prometheus_url: str | None = None
+    # without Prometheus: a gateway's /metrics, read for a service at zero replicas (nothing else to scrape then)
+    gateway_metrics_url: str | None = None
     engine_config: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     snapshot_max_age_s: float = 1.0  # how stale the shared cluster snapshot for placement may get
@@ -395,7 +397,12 @@ class Reconciler:
         else:
             endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
                          if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
-            rates = await memory.scrape.read(self._http, endpoints, now_s)
+            if not replicas and self.settings.gateway_metrics_url:
+                # at zero replicas only the front door sees a request: the requests it holds wake the service
+                rates = await read_held_at_gateway(self._http, self.settings.gateway_metrics_url,
+                                                   svc.meta.namespace, svc.meta.name, now_s)
+            else:
+                rates = await memory.scrape.read(self._http, endpoints, now_s)
         if rates.samples:
             memory.last_sample_s = max(t for t, _ in rates.samples)
         if rates.error and rates.reason != memory.rate_outage:

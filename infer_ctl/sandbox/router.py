@@ -3,13 +3,17 @@
 Like a Kubernetes Service with the selector `infer-ctl.io/service=<name>,infer-ctl.io/role=serving`: only pods
 that are Ready and not being deleted receive traffic; the choice is least-outstanding-requests (ties by
 round-robin), which is what a mesh or the gateway API inference extension does for model servers.
-With no ready serving endpoint, a request is held (as Knative's activator holds requests for a service scaling
-from zero) while the service has a replica on its way: any of its Pods not being deleted and not finished
-(loading, sleeping, standby: the controller decides which becomes a serving endpoint). It is forwarded as soon
-as an endpoint is ready, or answered 503 with Retry-After after `hold_s` (30 s), or at once when `max_held`
-(1,024) requests of the service are already held. A service with no Pod at all (scaled to zero) is answered 503
-at once, as a Service without endpoints refuses the connection: that refusal is counted at the gateway, and the
-request rate it shows is what wakes a scaled-to-zero service (tests/controller/test_scale_to_zero.py).
+With no ready serving endpoint, a request is held while the service has a replica on its way: any of its Pods
+not being deleted and not finished (loading, sleeping, standby: the controller decides which becomes a serving
+endpoint). It is forwarded as soon as an endpoint is ready, or answered 503 with Retry-After after `hold_s`
+(30 s), or at once when `max_held` (1,024) requests of the service are already held. A service that scales to
+zero (`spec.scaling.scaleToZero.enabled`) and has no Pod is held too, as Knative's activator holds a request
+for a revision at zero, but for `wake_hold_s` (300 s, Knative's default revision timeout): the wake takes the
+controller's detection and a whole cold start. The held request is the only sign of traffic then: the gauge
+`infer_ctl_gateway_queue_depth` shows it at once (the counter only when it is answered), which is what a
+scale-to-zero service's query reads to wake (deploy/examples/scale-to-zero.yaml,
+tests/controller/test_scale_to_zero.py). Any other service with no Pod at all is answered 503 at once, as a
+Service without endpoints refuses the connection.
 Gateway metrics (one registry for every door, served by `Router.serve_metrics`): the counter
 `infer_ctl_gateway_requests_total{namespace,service,code}`, and the gauges
 `infer_ctl_gateway_queue_depth{namespace,service}` (requests held for an endpoint) and
@@ -96,6 +100,16 @@ def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str
     return sorted(out)
 
 
+def scales_to_zero(view: ClusterView, namespace: str, service: str) -> bool:
+    """Whether `service` may be at zero replicas by design, to be woken by a request."""
+    for svc in view.inference_services():
+        meta = svc["metadata"]
+        if meta.get("namespace") == namespace and meta.get("name") == service:
+            scaling = (svc.get("spec") or {}).get("scaling") or {}
+            return (scaling.get("scaleToZero") or {}).get("enabled") is True
+    return False
+
+
 def replicas_on_their_way(view: ClusterView, namespace: str, service: str) -> bool:
     """Whether `service` has a Pod that may become a serving endpoint: not deleting, not finished, no prefetch."""
     return any(not p["metadata"].get("deletionTimestamp")
@@ -113,6 +127,7 @@ class FrontDoor:
     metrics: GatewayMetrics | None = None
     port: int = 0
     hold_s: float = 30.0
+    wake_hold_s: float = 300.0
     max_held: int = 1024
     outstanding: dict[str, int] = field(default_factory=dict)
     held: int = 0
@@ -162,16 +177,25 @@ class FrontDoor:
             self.metrics.queue_depth.labels(self.namespace, self.service).set(self.held)
             self.metrics.inflight.labels(self.namespace, self.service).set(self.forwarded)
 
-    async def _hold(self) -> str | None:
-        """Wait (at most `hold_s`) for a ready endpoint while a replica is on its way; None if none came."""
+    def _hold_for_s(self) -> float:
+        """How long a request may wait for an endpoint now: `hold_s` while a replica is on its way,
+        `wake_hold_s` for a service at zero that wakes on requests, 0 (refused at once) otherwise."""
+        if replicas_on_their_way(self.view, self.namespace, self.service):
+            return self.hold_s
+        return self.wake_hold_s if scales_to_zero(self.view, self.namespace, self.service) else 0.0
+
+    async def _hold(self, hold_s: float) -> str | None:
+        """Wait for a ready endpoint while one may come: at most `hold_s`, or what `_hold_for_s` allows now if that
+        is longer (a waking service's replica appeared); None if none came."""
         self.held += 1
         self._gauges()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.hold_s
+        started = loop.time()
         try:
             while (endpoint := self.pick()) is None:
-                remaining = deadline - loop.time()
-                if remaining <= 0 or not replicas_on_their_way(self.view, self.namespace, self.service):
+                allowed_s = self._hold_for_s()
+                remaining = started + max(hold_s, allowed_s) - loop.time()
+                if remaining <= 0 or allowed_s == 0:
                     return None
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
@@ -184,18 +208,19 @@ class FrontDoor:
     async def _forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         endpoint = self.pick()
         if endpoint is None:
-            if not replicas_on_their_way(self.view, self.namespace, self.service):
+            hold_s = self._hold_for_s()
+            if hold_s == 0:
                 return aiohttp.web.json_response(
                     {"error": f"no ready serving endpoints for {self.namespace}/{self.service}"}, status=503)
             if self.held >= self.max_held:
                 return aiohttp.web.json_response(
                     {"error": f"{self.max_held} requests already wait for an endpoint of {self.namespace}/"
                               f"{self.service}"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
-            endpoint = await self._hold()
+            endpoint = await self._hold(hold_s)
             if endpoint is None:
                 return aiohttp.web.json_response(
                     {"error": f"no ready serving endpoint for {self.namespace}/{self.service} within "
-                              f"{self.hold_s:g} s"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+                              f"{hold_s:g} s"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
         self.forwarded += 1
         self._gauges()
@@ -225,6 +250,7 @@ class Router:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     metrics_port: int = 0
     hold_s: float = 30.0
+    wake_hold_s: float = 300.0
     max_held: int = 1024
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _metrics_runner: aiohttp.web.AppRunner | None = None
@@ -280,7 +306,7 @@ class Router:
         for key, svc in wanted.items():
             if key not in self.doors:
                 door = FrontDoor(self.view, key[0], key[1], session, self.metrics, hold_s=self.hold_s,
-                                 max_held=self.max_held)
+                                 wake_hold_s=self.wake_hold_s, max_held=self.max_held)
                 self.metrics.open(key[0], key[1])
                 await door.start()
                 self.doors[key] = door

@@ -143,3 +143,27 @@ async def test_idle_goes_back_to_zero_after_the_keep_alive_and_the_next_request_
         assert live_pods(cluster, name) == [], reasons
         assert "ScaleToZero" in reasons and "KeepAlive" in reasons, reasons
         await reconciler.close()
+
+
+def test_without_prometheus_the_controller_reads_the_requests_held_at_the_front_door(cluster: Cluster) -> None:
+    """No Prometheus: the controller scrapes replicas, and at zero there are none; given the gateway's /metrics
+    (`infer-ctl controller --gateway-metrics-url`), it reads the requests the front door holds, and the shipped
+    example wakes on its first request all the same."""
+    body = shipped_example()
+    name = body["metadata"]["name"]
+    settings = Settings(cluster.policies, gateway_metrics_url=cluster.sandbox.router.metrics_url)
+    with running_controller(cluster, settings, namespaces=("default",)):
+        cluster.kube.create(INFERENCE_SERVICES, body, "default")
+        door = wait_for("the front door", lambda: front_door(cluster, name))
+
+        def decided_zero() -> bool:
+            status = (cluster.kube.get(INFERENCE_SERVICES, name, "default") or {}).get("status") or {}
+            return (status.get("lastDecision") or {}).get("reason") == "ScaleToZero"
+
+        wait_for("the controller's decision to stay at zero", decided_zero, timeout_s=60)
+        status = (cluster.kube.get(INFERENCE_SERVICES, name, "default") or {})["status"]
+        metrics = next(c for c in status["conditions"] if c["type"] == "MetricsAvailable")
+        assert metrics["status"] == "True" and "gateway" in metrics["message"], metrics
+        answer = httpx.post(f"{door}/v1/completions", json={"prompt": "def fib(n):"}, timeout=120)
+        assert answer.status_code == 200, (answer.status_code, answer.text)
+        assert len(live_pods(cluster, name)) == 1

@@ -175,6 +175,9 @@ def test_sandbox_up_prints_its_endpoints_installs_the_crd_and_stops_cleanly_on_c
     assert httpx.get(f"{url}/api/v1/nodes").json()["items"]
     # the CRD is there: an example applies at once, as the printed next step says
     assert "CRD:         inferenceservices.infer-ctl.io installed" in text and "kubectl get infsvc" in text
+    # the gateway's metrics, where a request held for a service at zero shows first
+    [gateway] = [line.split()[2] for line in lines if line.strip().startswith("gateway metrics:")]
+    assert "infer_ctl_gateway_requests" in httpx.get(gateway).text
     crd = httpx.get(f"{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferenceservices.infer-ctl.io")
     assert {c["type"]: c["status"] for c in crd.json()["status"]["conditions"]}["Established"] == "True"
     example = yaml.safe_load((ROOT / "deploy/examples/llm-8b.yaml").read_text())

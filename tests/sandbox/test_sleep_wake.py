@@ -386,8 +386,8 @@ async def test_a_bad_model_bytes_annotation_is_a_config_error_naming_it() -> Non
 # ------------------------------------------------------------------------------------------ the front door
 
 
-async def install_service(box: Sandbox, name: str) -> str:
-    """The InferenceService CRD and one service; the URL of its front door."""
+async def install_service(box: Sandbox, name: str, *, scale_to_zero: bool = False) -> str:
+    """The InferenceService CRD and one service (that scales to zero, if asked); the URL of its front door."""
     crd = yaml.safe_load((ROOT / "crds/inferenceservice.yaml").read_text())
     rt = box.store.type("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     if box.store.find(rt, None, crd["metadata"]["name"]) is None:
@@ -395,6 +395,8 @@ async def install_service(box: Sandbox, name: str) -> str:
     manifest = next(d for d in yaml.safe_load_all((ROOT / "deploy/examples/llm-8b.yaml").read_text())
                     if d and d.get("kind") == "InferenceService")
     manifest["metadata"].update(name=name, namespace="default")
+    if scale_to_zero:
+        manifest["spec"]["scaling"].update(minReplicas=0, scaleToZero={"enabled": True})
     create(box, manifest)
     service_rt = box.store.type_for_kind(manifest["apiVersion"], "InferenceService")
     found = await until(box, lambda: (s := box.store.find(service_rt, "default", name)) and
@@ -443,6 +445,39 @@ async def test_the_front_door_answers_503_with_retry_after_when_no_replica_serve
         url = await install_service(box, "llm")
         create(box, replica("sleeper"))  # on its way (a sleeping standby), but never relabelled serving
         await until(box, ready_pod(box, "sleeper"), what="the sleeper")
+        answer, answer_s = await timed(http.post(f"{url}/v1/completions", json={}))
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        assert 0.5 <= answer_s < 0.5 + 0.5
+
+
+async def test_the_front_door_holds_a_request_for_a_service_at_zero_until_its_wake_brings_a_replica() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        url = await install_service(box, "lazy", scale_to_zero=True)
+        held = asyncio.ensure_future(timed(http.post(f"{url}/v1/completions", json={})))
+        # no Pod at all, but the service wakes on requests: held, and shown in the queue depth at once (the
+        # counter only counts it when it is answered)
+        async with asyncio.timeout(5):
+            while gateway(box, (await http.get(box.router.metrics_url)).text,
+                          "infer_ctl_gateway_queue_depth", "lazy") < 1:
+                await asyncio.sleep(0.02)
+        counted = [float(line.rsplit(" ", 1)[1]) for line in (await http.get(box.router.metrics_url)).text.splitlines()
+                   if line.startswith("infer_ctl_gateway_requests_total{") and 'service="lazy"' in line]
+        assert counted and sum(counted) == 0
+        await asyncio.sleep(1.0)  # the controller's detection, longer than nothing
+        serving = replica("r0", asleep=False, model_bytes=0, cold_start_s=1.0)
+        serving["metadata"]["labels"].update({"infer-ctl.io/role": "serving", "infer-ctl.io/service": "lazy"})
+        create(box, serving)
+        answer, answer_s = await held
+        assert answer.status_code == 200 and answer.json()["pod"] == "r0"
+        assert answer_s >= 1.5  # held through the second before the wake and the 1 s load
+        assert gateway(box, (await http.get(box.router.metrics_url)).text, "infer_ctl_gateway_queue_depth",
+                       "lazy") == 0
+
+
+async def test_a_request_for_a_service_at_zero_is_answered_503_when_no_replica_comes_within_the_wake_bound() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.router.wake_hold_s = 0.5
+        url = await install_service(box, "lazy", scale_to_zero=True)
         answer, answer_s = await timed(http.post(f"{url}/v1/completions", json={}))
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
         assert 0.5 <= answer_s < 0.5 + 0.5
