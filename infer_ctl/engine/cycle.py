@@ -26,6 +26,7 @@ serving and 1 standby replica, names them `<svc>-r2` and `<svc>-r3`, places both
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -142,6 +143,9 @@ class Observation:
     # replica names held by objects the service does not own (a Pod someone else created as "llm-r0"): never
     # given to a new replica
     foreign: frozenset[str] = frozenset()
+    # requests in flight now, in service and queued (the router's and the model servers' gauges; the simulator's
+    # queue): the burst guard's leading signal; NaN when it could not be read (then it changes nothing)
+    concurrency: float = math.nan
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -176,11 +180,13 @@ class ServicePolicy:
 
 def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
     """The spec -> policy function, the one the controller and the simulator both use: the preset fills what the
-    spec leaves unset, the forecasters are those the spec allows, and each rate sample stands for the metric
-    query's range window (or, scraping directly, one control period)."""
+    spec leaves unset, the forecasters are those the spec allows, each rate sample stands for the metric
+    query's range window (or, scraping directly, one control period), and the burst guard's concurrency target
+    is the target rate times the SLO's p95 objective (`infer_ctl.decide.decision.concurrency_target`)."""
     scaling = spec.scaling
     effective = effective_scaling(scaling, policies.policies.scaling)
-    decide = DecidePolicy.from_spec(scaling, effective)
+    slo_s = spec.slo.latency_p95_ms / 1000.0 if spec.slo.latency_p95_ms is not None else None
+    decide = DecidePolicy.from_spec(scaling, effective, slo_latency_s=slo_s)
     window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None
     engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality),
                      rate_window_s=window if window is not None else policies.period_s)
@@ -264,8 +270,8 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                   for r in replicas)
     tiers, prefetchable = (cached_tier(observation, policies, policy, cold_starts, products)
                            if policy.node_cache and observation.cluster is not None else (None, ()))
-    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers),
-                                state.engine, policy.engine)
+    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers,
+                                             observation.concurrency), state.engine, policy.engine)
     prefetch = _prefetch(output, prefetchable, observation.prefetching)
     serving, standby = output.desired_serving, output.desired_standby
     reason, message = str(output.decision.reason), output.decision.message

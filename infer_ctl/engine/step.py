@@ -110,6 +110,9 @@ class EngineInputs:
     cold_start_p90_s: float
     policy: DecidePolicy
     tiers: TierInputs | None = None  # None: every replica is awake (serving or standby)
+    # requests in flight now (in service and queued), read this cycle; NaN when not read. The burst guard's
+    # leading signal (`infer_ctl.decide.decision`); the forecast and its history stay on the rate
+    concurrency: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +287,8 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
                 forecast = state.fitted.predict(steps + 1)
                 memo = (state.fitted, steps + 1, forecast)
     decide_inputs = DecideInputs(
-        inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh)
+        inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh),
+        inputs.concurrency,
     )
     decision, decide_state = decide(decide_inputs, state.decide_state, policy)
     tier_plan, warm = None, state.warm_recommendations

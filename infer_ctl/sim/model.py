@@ -19,6 +19,9 @@ backlog waits Q / (n * mu) first. With no ready replica at all, requests wait (a
 a gateway) until the first replica is ready; a request waiting longer than `request_timeout_s` fails, which
 counts against the SLO like any late answer.
 
+In flight (what a gauge of requests in service and queued shows; infer-ctl's burst guard reads it): the fleet
+backlog plus each ready replica's requests by Little's law at the rate it serves (`ServiceModel.in_flight`).
+
 Cold starts: lognormal around `cold_start_s` (sigma `cold_start_sigma`, clipped to [0.6, 2] x the median),
 `cached_factor` of that when the replica lands on a node that served the model within `cache_ttl_s` (weights
 in the node's page cache or local disk). GPU-hours run from creation (loading counts) to deletion.
@@ -71,6 +74,18 @@ class ServiceModel:
         median = self.cold_start_s * (self.cached_factor if cached else 1.0)
         factor = math.exp(self.cold_start_sigma * float(rng.standard_normal()))
         return median * min(2.0, max(0.6, factor))
+
+    def in_flight(self, ready: int, arriving_rps: float, backlog: float) -> float:
+        """Requests in the system, in service and queued: the fleet backlog (`infer_ctl.sim.run`'s fluid queue,
+        what the replicas could not take) plus what the ready replicas hold by the latency model, Little's law at
+        the recent arrival rate (per replica lam, at most mu: lam x (base + 1 / max(mu - lam, 0.02 mu))). E.g. 10
+        ready replicas at 80 req/s (mu 11.8/s, base 0.8 s): 80 x (0.8 + 1 / 3.8) = 85 in flight; with 2,000
+        requests backlogged behind them, 2,085."""
+        if ready <= 0:
+            return backlog
+        mu = self.service_rate_rps
+        lam = min(max(arriving_rps, 0.0) / ready, mu)
+        return backlog + ready * lam * (self.base_latency_s + 1.0 / max(mu - lam, 0.02 * mu))
 
     def cold_start_quantile_s(self, q: float) -> float:
         """Quantile of the uncached cold start (the lognormal's, within the clip)."""

@@ -20,6 +20,9 @@ cold start, which none but a clairvoyant can serve.
 Latency per tick (the model in `infer_ctl.sim.model`): with n ready replicas, per-replica load lam = A/(n*dt),
 backlog Q at the start of the tick, a request's latency is base + W + Exp(nu) with W = Q/(n*mu) and
 nu = max(mu - lam, 0.02 mu); with no ready replica, W is the time until the first one is ready.
+infer-ctl also reads the requests in flight (its burst guard's leading signal), as the controller reads the
+router's and model servers' gauges through Prometheus: the backlog and the requests the ready replicas hold by the
+same latency model, at the last scrape (`ServiceModel.in_flight`).
 """
 
 from __future__ import annotations
@@ -269,7 +272,10 @@ def simulate(
             before = fleet.alive
             metric = float(metric_a[t - 1]) if t > 0 else math.nan
             if isinstance(policy, InferCtl):
-                observation = policy.observation(now, metric, tuple(fleet.replicas.values()))
+                observation = replace(policy.observation(now, metric, tuple(fleet.replicas.values())),
+                                      concurrency=in_flight_seen(policy, model, t, dt, arrivals=arrivals,
+                                                                  ready_n=ready_n, backlog=backlog,
+                                                                  window_s=config.ongoing_window_s))
                 plan, state = policy.plan(observation, now, state)
                 if on_cycle is not None:
                     on_cycle(observation, plan)
@@ -321,6 +327,21 @@ def simulate(
         alive=alive_n.astype(np.float64),
         forecast_upper_rps=fc_upper,
     )
+
+
+def in_flight_seen(policy: InferCtl, model: ServiceModel, t: int, dt: float, *, arrivals: FloatArray,
+                    ready_n: np.ndarray[Any, Any], backlog: FloatArray, window_s: float) -> float:
+    """The requests in flight infer-ctl reads at tick `t`: the gauges as Prometheus last scraped them (every
+    `metric_scrape_s`), the model's in-flight requests at the start of that tick (`ServiceModel.in_flight`: its
+    backlog, and what its ready replicas hold at the arrival rate of the `window_s` before: a replica's own queue
+    follows its load over tens of seconds, not one tick's Poisson count)."""
+    scraped = min(t, math.floor(math.floor(t * dt / policy.metric_scrape_s + 1e-9) * policy.metric_scrape_s / dt
+                                + 1e-9))
+    if scraped <= 0:
+        return math.nan  # nothing scraped yet
+    k = max(1, round(window_s / dt))
+    recent = arrivals[max(0, scraped - k):scraped]
+    return model.in_flight(int(ready_n[scraped]), float(recent.mean()) / dt, float(backlog[scraped]))
 
 
 def _apply(plan: CyclePlan, fleet: _Fleet, cache: deque[float], now: float,

@@ -10,6 +10,8 @@ plan must be identical: counts, reason, message, replica actions, the new replic
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,8 @@ def summary(plan: CyclePlan) -> tuple[Any, ...]:
                  id="an 8B model with a standby replica through a surge, a drop, idle and a return"),
     pytest.param("scale-to-zero.yaml", (10.0, 0.0, 0.0, 25.0, 0.0, 0.0), 60.0,
                  id="a small model that scales to zero and wakes"),
+    pytest.param("llm-8b.yaml", (10.0, 80.0, 10.0), 180.0,
+                 id="an 8B model through a step that its requests in flight show before its rate"),
 ])
 def test_every_cycle_of_the_simulator_is_the_controllers_decision(example: str, profile: tuple[float, ...],
                                                                  cold_start_s: float) -> None:
@@ -99,7 +103,9 @@ def test_every_cycle_of_the_simulator_is_the_controllers_decision(example: str, 
     for i, (sim_observation, sim_plan) in enumerate(recorded):
         now_s = sim_observation.samples[0][0]
         pods = [pod_of(svc, r) for r in sim_observation.replicas]
-        observation = observation_of(svc, pods, (), sim_observation.samples)
+        # the requests in flight, as the controller reads them beside the rate and passes them on (the reconciler)
+        observation = replace(observation_of(svc, pods, (), sim_observation.samples),
+                              concurrency=sim_observation.concurrency)
         plan, state = plan_cycle(observation, state, controller, now_s)
         assert summary(plan) == summary(sim_plan), f"cycle {i} at {now_s:.0f} s"
         reasons.add(plan.reason)
@@ -107,3 +113,7 @@ def test_every_cycle_of_the_simulator_is_the_controllers_decision(example: str, 
     assert len(recorded) == len(arrivals) * tick_s // controller.period_s
     assert len(reasons) >= 4, reasons
     assert any(p.create for _, p in recorded) and any(p.actions.remove for _, p in recorded)
+    # the requests in flight, read beside the rate, are carried to the decision (and decide a step's first cycle)
+    assert all(not math.isnan(o.concurrency) for o, _ in recorded if o.samples[0][0] >= policy.metric_scrape_s)
+    if profile == (10.0, 80.0, 10.0):
+        assert any("requests in flight" in p.message for _, p in recorded)
