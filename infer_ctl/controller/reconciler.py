@@ -80,7 +80,15 @@ from infer_ctl.kube.labels import (
     ROLE_PREFETCH,
 )
 from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
-from infer_ctl.observe.rates import PrometheusRates, RateSamples, ScrapeRates, read_held_at_gateway
+from infer_ctl.observe.rates import (
+    NOT_READ,
+    Concurrency,
+    PrometheusRates,
+    RateSamples,
+    ScrapeRates,
+    read_gateway_held,
+    read_held_at_gateway,
+)
 from infer_ctl.place.claims import HOSTNAME_LABEL
 from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
@@ -150,6 +158,7 @@ class ServiceMemory:
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
     rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)
+    concurrency_outage: str = ""  # the same for the requests in flight
     # replica name -> (resource, object name) of an object of somebody else's that holds that name
     foreign: dict[str, tuple[Resource, str]] = field(default_factory=dict)
     failures: int = 0  # failed cycles in a row: the retry's backoff
@@ -310,10 +319,11 @@ class Reconciler:
         claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if _owned_by(c, uid))
         replicas = replica_pods(pods)
         now_s = now.timestamp()
-        rates = await self._rates(svc, memory, replicas, now_s)
+        rates, concurrency = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
                               foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
+                              concurrency=concurrency.requests,
                               prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
                                                     for p in prefetches if not _finished(p)))
 
@@ -381,7 +391,13 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- observe
 
     async def _rates(self, svc: api.InferenceService, memory: ServiceMemory, replicas: Sequence[ReplicaPod],
-                     now_s: float) -> RateSamples:
+                     now_s: float) -> tuple[RateSamples, Concurrency]:
+        """The request rate since the last cycle and the requests in flight now (read only for a service with a
+        latency objective: the burst guard's concurrency target needs one). Through Prometheus the two queries run
+        side by side, each within the read's deadline, and one failing leaves the other; scraping directly, both
+        come from the same expositions, plus the requests the front door holds when its metrics URL is known."""
+        wants_concurrency = svc.spec.slo.latency_p95_ms is not None
+        concurrency = NOT_READ
         if self.prometheus is not None:
             # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
             # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
@@ -391,9 +407,15 @@ class Reconciler:
                 max(0.5, min(self.settings.period_s, self.settings.engine_config.history_step_s, window))
             start = now_s - HISTORY_ON_START_S if memory.last_sample_s is None else memory.last_sample_s + step_s
             start = min(start, now_s)
-            rates: RateSamples = await self._k(self.prometheus.read, template=svc.spec.scaling.metric.query,
-                                               name=svc.meta.name, namespace=svc.meta.namespace, start_s=start,
-                                               end_s=now_s, step_s=step_s)
+            rate_read = self._k(self.prometheus.read, template=svc.spec.scaling.metric.query,
+                                name=svc.meta.name, namespace=svc.meta.namespace, start_s=start, end_s=now_s,
+                                step_s=step_s)
+            template = self.settings.policies.scaling.concurrency_query
+            if wants_concurrency and template:
+                rates, concurrency = await asyncio.gather(rate_read, self.prometheus.aconcurrency(
+                    template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s))
+            else:
+                rates = await rate_read
         else:
             endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
                          if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
@@ -401,8 +423,12 @@ class Reconciler:
                 # at zero replicas only the front door sees a request: the requests it holds wake the service
                 rates = await read_held_at_gateway(self._http, self.settings.gateway_metrics_url,
                                                    svc.meta.namespace, svc.meta.name, now_s)
+                if wants_concurrency:  # the held requests are all that is in flight
+                    concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
             else:
-                rates = await memory.scrape.read(self._http, endpoints, now_s)
+                rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s)
+                if wants_concurrency:
+                    concurrency = await self._with_held(svc, in_flight)
         if rates.samples:
             memory.last_sample_s = max(t for t, _ in rates.samples)
         if rates.error and rates.reason != memory.rate_outage:
@@ -410,7 +436,24 @@ class Reconciler:
         elif not rates.error and memory.rate_outage:
             log.info("%s: request rate readable again", svc.meta.key)
         memory.rate_outage = rates.reason if rates.error else ""
-        return rates
+        if concurrency.error and concurrency.reason != memory.concurrency_outage:
+            log.warning("%s: requests in flight unavailable (the burst guard uses the rate alone): %s",
+                        svc.meta.key, concurrency.error)
+        elif not concurrency.error and memory.concurrency_outage:
+            log.info("%s: requests in flight readable again", svc.meta.key)
+        memory.concurrency_outage = concurrency.reason if concurrency.error else ""
+        return rates, concurrency
+
+    async def _with_held(self, svc: api.InferenceService, in_flight: Concurrency) -> Concurrency:
+        """The replicas' requests in flight plus those the front door holds for one (when its metrics URL is
+        known; a replica loading behind a door holds nothing yet)."""
+        url = self.settings.gateway_metrics_url
+        if url is None or in_flight.error:
+            return in_flight
+        held = await read_gateway_held(self._http, url, svc.meta.namespace, svc.meta.name)
+        if held.error:
+            return held
+        return Concurrency(held.requests + (0.0 if math.isnan(in_flight.requests) else in_flight.requests), "scrape")
 
     # ------------------------------------------------------------------------------------------- write
 

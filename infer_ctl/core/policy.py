@@ -14,9 +14,16 @@ from infer_ctl.core import api
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.fields import FieldReader
 from infer_ctl.core.parse import COMPUTE_CAPABILITY_RE
+from infer_ctl.core.promql import check_template
 from infer_ctl.core.quantity import parse_bytes
 
 POLICY_VERSION = "v1alpha1"
+# The requests in flight of a service (in service and queued), read through Prometheus every control period: the
+# model servers' gauge, or the requests the front door holds for a replica (disjoint series: `or` adds them).
+DEFAULT_CONCURRENCY_QUERY = (
+    'sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}'
+    ' or infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"})'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,9 @@ class ScalingPolicy:
     # the cached load's time as a share of the cold start, until cached starts have been measured (KServe's
     # LocalModelCache and Run:ai's streamer report 48 s -> 8-14 s for an 8B model: 0.17-0.3)
     cached_start_ratio: float = 0.25
+    # the requests in flight of each service, a PromQL template with {{name}} and {{namespace}} (the confinement
+    # of `infer_ctl.core.promql`), read through Prometheus for the burst guard; "" reads none
+    concurrency_query: str = DEFAULT_CONCURRENCY_QUERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,13 +229,18 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "presets"))
+                            "concurrencyQuery", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
                       exclusive_minimum=0, maximum=3600)
     unavailable_after = r.number(doc, "unavailableAfterSeconds", f"{source}: unavailableAfterSeconds",
                                  default=30.0, minimum=0, maximum=86_400)
+    concurrency_query = r.string(doc, "concurrencyQuery", f"{source}: concurrencyQuery",
+                                 default=DEFAULT_CONCURRENCY_QUERY)
+    if concurrency_query:
+        for problem in check_template(concurrency_query):
+            r.error(f"{source}: concurrencyQuery", problem)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
     for preset in api.Preset:
@@ -246,7 +261,9 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError(r.errors)
     return ScalingPolicy(control_period_s=period or 10.0, presets=presets,
                          unavailable_after_s=30.0 if unavailable_after is None else unavailable_after,
-                         cached_start_ratio=0.25 if cached_ratio is None else cached_ratio)
+                         cached_start_ratio=0.25 if cached_ratio is None else cached_ratio,
+                         concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
+                                            else concurrency_query))
 
 
 PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",

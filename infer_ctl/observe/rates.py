@@ -1,10 +1,14 @@
 """Request rates of a service: from Prometheus (the service's PromQL template) or a direct scrape of replicas,
 and, for a service at zero replicas without Prometheus, the requests its front door holds (`read_held_at_gateway`).
+Beside the rate, the requests in flight (in service and queued: the burst guard's leading signal): from
+Prometheus (the policies' `concurrencyQuery` template, one instant value) or from the same scrape of the replicas
+(`infer_ctl_inflight_requests`) plus the requests the front door holds.
 
-Each read returns `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the read found
-no rate at all, an `error` (what happened, for people) and a `reason` (`Outage`, for conditions and metrics).
-Missing data is a value, not an exception: the decision holds the current replicas rather than scaling down on a
-gap (the engine's rule), and the controller says why in a condition.
+Each rate read returns `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the
+read found no rate at all, an `error` (what happened, for people) and a `reason` (`Outage`, for conditions and
+metrics); a concurrency read returns `Concurrency`, one value with its own error and reason. Missing data is a value,
+not an exception: the decision holds the current replicas rather than scaling down on a gap (the engine's rule),
+missing concurrency changes nothing, and the controller says why.
 
 Prometheus is read with httpx (`prometheus-api-client` was dropped: it retried 3 times with backoff on 408/429/5xx
 by default, so a failed read took 6 s and a hanging server 26 s inside a 10 s control period; it reported an HTTP
@@ -30,6 +34,7 @@ from infer_ctl.core.promql import PromQLTemplateError, render
 
 REQUESTS_METRIC = "infer_ctl_requests_total"
 GATEWAY_HELD_METRIC = "infer_ctl_gateway_queue_depth"  # requests a front door holds for a replica
+INFLIGHT_METRIC = "infer_ctl_inflight_requests"  # a model server's requests in service and queued (a gauge)
 
 
 class Outage(StrEnum):
@@ -57,6 +62,23 @@ class RateSamples:
     def ok(self) -> bool:
         return not self.error
 
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """A service's requests in flight (in service and queued) at one time: NaN when not read, then with an `error`
+    and a `reason` (`Outage`) if the read failed (none when there was nothing to read: no query, no replica)."""
+
+    requests: float
+    source: str  # "prometheus" | "scrape"
+    error: str = ""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+NOT_READ = Concurrency(math.nan, "none")
 
 DEFAULT_TIMEOUT_S = 3.0  # below the default 10 s control period, with room for the rest of a cycle
 RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy without an upstream, Prometheus not ready, a gateway timeout
@@ -97,11 +119,13 @@ class PrometheusRates:
                                       end_s=end_s, step_s=step_s))
 
     async def aread(self, *, template: str, name: str, namespace: str, start_s: float, end_s: float,
-                    step_s: float, client: httpx.AsyncClient | None = None) -> RateSamples:
+                    step_s: float, client: httpx.AsyncClient | None = None,
+                    field: str = "spec.scaling.metric.query") -> RateSamples:
+        """The template's values over [start_s, end_s]; `field` names the template in an INVALID_QUERY error."""
         try:
             query = render(template, name=name, namespace=namespace)
         except PromQLTemplateError as exc:
-            return RateSamples((), "prometheus", f"spec.scaling.metric.query: {exc}", Outage.INVALID_QUERY)
+            return RateSamples((), "prometheus", f"{field}: {exc}", Outage.INVALID_QUERY)
         try:
             async with asyncio.timeout(self.timeout_s):
                 if client is not None:
@@ -113,6 +137,20 @@ class PrometheusRates:
                                                  "(no complete answer)", Outage.TIMEOUT)
         except _ReadFailed as exc:
             return RateSamples((), "prometheus", exc.message, exc.reason, exc.status)
+
+    async def aconcurrency(self, *, template: str, name: str, namespace: str, at_s: float,
+                           field: str = "scaling.yaml: concurrencyQuery") -> Concurrency:
+        """The requests in flight at `at_s`: the template's value there (Prometheus answers a gauge's last sample
+        within its lookback), read as a range of one point, with the same deadline, retries and outages as a
+        rate read."""
+        read = await self.aread(template=template, name=name, namespace=namespace, start_s=at_s, end_s=at_s,
+                                step_s=1.0, field=field)
+        value = read.samples[-1][1] if read.samples else math.nan
+        if read.error or math.isnan(value):
+            return Concurrency(math.nan, "prometheus", read.error or f"Prometheus at {self.url} has no value for "
+                                                                    "the concurrency query now", read.reason or
+                               Outage.NAN)
+        return Concurrency(value, "prometheus")
 
     async def _read_range(self, client: httpx.AsyncClient, query: str, start_s: float, end_s: float,
                           step_s: float) -> RateSamples:
@@ -259,21 +297,42 @@ class ScrapeRates:
 
     async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float) -> RateSamples:
         """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time."""
+        return (await self.read_with_concurrency(client, endpoints, now_s))[0]
+
+    async def read_with_concurrency(self, client: httpx.AsyncClient, endpoints: Mapping[str, str],
+                                    now_s: float) -> tuple[RateSamples, Concurrency]:
+        """The rate, and from the same expositions the replicas' requests in flight (the sum of their
+        `infer_ctl_inflight_requests`): NaN when a replica cannot be scraped or lacks the gauge, or when there is
+        no replica to scrape. The two fail apart: a replica without the gauge still gives its counter."""
         totals: dict[str, float] = {}
         failed: list[str] = []
         reasons: list[Outage] = []
+        in_flight, missing_gauge = 0.0, []
         for replica, url in endpoints.items():
             try:
                 response = await client.get(url, timeout=self.timeout_s)
                 response.raise_for_status()
-                totals[replica] = counter_total(response.text, self.metric)
+                text = response.text
+                totals[replica] = counter_total(text, self.metric)
             except (httpx.HTTPError, ValueError) as exc:
                 failed.append(f"{replica}: {type(exc).__name__}")
                 reasons.append(_scrape_outage(exc))
+                continue
+            try:
+                in_flight += series_total(text, INFLIGHT_METRIC, {})
+            except ValueError:
+                missing_gauge.append(replica)
         rate = self._advance(totals, now_s)
         if failed:
-            return RateSamples(((now_s, math.nan),), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
-        return RateSamples(((now_s, rate),), "scrape")
+            error = "cannot scrape " + ", ".join(failed)
+            return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
+                    Concurrency(math.nan, "scrape", error, reasons[0]))
+        if missing_gauge:
+            concurrency = Concurrency(math.nan, "scrape", f"no {INFLIGHT_METRIC} in the exposition of "
+                                                          f"{', '.join(missing_gauge)}", Outage.BAD_RESPONSE)
+        else:
+            concurrency = Concurrency(in_flight, "scrape") if endpoints else NOT_READ
+        return RateSamples(((now_s, rate),), "scrape"), concurrency
 
     def _advance(self, totals: Mapping[str, float], now_s: float) -> float:
         """Sum of the replicas' rates since their previous scrape; NaN while nothing is known yet (the very first
@@ -307,6 +366,20 @@ async def read_held_at_gateway(client: httpx.AsyncClient, url: str, namespace: s
         return RateSamples(((now_s, math.nan),), "gateway", f"cannot scrape the gateway at {url}: "
                                                             f"{type(exc).__name__}: {exc}", _scrape_outage(exc))
     return RateSamples(((now_s, held),), "gateway")
+
+
+async def read_gateway_held(client: httpx.AsyncClient, url: str, namespace: str, service: str, *,
+                            timeout_s: float = 2.0) -> Concurrency:
+    """The requests a front door holds for a replica of the service now (`infer_ctl_gateway_queue_depth` on the
+    gateway's /metrics at `url`): the part of the requests in flight that no replica sees."""
+    try:
+        response = await client.get(url, timeout=timeout_s)
+        response.raise_for_status()
+        held = series_total(response.text, GATEWAY_HELD_METRIC, {"namespace": namespace, "service": service})
+    except (httpx.HTTPError, ValueError) as exc:
+        return Concurrency(math.nan, "scrape", f"cannot scrape the gateway at {url}: {type(exc).__name__}: {exc}",
+                           _scrape_outage(exc))
+    return Concurrency(held, "scrape")
 
 
 def series_total(text: str, metric: str, labels: Mapping[str, str]) -> float:

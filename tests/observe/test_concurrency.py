@@ -1,0 +1,199 @@
+"""The requests in flight of a service, read beside its rate: through a real Prometheus (the policies' template),
+from the replicas' own /metrics (the same scrape as the rate) and from the front door's; each failure is a value
+with its reason, apart from the rate's."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.policy import DEFAULT_CONCURRENCY_QUERY, parse_scaling_policy
+from infer_ctl.observe.rates import NOT_READ, Outage, PrometheusRates, ScrapeRates, read_gateway_held
+from tests.prometheus_server import free_port, prometheus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gauges(now_s: float) -> str:
+    """OpenMetrics text: two replicas of `llm` with 7 and 11 requests in flight, 5 held at its front door, and
+    another service's series (which the query must not read), sampled every 15 s for 10 minutes."""
+    series = [("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-a"', 7),
+              ("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-b"', 11),
+              ("infer_ctl_inflight_requests", 'namespace="prod",service="other",pod="other-a"', 1000),
+              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="llm"', 5),
+              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="other"', 2000)]
+    lines = []
+    for metric in ("infer_ctl_inflight_requests", "infer_ctl_gateway_queue_depth"):
+        lines.append(f"# TYPE {metric} gauge")
+        for name, labels, value in series:
+            if name == metric:
+                lines += [f"{name}{{{labels}}} {value} {int(now_s) - 600 + 15 * i}" for i in range(41)]
+    return "\n".join([*lines, "# EOF"]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def gauges_in_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    now_s = time.time()
+    with prometheus(tmp_path_factory.mktemp("prom"), history=gauges(now_s)) as url:
+        yield url, int(now_s)
+
+
+async def test_the_default_query_adds_the_replicas_requests_and_those_the_front_door_holds(
+        gauges_in_prometheus: tuple[str, float]) -> None:
+    url, last_s = gauges_in_prometheus
+    read = await PrometheusRates(url).aconcurrency(template=DEFAULT_CONCURRENCY_QUERY, name="llm", namespace="prod",
+                                                at_s=last_s)
+    assert read.ok, read.error
+    assert (read.requests, read.source) == (7 + 11 + 5, "prometheus")
+
+
+async def test_a_time_without_samples_is_missing_with_its_reason(gauges_in_prometheus: tuple[str, float]) -> None:
+    url, last_s = gauges_in_prometheus
+    read = await PrometheusRates(url).aconcurrency(template=DEFAULT_CONCURRENCY_QUERY, name="llm", namespace="prod",
+                                                at_s=last_s - 86_400)
+    assert math.isnan(read.requests) and read.reason == Outage.EMPTY, read
+
+
+async def test_a_template_the_rules_refuse_names_the_policy_field_and_reaches_no_server() -> None:
+    # no server listens at this URL: a refused template is never sent
+    read = await PrometheusRates(f"http://127.0.0.1:{free_port()}").aconcurrency(
+        template="sum(infer_ctl_inflight_requests)", name="llm", namespace="prod", at_s=1000.0)
+    assert read.reason == Outage.INVALID_QUERY
+    assert read.error.startswith("scaling.yaml: concurrencyQuery: selector infer_ctl_inflight_requests{} must match")
+
+
+async def test_prometheus_down_is_an_outage_of_the_concurrency_alone() -> None:
+    read = await PrometheusRates(f"http://127.0.0.1:{free_port()}", timeout_s=1.0).aconcurrency(
+        template=DEFAULT_CONCURRENCY_QUERY, name="llm", namespace="prod", at_s=1000.0)
+    assert math.isnan(read.requests) and read.reason == Outage.REFUSED
+
+
+class _Server:
+    """A replica's (or a gateway's) /metrics over real HTTP, from a registry the test drives."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Replica(_Server):
+    """A model server's metrics: the request counter and, unless told otherwise, the in-flight gauge."""
+
+    def __init__(self, pod: str, *, gauge: bool = True) -> None:
+        registry = CollectorRegistry()
+        self.requests = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod", "code"],
+                                registry=registry).labels("prod", "llm", pod, "200")
+        self.requests.inc(0)
+        self.in_flight = Gauge("infer_ctl_inflight_requests", "in flight", ["namespace", "service", "pod"],
+                               registry=registry).labels("prod", "llm", pod) if gauge else None
+        super().__init__(registry)
+
+
+@pytest.fixture
+def replicas() -> Iterator[tuple[_Replica, _Replica]]:
+    a, b = _Replica("llm-a"), _Replica("llm-b")
+    yield a, b
+    a.close()
+    b.close()
+
+
+async def test_one_scrape_gives_the_rate_and_the_requests_in_flight(replicas: tuple[_Replica, _Replica]) -> None:
+    a, b = replicas
+    scrape, endpoints = ScrapeRates(), {"llm-a": a.url, "llm-b": b.url}
+    async with httpx.AsyncClient() as client:
+        await scrape.read_with_concurrency(client, endpoints, now_s=1000.0)
+        a.requests.inc(100)
+        b.requests.inc(50)
+        assert a.in_flight is not None and b.in_flight is not None
+        a.in_flight.set(30)
+        b.in_flight.set(12)
+        rates, in_flight = await scrape.read_with_concurrency(client, endpoints, now_s=1010.0)
+    assert rates.samples == ((1010.0, 15.0),)
+    assert (in_flight.requests, in_flight.source, in_flight.ok) == (42.0, "scrape", True)
+
+
+async def test_a_replica_without_the_gauge_leaves_the_rate_and_misses_the_concurrency() -> None:
+    a, old = _Replica("llm-a"), _Replica("llm-old", gauge=False)
+    try:
+        async with httpx.AsyncClient() as client:
+            rates, in_flight = await ScrapeRates().read_with_concurrency(
+                client, {"llm-a": a.url, "llm-old": old.url}, now_s=1000.0)
+    finally:
+        a.close()
+        old.close()
+    assert rates.ok
+    assert math.isnan(in_flight.requests) and in_flight.reason == Outage.BAD_RESPONSE
+    assert in_flight.error == "no infer_ctl_inflight_requests in the exposition of llm-old"
+
+
+async def test_a_replica_that_cannot_be_scraped_misses_both(replicas: tuple[_Replica, _Replica]) -> None:
+    async with httpx.AsyncClient() as client:
+        rates, in_flight = await ScrapeRates(timeout_s=1).read_with_concurrency(
+            client, {"llm-a": replicas[0].url, "down": f"http://127.0.0.1:{free_port()}/metrics"}, now_s=5.0)
+    assert rates.reason == in_flight.reason == Outage.REFUSED
+    assert math.isnan(in_flight.requests)
+
+
+async def test_no_replica_to_scrape_reads_nothing_and_is_no_outage() -> None:
+    async with httpx.AsyncClient() as client:
+        _, in_flight = await ScrapeRates().read_with_concurrency(client, {}, now_s=5.0)
+    assert in_flight is NOT_READ and in_flight.ok and math.isnan(in_flight.requests)
+
+
+async def test_the_front_door_tells_the_requests_it_holds_for_one_service() -> None:
+    registry = CollectorRegistry()
+    held = Gauge("infer_ctl_gateway_queue_depth", "held", ["namespace", "service"], registry=registry)
+    held.labels("prod", "llm").set(4)
+    held.labels("prod", "other").set(400)
+    door = _Server(registry)
+    try:
+        async with httpx.AsyncClient() as client:
+            llm = await read_gateway_held(client, door.url, "prod", "llm")
+            unknown = await read_gateway_held(client, door.url, "prod", "nobody")
+    finally:
+        door.close()
+    assert (llm.requests, llm.ok) == (4.0, True)
+    assert math.isnan(unknown.requests) and unknown.reason == Outage.BAD_RESPONSE
+
+
+def scaling_doc(**extra: object) -> dict[str, object]:
+    doc = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    doc.pop("concurrencyQuery", None)
+    return {**doc, **extra}
+
+
+def test_the_policies_concurrency_query_defaults_is_checked_and_may_be_turned_off() -> None:
+    assert parse_scaling_policy(scaling_doc()).concurrency_query == DEFAULT_CONCURRENCY_QUERY
+    assert parse_scaling_policy(scaling_doc(concurrencyQuery="")).concurrency_query == ""
+    with pytest.raises(SpecError, match=r"scaling.yaml: concurrencyQuery: .*vector\(\) is not allowed"):
+        parse_scaling_policy(scaling_doc(
+            concurrencyQuery='sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}) '
+                             "or vector(50)"))
