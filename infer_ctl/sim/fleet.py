@@ -77,7 +77,15 @@ from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy
-from infer_ctl.sim.run import SimConfig, SimResult, _latency_stats, _pipeline_values, _queue_step, arrivals_per_tick
+from infer_ctl.sim.run import (
+    SimConfig,
+    SimResult,
+    _latency_stats,
+    _pipeline_values,
+    _queue_step,
+    arrivals_per_tick,
+    in_flight_seen,
+)
 from infer_ctl.sim.suite import ScenarioSettings, _forecast_probe, build_policy, initial_replicas
 from infer_ctl.sim.trace import Trace
 
@@ -546,7 +554,11 @@ class _FleetSim:
         metric = float(run.metric_a[t - 1]) if t > 0 else math.nan
         policy = run.policy
         if isinstance(policy, InferCtl):
-            observation = policy.observation(now, metric, tuple(run.replicas.replicas.values()))
+            observation = replace(policy.observation(now, metric, tuple(run.replicas.replicas.values())),
+                                  concurrency=in_flight_seen(policy, run.model, t, self.config.tick_s,
+                                                             arrivals=run.arrivals, ready_n=run.ready_n,
+                                                             backlog=run.backlog,
+                                                             window_s=self.config.ongoing_window_s))
             plan, run.state = policy.plan(observation, now, run.state)
             if self.on_cycle is not None:
                 self.on_cycle(run.service.name, observation, plan)
