@@ -125,7 +125,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         meta = body.get("metadata", {})
         reconciler.forget(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
         log.info("%s/%s: deleted; its replicas go with it (owner references)", meta.get("namespace"),
-                 meta.get("name"))
+                 meta.get("name"), extra=object_ref(body))
         config._locks.pop(str(meta.get("uid", "")), None)
 
     return registry
@@ -135,6 +135,14 @@ def _scaling(status: Mapping[str, Any]) -> Mapping[str, Any]:
     """The status's Scaling condition: its reason and message are the decision's."""
     found: Mapping[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Scaling"), {})
     return found
+
+
+def object_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`extra` for a log line about one service: kopf's JSON formatter writes `k8s_ref` as the line's `object`,
+    as on kopf's own lines (apiVersion, kind, name, uid, namespace)."""
+    meta = body.get("metadata", {})
+    return {"k8s_ref": {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": meta.get("name"),
+                        "uid": meta.get("uid"), "namespace": meta.get("namespace")}}
 
 
 def decision_of(status: Mapping[str, Any]) -> tuple[int, int, str]:
@@ -153,7 +161,7 @@ def log_decision(body: kopf.Body, before: Mapping[str, Any], after: Mapping[str,
     was = "first decision" if then[0] < 0 else f"was {then[0]} + {then[1]}"
     message = str(_scaling(after).get("message") or "")
     log.info("%s/%s: wants %d serving + %d standby (%s): %s%s", meta.get("namespace"), meta.get("name"), now[0],
-             now[1], was, now[2], f": {message}" if message and message != now[2] else "")
+             now[1], was, now[2], f": {message}" if message and message != now[2] else "", extra=object_ref(body))
 
 
 def quiet_handler_successes() -> None:
