@@ -1,0 +1,99 @@
+"""The burst guard's leading signal end to end: real traffic through the sandbox's front door (loadgen in its own
+process), model servers that queue what they cannot serve, and the controller's cycles in real time reading the
+requests in flight from the same scrape as the rate (the replicas' `infer_ctl_inflight_requests`, plus what the
+front door holds). A step gets its replicas in the cycle that sees the queue grow, while the rate (the requests
+the replicas answer) still shows only what the serving replica can do.
+
+On the emulator only: what is under test is the controller's reading of the servers' gauges and its decision, not
+the API server's behaviour (the replicas' lifecycle on the real control plane is tests/controller/test_traffic.py's
+and the realcluster tests')."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES
+from infer_ctl.sandbox.runtime import Sandbox
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_reconciler import wait_for
+
+TARGET_RPS = 10.0  # per replica at the SLO; a replica serves 20 req/s at most (2 slots of 100 ms)
+SLO_MS = 300  # so a replica at its SLO capacity holds 10 x 0.3 = 3 requests in flight
+STEP_AT_S, STEP_RPS = 8.0, 60.0
+
+
+@pytest.mark.parametrize("cluster", ["emulator"], indirect=True)
+async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_sees_its_queue(cluster: Cluster) -> None:
+    sandbox = cluster.sandbox
+    assert isinstance(sandbox, Sandbox)
+    # the model servers the node agent starts from now on: 2 slots of 100 ms on an H100 (20 req/s), the rest queued
+    sandbox.agent.default_concurrency, sandbox.agent.default_service_time_ms = 2, 100.0
+    kube = cluster.kube
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("lead")
+                .with_("spec.accelerator.products", ["H100-80GB"])
+                .with_("spec.scaling.maxReplicas", 8).with_("spec.scaling.targetRequestsPerReplica", TARGET_RPS)
+                .with_("spec.scaling.preset", "cost-saver").with_("spec.runtime.coldStartSeconds", 1)
+                .with_("spec.scaling.forecast", {"enabled": False})
+                .with_("spec.slo", {"latencyP95Ms": SLO_MS}).build(), "default")
+    # no Prometheus: the rate and the requests in flight come from one scrape of the replicas per cycle
+    reconciler = Reconciler(kube, Settings(cluster.policies, gateway_metrics_url=sandbox.router.metrics_url))
+
+    ready = 0
+
+    async def cycle() -> tuple[int, str, str, float]:
+        nonlocal ready
+        result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "lead", "default"), datetime.now(UTC))
+        desired = result.status.get("desired") or {}
+        ready = int((result.status.get("replicas") or {}).get("ready") or 0)
+        assert result.output is not None
+        decision = result.output.decision
+        return (int(desired.get("serving", 0)), str(decision.reason), decision.message,
+                result.output.observed_rps)
+
+    deadline = time.monotonic() + 60
+    while not ready:  # the first replica's cold start (the cycles start it and see it ready)
+        assert time.monotonic() < deadline, "no replica became ready"
+        await cycle()
+        await asyncio.sleep(0.5)
+
+    def front_door() -> str | None:
+        meta = (kube.get(INFERENCE_SERVICES, "lead", "default") or {}).get("metadata", {})
+        return (meta.get("annotations") or {}).get("sandbox.infer-ctl.io/url")
+
+    url = wait_for("front door", front_door)
+    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+                                "--shape", f"4@{STEP_AT_S:g}s,{STEP_RPS:g}@12s", "--no-progress",
+                                "--max-error-ratio", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    history: list[tuple[float, int, str, str, float]] = []
+    try:
+        while time.monotonic() - started < STEP_AT_S + 12:
+            history.append((time.monotonic() - started, *await cycle()))
+            await asyncio.sleep(1.0)
+    finally:
+        loadgen.terminate()
+        loadgen.wait(10)
+        await reconciler.close()
+    table = "\n".join(f"{t:5.1f} s  {n} serving  {rate:5.1f} rps  {reason}: {message}"
+                      for t, n, reason, message, rate in history)
+    before = [n for t, n, *_ in history if t < STEP_AT_S]
+    assert before and max(before) <= 1, f"4 req/s needs one replica before the step:\n{table}"
+    led = next(((t, n, reason, message, rate) for t, n, reason, message, rate in history
+                if t >= STEP_AT_S and "requests in flight" in message), None)
+    assert led is not None, f"the queue never led:\n{table}"
+    t, n, reason, _, rate = led
+    period = cluster.policies.scaling.control_period_s
+    assert t <= STEP_AT_S + period, f"the guard acted {t - STEP_AT_S:.0f} s after the step:\n{table}"
+    assert reason == "BurstGuard", table
+    # before the rate reflects it: the replicas answer at most 20 req/s, 2 replicas' worth; the queue shows more
+    rate_needs = math.ceil(rate / TARGET_RPS - 1e-9) if not math.isnan(rate) else 0
+    assert n >= 4 and n > rate_needs, f"{n} replicas with the rate at {rate:.1f} req/s:\n{table}"
