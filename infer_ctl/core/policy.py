@@ -78,6 +78,8 @@ class ScalingPreset:
     standby_replicas: int
     scale_down_stabilization_s: float
     node_cache: bool = False  # the cached tier: node-local weights, prefetched (spec.scaling.prewarm.nodeCache)
+    # the burst guard also sizes for in-flight / per-replica target, as Knative KPA's panic mode does
+    panic_on_concurrency: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,7 @@ class EffectiveScaling:
     control_period_s: float
     node_cache: bool = False
     cached_start_ratio: float = 0.25
+    panic_on_concurrency: bool = False
 
 
 def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> EffectiveScaling:
@@ -130,6 +133,7 @@ def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> Effective
         control_period_s=policy.control_period_s,
         node_cache=spec.prewarm.node_cache if spec.prewarm.node_cache is not None else preset.node_cache,
         cached_start_ratio=policy.cached_start_ratio,
+        panic_on_concurrency=preset.panic_on_concurrency,
     )
 
 
@@ -246,7 +250,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     for preset in api.Preset:
         p = f"{source}: presets.{preset.value}"
         item = r.obj(presets_doc, preset.value, p, ("quantile", "standbyReplicas", "scaleDownStabilizationSeconds",
-                                                     "nodeCache"), required=bool(presets_doc))
+                                                     "nodeCache", "panicOnConcurrency"), required=bool(presets_doc))
         if not item:
             continue
         quantile = r.number(item, "quantile", f"{p}.quantile", default=None, minimum=0.5, maximum=0.999,
@@ -255,8 +259,9 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         window = r.number(item, "scaleDownStabilizationSeconds", f"{p}.scaleDownStabilizationSeconds",
                           default=None, minimum=0, maximum=86_400, required=True)
         node_cache = r.boolean(item, "nodeCache", f"{p}.nodeCache", default=False)
+        panic = r.boolean(item, "panicOnConcurrency", f"{p}.panicOnConcurrency", default=False)
         if quantile is not None and standby is not None and window is not None:
-            presets[preset] = ScalingPreset(quantile, standby, window, node_cache)
+            presets[preset] = ScalingPreset(quantile, standby, window, node_cache, panic)
     if r.errors:
         raise SpecError(r.errors)
     return ScalingPolicy(control_period_s=period or 10.0, presets=presets,

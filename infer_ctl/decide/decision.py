@@ -43,7 +43,8 @@ The sizing, in order (capacity `cap` = requests/s one replica serves within the 
    in-flight / target instead (every request in flight wants a slot now: right when a pod starts in seconds);
    with cold starts of minutes that starts replicas for bursts whose queue the serving replicas drain long
    before they are ready (in the simulator, on the Azure code trace: 8-11 % more GPU-hours for the same SLO
-   attainment), where a queue that stops growing adds nothing here. The part is
+   attainment), where a queue that stops growing adds nothing here; a preset that pays for latency asks for KPA's
+   rule too (`panic_on_concurrency`, policies/scaling.yaml's latency-critical). The part is
    transient, like the extrapolation: the replicas it started are kept for the horizon, not the stabilization
    window; the rate sizes what stays, the backlog drain drains the queue. Concurrency only adds: missing (NaN),
    not growing, or below what the rate needs, it changes nothing; the forecast never sees it.
@@ -126,6 +127,8 @@ class DecidePolicy:
     # requests in flight (in service and queued) one replica holds at its SLO capacity (`concurrency_target`):
     # beyond it the burst guard counts them queued and reads the queue's growth; None: concurrency is not used
     target_concurrency_per_replica: float | None = None
+    # the guard also sizes for in-flight / target (Knative KPA's panic mode; the preset's panicOnConcurrency)
+    panic_on_concurrency: bool = False
 
     def __post_init__(self) -> None:
         if not self.target_rps_per_replica > 0:
@@ -153,6 +156,7 @@ class DecidePolicy:
             scale_to_zero=spec.scale_to_zero.enabled and spec.min_replicas == 0,
             keep_alive_s=spec.scale_to_zero.keep_alive_s,
             target_concurrency_per_replica=concurrency_target(spec.target_rps_per_replica, slo_latency_s),
+            panic_on_concurrency=effective.panic_on_concurrency,
         )
 
 
@@ -314,7 +318,8 @@ def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tu
     state = _track_idle(state, tick.now, tick.observed)
     state = _track_backlog(state, tick, policy)
     growth, state = _track_queue(state, tick, policy)
-    wanted = _recommend(tick, policy, _concurrency_sizing(tick, growth, _size(tick, state, policy, summary, fc)))
+    wanted = _recommend(tick, policy, _concurrency_sizing(tick, policy, growth,
+                                                          _size(tick, state, policy, summary, fc)))
     keep_alive = None
     if policy.scale_to_zero:
         keep_alive, state = _keep_alive_s(inputs, state, policy)
@@ -443,24 +448,32 @@ def _track_queue(state: DecideState, tick: _Tick, policy: DecidePolicy) -> tuple
     return (queued - last[2]) / (tick.now - last[0]), state
 
 
-def _concurrency_sizing(tick: _Tick, growth_rps: float, sizing: _Sizing) -> _Sizing:
+def _concurrency_sizing(tick: _Tick, policy: DecidePolicy, growth_rps: float, sizing: _Sizing) -> _Sizing:
     """The burst guard on concurrency: a growing queue shows at least min(rate, serving x cap) + its growth
     arriving (its growth alone without a rate); when that, with the forecast's spread, needs more serving
-    replicas than the sizing so far, size for it now. Transient: the sustained part stays the rate's."""
-    if not growth_rps > 0:  # NaN too
-        return sizing
-    served = 0.0 if tick.missing else min(tick.observed, tick.serving * tick.cap)
-    arriving = served + growth_rps
-    demand = arriving + tick.spread
-    need = math.ceil(demand / tick.cap - 1e-9)
+    replicas than the sizing so far, size for it now. In panic mode (the preset's panicOnConcurrency), also
+    in-flight / target replicas, the rate equivalent in-flight / W (Little's law, W the latency the target
+    assumes), as KPA's panic mode sizes for its panic window's concurrency. Transient: the sustained part stays
+    the rate's."""
     by_rate = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
-    if need <= by_rate:
-        return sizing
     seen = "no request rate observed" if tick.missing else f"observed {tick.observed:.1f} rps"
-    return _Sizing(demand, sizing.sustained, Reason.BURST,
-                   f"{tick.concurrency:.0f} requests in flight, queued beyond the {tick.serving} serving replicas' "
-                   f"SLO concurrency and growing {growth_rps:.1f}/s: at least {arriving:.1f} rps arriving ({seen}); "
-                   f"sized for {demand:.1f} rps now")
+    out = sizing
+    if growth_rps > 0:  # False when NaN
+        arriving = (0.0 if tick.missing else min(tick.observed, tick.serving * tick.cap)) + growth_rps
+        demand = arriving + tick.spread
+        if math.ceil(demand / tick.cap - 1e-9) > by_rate:
+            out = _Sizing(demand, sizing.sustained, Reason.BURST,
+                          f"{tick.concurrency:.0f} requests in flight, queued beyond the {tick.serving} serving "
+                          f"replicas' SLO concurrency and growing {growth_rps:.1f}/s: at least {arriving:.1f} rps "
+                          f"arriving ({seen}); sized for {demand:.1f} rps now")
+    target = policy.target_concurrency_per_replica
+    if policy.panic_on_concurrency and target is not None and not math.isnan(tick.concurrency):
+        need = math.ceil(tick.concurrency / target - 1e-9)
+        if need > max(by_rate, math.ceil(out.demand / tick.cap - 1e-9)):
+            out = _Sizing(tick.concurrency / target * tick.cap, sizing.sustained, Reason.BURST,
+                          f"{tick.concurrency:.0f} requests in flight, {target:.3g} per replica at the SLO: panic, "
+                          f"sized for {need} replicas now ({seen}: {by_rate} by the rate)")
+    return out
 
 
 def _recommend(tick: _Tick, policy: DecidePolicy, sizing: _Sizing) -> _Recommendation:

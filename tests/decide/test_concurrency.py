@@ -178,3 +178,17 @@ def test_the_requests_in_flight_only_ever_add_replicas(rates: list[float], in_fl
     for with_it, without in zip(led, rate_only, strict=True):
         assert with_it.total >= without.total
         assert POLICY.min_replicas <= with_it.total <= POLICY.max_replicas
+
+
+def test_in_panic_mode_the_requests_in_flight_are_sized_for_as_knatives_kpa_does() -> None:
+    """The preset's panicOnConcurrency: 805 requests in flight at 10 per replica want 81 replicas (maxReplicas 30
+    clips them) in the cycle that sees them, not the 6 the queue's growth shows; a queue that does not grow wants
+    them too, and fewer requests in flight than the rate's replicas hold change nothing."""
+    panic = DecidePolicy(CAP, min_replicas=1, max_replicas=30, control_period_s=PERIOD_S,
+                         target_concurrency_per_replica=10.0, panic_on_concurrency=True)
+    led = run([Tick(120.0, 25.0), Tick(120.0, 805.0), Tick(120.0, 805.0)], policy=panic)
+    assert (led[1].total, led[1].reason) == (30, Reason.AT_MAX), led[1].message
+    assert "805 requests in flight, 10 per replica at the SLO: panic, sized for 81 replicas now" in led[1].message
+    assert led[2].total == 30
+    calm = run([Tick(120.0, 25.0), Tick(120.0, 5.0)], policy=panic)
+    assert [d.total for d in calm] == [d.total for d in run([Tick(120.0), Tick(120.0)], policy=panic)]

@@ -86,3 +86,14 @@ def test_a_request_held_at_the_door_of_a_service_at_zero_wakes_it() -> None:
     assert (plan.serving, plan.reason) == (1, "Wake"), plan.message
     idle, _ = plan_cycle(replace(Observation(svc, (), "", ((T0, 0.0),)), concurrency=0.0), CycleState(), CYCLE, T0)
     assert idle.serving == 0
+
+
+def test_the_latency_critical_preset_sizes_for_the_requests_in_flight_in_the_cycle_that_sees_them() -> None:
+    """Its panicOnConcurrency: 805 requests in flight at 10 per replica want 81 replicas, maxReplicas 14 clips
+    them; the balanced preset reads the queue's growth alone (5 serving)."""
+    critical = cycles(service(spec__slo={"latencyP95Ms": 250}, spec__scaling__preset="latency-critical"),
+                      [(120.0, 25.0), (120.0, 805.0)])
+    assert critical[1].serving + critical[1].standby == 14 and "panic" in critical[1].message, critical[1].message
+    balanced = cycles(service(spec__slo={"latencyP95Ms": 250}, spec__scaling__preset="balanced"),
+                      [(120.0, 25.0), (120.0, 805.0)])
+    assert balanced[1].serving == 5 and "panic" not in balanced[1].message

@@ -197,3 +197,9 @@ def test_the_policies_concurrency_query_defaults_is_checked_and_may_be_turned_of
         parse_scaling_policy(scaling_doc(
             concurrencyQuery='sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}) '
                              "or vector(50)"))
+
+
+def test_panic_on_concurrency_is_the_latency_critical_presets_alone() -> None:
+    presets = parse_scaling_policy(yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())).presets
+    assert {p.value: s.panic_on_concurrency for p, s in presets.items()} == {
+        "latency-critical": True, "balanced": False, "cost-saver": False}
