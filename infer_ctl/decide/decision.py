@@ -455,7 +455,9 @@ def _concurrency_sizing(tick: _Tick, policy: DecidePolicy, growth_rps: float, si
     in-flight / target replicas, the rate equivalent in-flight / W (Little's law, W the latency the target
     assumes), as KPA's panic mode sizes for its panic window's concurrency. Transient: the sustained part stays
     the rate's."""
-    by_rate = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
+    # what the sizing so far gets in serving replicas anyway (the minimum too: concurrency that needs no more
+    # does not name the decision)
+    by_rate = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9), policy.min_replicas)
     seen = "no request rate observed" if tick.missing else f"observed {tick.observed:.1f} rps"
     out = sizing
     if growth_rps > 0:  # False when NaN

@@ -192,3 +192,12 @@ def test_in_panic_mode_the_requests_in_flight_are_sized_for_as_knatives_kpa_does
     assert led[2].total == 30
     calm = run([Tick(120.0, 25.0), Tick(120.0, 5.0)], policy=panic)
     assert [d.total for d in calm] == [d.total for d in run([Tick(120.0), Tick(120.0)], policy=panic)]
+
+
+def test_requests_in_flight_the_minimum_already_holds_do_not_name_the_decision() -> None:
+    """The first cycles of a service, before its rate can be read: 5 requests in flight at 10 per replica need the
+    one replica the minimum keeps anyway."""
+    panic = DecidePolicy(CAP, min_replicas=1, max_replicas=30, control_period_s=PERIOD_S,
+                         target_concurrency_per_replica=10.0, panic_on_concurrency=True)
+    [decision] = run([Tick(math.nan, 5.0, None)], serving=1, policy=panic)
+    assert decision.total == 1 and "in flight" not in decision.message, decision.message
