@@ -188,7 +188,8 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     slo_s = spec.slo.latency_p95_ms / 1000.0 if spec.slo.latency_p95_ms is not None else None
     decide = DecidePolicy.from_spec(scaling, effective, slo_latency_s=slo_s)
     window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None
-    engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality),
+    engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality,
+                                                                policies.engine.season_step_s, policies.engine.day_s),
                      rate_window_s=window if window is not None else policies.period_s)
     return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio)
 

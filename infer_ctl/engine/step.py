@@ -54,19 +54,22 @@ def candidates_for(
     method: ForecastMethod = ForecastMethod.AUTO,
     seasonality: Seasonality = Seasonality.AUTO,
     season_step_s: float = 300.0,
+    day_s: float = DAY_S,
 ) -> tuple[Forecaster, ...]:
     """The forecasters the spec allows (`spec.scaling.forecast.method/seasonality`), longest memory first.
-    Short-term models are always kept last as the fallback for a too-short history."""
+    Short-term models are always kept last as the fallback for a too-short history. `day_s` is the daily
+    season (a week is seven of them): a day, but for a timeline compressed like the demo's."""
+    week_s = 7 * day_s
     seasons: list[tuple[float, str]] = []
     if seasonality in (Seasonality.AUTO, Seasonality.WEEKLY, Seasonality.DAILY_WEEKLY):
-        seasons.append((WEEK_S, "weekly"))
+        seasons.append((week_s, "weekly"))
     if seasonality in (Seasonality.AUTO, Seasonality.DAILY, Seasonality.DAILY_WEEKLY):
-        seasons.append((DAY_S, "daily"))
+        seasons.append((day_s, "daily"))
     out: list[Forecaster] = []
     if method in (ForecastMethod.AUTO, ForecastMethod.HOLT_WINTERS, ForecastMethod.ETS):
         for season_s, name in seasons:
             # a weekly season on 30-minute buckets (336 of them) keeps the fit well under a second
-            fit_seasons, step_s = (3, 6 * season_step_s) if season_s == WEEK_S else (7, season_step_s)
+            fit_seasons, step_s = (3, 6 * season_step_s) if season_s == week_s else (7, season_step_s)
             out.append(HoltWinters(season_s, step_s, fit_seasons, method=f"holt-winters-{name}"))
     if method in (ForecastMethod.AUTO, ForecastMethod.SEASONAL_NAIVE):
         out.extend(SeasonalNaive(s, season_step_s, method=f"seasonal-naive-{name}") for s, name in seasons)
@@ -90,6 +93,10 @@ class EngineConfig:
     # rate within each bucket, which is what replicas must absorb; "mean": the bucket's average rate
     bucket_statistic: str = "max"
     candidates: tuple[Forecaster, ...] = field(default_factory=candidates_for)
+    # the seasons the spec's forecasters model (`candidates_for`): a day on 5-minute buckets; a compressed
+    # timeline (the demo's day of minutes on 10-second buckets) scales both
+    day_s: float = DAY_S
+    season_step_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,13 @@ def _absorb(
         return state
     origin = state.origin_s
     if origin is None:
+        # the history starts at the first valid sample: a first read over a longer range than the service has
+        # data for (a week of a day-old service) begins with missing steps, which would otherwise be days of
+        # missing buckets, most of the backtest's training part
+        first = next((i for i, (_, r) in enumerate(samples) if not math.isnan(r) and r >= 0), None)
+        if first is None:
+            return state
+        samples = samples[first:]
         origin = math.floor((samples[0][0] - offset_s) / step_s) * step_s
     closed: list[float] = []
     bucket, acc, n, mx = state.open_bucket, state.open_sum, state.open_n, state.open_max

@@ -28,7 +28,8 @@ node-lifecycle controller taints and evicts a node whose Lease is older than its
 node conditions (Ready; no memory, disk or PID pressure) every 60 s. On the emulator the cluster loader has
 already created them, and nothing is published.
 
-Per-Pod knobs (annotations, all optional): `sandbox.infer-ctl.io/service-time-ms` (on an H100; scaled by the
+Per-Pod knobs (annotations, all optional; on the Pod, else on the InferenceService that owns it, since the
+controller writes the replicas' Pods): `sandbox.infer-ctl.io/service-time-ms` (on an H100; scaled by the
 catalog's relative throughput), `.../concurrency`, `.../cold-start-seconds` (default: the owning
 InferenceService's `spec.runtime.coldStartSeconds`, else 5), `.../warm-start-seconds` (cached model; default a
 fifth of the cold start), and `.../runtime: pause` for a Pod that needs no process (Ready at once).
@@ -425,21 +426,25 @@ class NodeAgent:
 
     # ------------------------------------------------------------------------------------------ one pod
 
-    def _knob(self, pod: Obj, name: str) -> str | None:
-        value = (pod["metadata"].get("annotations") or {}).get(PREFIX + name)
-        return str(value) if value is not None else None
+    def _knob(self, pod: Obj, name: str, owner: Obj | None = None) -> str | None:
+        """A knob from the Pod's annotation, else from its InferenceService's (the controller writes the Pods, so
+        a service's manifest sets its model servers' knobs there)."""
+        for obj in (pod, owner or {}):
+            value = ((obj.get("metadata") or {}).get("annotations") or {}).get(PREFIX + name)
+            if value is not None:
+                return str(value)
+        return None
 
-    async def _owner_cold_start(self, pod: Obj) -> float | None:
+    async def _owner(self, pod: Obj) -> Obj | None:
+        """The InferenceService that owns the Pod (None: none, or unreadable)."""
         for ref in pod["metadata"].get("ownerReferences") or []:
             if ref.get("kind") != "InferenceService":
                 continue
             resource = Resource(str(ref.get("apiVersion", "")), "inferenceservices", "InferenceService")
             try:
-                owner = await self.view.find(resource, ref["name"], pod["metadata"]["namespace"])
+                return await self.view.find(resource, ref["name"], pod["metadata"]["namespace"])
             except KubeError:
                 return None
-            value = (((owner or {}).get("spec") or {}).get("runtime") or {}).get("coldStartSeconds")
-            return float(value) if value is not None else None
         return None
 
     async def _allocated_devices(self, pod: Obj) -> list[tuple[str, Obj]]:
@@ -547,9 +552,10 @@ class NodeAgent:
             return
         model = annotations.get(ANNOTATION_CACHE_KEY) or running.name
         node_cache = self._cache.setdefault(running.node, set())
-        cold = float(self._knob(pod, "cold-start-seconds") or await self._owner_cold_start(pod) or
-                     self.default_cold_start_s)
-        warm = float(self._knob(pod, "warm-start-seconds") or cold / 5)
+        owner = await self._owner(pod)
+        hint = (((owner or {}).get("spec") or {}).get("runtime") or {}).get("coldStartSeconds")
+        cold = float(self._knob(pod, "cold-start-seconds", owner) or hint or self.default_cold_start_s)
+        warm = float(self._knob(pod, "warm-start-seconds", owner) or cold / 5)
         start_s = warm if model in node_cache else cold
         start_asleep = str(annotations.get(ANNOTATION_START_ASLEEP, "")).lower() == "true"
         try:
@@ -563,14 +569,15 @@ class NodeAgent:
         devices = await self._allocated_devices(pod)
         accelerator, relative = self._accelerator(devices, running.node)
         capacities = {key: _device_memory(device) for key, device in devices}
-        service_ms = float(self._knob(pod, "service-time-ms") or self.default_service_time_ms) / max(relative, 1e-3)
+        service_ms = float(self._knob(pod, "service-time-ms", owner) or self.default_service_time_ms) / max(relative,
+                                                                                                         1e-3)
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         probe_path = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path") or "/readyz"
         args = ["--namespace", running.namespace,
                 "--service", (pod["metadata"].get("labels") or {}).get("infer-ctl.io/service", running.name),
                 "--pod", running.name, "--model", model, "--accelerator", accelerator,
                 "--service-time-ms", f"{service_ms:.3f}",
-                "--concurrency", self._knob(pod, "concurrency") or str(self.default_concurrency),
+                "--concurrency", self._knob(pod, "concurrency", owner) or str(self.default_concurrency),
                 "--cold-start-s", f"{start_s:.3f}", "--ready-path", probe_path,
                 "--drain-s", str((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)),
                 "--model-bytes", str(model_bytes), "--h2d-gbps", repr(h2d), "--d2h-gbps", repr(d2h),

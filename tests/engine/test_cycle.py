@@ -29,6 +29,8 @@ from infer_ctl.engine.cycle import (
     service_policy,
 )
 from infer_ctl.engine.gangs import GangReservation
+from infer_ctl.engine.step import EngineConfig
+from infer_ctl.forecast.models import HoltWinters, SeasonalNaive
 from infer_ctl.kube.gangs import GangDemand
 from infer_ctl.place.frag import WorkloadMix, observed_mix
 from infer_ctl.place.framework import CycleInputs, Engine
@@ -272,6 +274,18 @@ def test_a_gang_that_fits_is_held_room_and_the_standby_stays() -> None:
 ])
 def test_the_spec_to_policy_function_keeps_every_field(fields: dict[str, Any], check: Any) -> None:
     assert check(service_policy(service(**fields).spec, CYCLE))
+
+
+def test_the_engine_s_day_length_is_the_daily_season_of_the_spec_s_forecasters() -> None:
+    # the demo compresses a day into minutes: the seasonal forecasters' seasons and buckets follow
+    engine = EngineConfig(history_step_s=10.0, day_s=440.0, season_step_s=10.0)
+    policy = service_policy(service().spec, replace(CYCLE, engine=engine))
+    seasons = {c.method: (c.season_s, c.season_step_s) for c in policy.engine.candidates
+               if isinstance(c, HoltWinters | SeasonalNaive)}
+    assert seasons["holt-winters-daily"] == (440.0, 10.0) and seasons["seasonal-naive-daily"] == (440.0, 10.0)
+    assert seasons["holt-winters-weekly"] == (7 * 440.0, 60.0)
+    assert {c.season_s for c in service_policy(service().spec, CYCLE).engine.candidates
+            if isinstance(c, HoltWinters)} == {86400.0, 7 * 86400.0}
 
 
 def test_scraping_directly_a_sample_stands_for_one_control_period() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
-from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, step
+from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, candidates_for, step
 
 DAY_S = 86400.0
 PERIOD_S = 60.0
@@ -157,3 +157,40 @@ def test_with_the_balanced_quantile_a_spike_in_the_first_minutes_is_not_taken_fo
         if now >= 1200.0:
             assert out.fit_note and out.forecast is not None and out.forecast.upper_rps.max() < 10.0
     assert all(n == 1 for t, n in totals.items() if t >= 270.0 + 60.0 + 3 * 60.0)
+
+
+def test_a_first_read_that_begins_before_the_data_starts_the_history_at_the_first_valid_sample() -> None:
+    # The controller's first read asks Prometheus for a week; a service with three days of data gets four days of
+    # missing steps first. The history starts where the data does, so the backtest trains on data, not on days of
+    # gaps, and the daily pattern is learned from the first read.
+    policy = DecidePolicy(10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=PERIOD_S)
+    config = EngineConfig(history_step_s=300.0)
+    now = 3 * DAY_S
+    samples = [(t, math.nan) for t in np.arange(now - 7 * DAY_S, 0.0, 300.0)]
+    samples += [(t, office_hours_rps(t)) for t in np.arange(0.0, now, 300.0)]
+    _, state = step(EngineInputs(now, tuple(samples), replicas(1), 120.0, policy), EngineState(), config)
+    assert state.origin_s is not None and state.origin_s >= -300.0
+    assert "seasonal" in state.fit_note or "holt-winters" in state.fit_note, state.fit_note
+
+
+def test_a_compressed_day_is_a_daily_season_for_the_forecasters_of_its_length() -> None:
+    # The demo's timeline: a day of 10 minutes on 10 s buckets. Office hours from 08:00 to 18:00 of that day are
+    # minutes 3.3 to 7.5; with a week of such days the replicas are there before the "morning".
+    day_s = 600.0
+    config = EngineConfig(history_step_s=10.0, refit_min_interval_s=60.0,
+                          candidates=candidates_for(season_step_s=10.0, day_s=day_s))
+    policy = DecidePolicy(10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=10.0)
+
+    def rate(t: float) -> float:
+        return office_hours_rps(t * DAY_S / day_s)
+
+    state, n, before_open = EngineState(), 1, []
+    for k in range(int(8 * day_s / 10.0)):
+        now = k * 10.0
+        out, state = step(EngineInputs(now, ((now, rate(now)),), replicas(n), 30.0, policy), state, config)
+        n = out.decision.total
+        opens = 7 * day_s + day_s * 8 / 24
+        if opens - 30.0 <= now < opens:
+            before_open.append(out)
+    assert "daily" in state.fit_note, state.fit_note
+    assert any(o.decision.total >= 6 for o in before_open), [o.decision.message for o in before_open]
