@@ -1,17 +1,24 @@
 """`infer-ctl demo`: the README's main job, the whole loop on the local sandbox.
 
 It starts the sandbox (deploy/sandbox/small.yaml: H100, A100-with-MIG and L4 nodes), a real Prometheus when
-Debian's `prometheus` is installed (else the controller scrapes the replicas directly), and the controller;
-applies the demo's InferenceServices (deploy/demo/); drives the `chat` service through its front door with
-loadgen, as a separate process, on the classic step profile 50 -> 500 -> 2 requests/s; prints a live table
-(rate, forecast, replicas serving / standby / loading, the decision's reason); and ends with a summary and a
-PNG plot. Everything it started stops at the end or on Ctrl-C.
+Debian's `prometheus` is installed (else the controller scrapes the replicas directly, and says so), and the
+controller; applies the demo's InferenceServices (deploy/demo/); and drives the `chat` service through its front
+door with loadgen, as a separate process, through a compressed day (infer_ctl/cli/demoday.py's table):
 
-`--duration` scales the three steps (default 6 minutes: 1.2 min, 2.4 min, 2.4 min: the drop lasts long enough to
-show the scale-down after the stabilization window); `--rate-scale` scales the
-rates, for slow machines. The demo compresses hours into minutes, and the controller's forecast grid with them:
-10 s buckets instead of the default 60 s (`FORECAST_STEP_S`), or the forecast's upper bound would still hold
-the peak's bucket when the demo ends.
+    early morning 50 req/s, a morning ramp to 300 (predictable: the days before had it), the day, the evening,
+    the night, then an unannounced step up to 500 and down to 2.
+
+The days before are backfilled into Prometheus before it starts (`promtool tsdb create-blocks-from
+openmetrics`), and the controller's seasonal forecast runs on the compressed day (`EngineConfig.day_s`, 10 s
+buckets): it knows the morning ramp from its first minute and starts replicas a cold start ahead of it, while
+the unannounced step is met by the burst guard as it comes. A live view shows what the controller sees and
+decides (in place on a terminal, a line per change elsewhere); the end is a summary per phase (latency p50/p95
+against the SLO, errors, replicas) and a plot (`.demo/demo.png`). Everything it started stops at the end or on
+Ctrl-C. The controller's log is in `.demo/controller.log`.
+
+`--duration` is the length of the day (default 440 s, rounded to the 10 s buckets); `--rate-scale` scales the
+rates and, with them, each replica's capacity (the model server's slots, at the same latency), so that a lighter
+run on a slow machine needs the same replicas and shows the same day.
 """
 
 from __future__ import annotations
@@ -19,36 +26,49 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infer_ctl.cli.demoday import HISTORY_DAYS, Day, Phase
 from infer_ctl.cli.extras import missing, require
+from infer_ctl.cli.live import LiveView, ServiceView
 from infer_ctl.paths import data_path
 
 DEMO_SERVICES = data_path("deploy/demo/chat.yaml")
 CLUSTER = data_path("deploy/sandbox/small.yaml")
-STEPS = ((50.0, 0.2), (500.0, 0.4), (2.0, 0.4))  # (req/s, share of the duration)
-TICK_S = 2.0
-FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline
+DRIVEN = "chat"  # the service loadgen drives; the others stay at their minimum
+TICK_S = 1.0
+FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline (the controller's default is 60 s)
+SERVICE_TIME = "sandbox.infer-ctl.io/service-time-ms"
+CONCURRENCY = "sandbox.infer-ctl.io/concurrency"
+HISTORY_SEED = 17
+# the day starts this long after the history is written, beyond the first replicas' cold start: the time the
+# sandbox, the controller and the first replicas take (a later start begins the day where it then is)
+SETUP_ALLOWANCE_S = 25.0
+BURST_WINDOW_S = 30.0  # an unannounced step's replicas are counted until this long after it ends
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("demo", help="run the local demo on the sandbox", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=360.0, metavar="S",
-                        help="length of the traffic profile in seconds (default 360)")
+    parser.add_argument("--duration", type=float, default=440.0, metavar="S",
+                        help="length of the compressed day in seconds (default 440; at least 30)")
     parser.add_argument("--rate-scale", type=float, default=1.0, metavar="X",
-                        help="multiply the profile's rates (default 1: 50 -> 500 -> 2 req/s)")
+                        help="multiply the day's rates, and each replica's capacity with them (default 1)")
     parser.add_argument("--no-prometheus", action="store_true",
-                        help="let the controller scrape the replicas directly instead of starting Prometheus")
+                        help="let the controller scrape the replicas directly (no history: no forecast of the ramp)")
     parser.add_argument("--out", type=Path, default=Path(".demo"),
-                        help="folder for the kubeconfig, loadgen's timeline, the summary and the plot")
+                        help="folder for the kubeconfig, the timelines (loadgen's, the controller's), its log, the "
+                             "summary and the plot")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder")
     parser.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
                         help="emulator (default): the project's fast embedded API server and scheduler; kube: the "
@@ -59,87 +79,175 @@ def register(sub: Any) -> None:
 
 @dataclass
 class Sample:
-    t_s: float
+    """One poll of the driven service: the controller's status and the Pods' states."""
+
+    t_s: float  # seconds of the day
     observed_rps: float
     forecast_rps: float
-    serving: int
-    standby: int
-    loading: int
-    desired: int
+    desired_serving: int
+    desired_standby: int
+    states: dict[str, int]
     reason: str
+
+    def count(self, state: str) -> int:
+        return self.states.get(state, 0)
 
 
 @dataclass
 class Recorder:
     samples: list[Sample] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
+
+    def within(self, start_s: float, end_s: float) -> list[Sample]:
+        return [s for s in self.samples if start_s <= s.t_s < end_s]
 
 
 def run(args: argparse.Namespace) -> int:
     require("sandbox", "the demo (it runs on the local sandbox)")
-    import yaml
-
-    from infer_ctl.config.policies import load_policies
-    from infer_ctl.controller.operator import OperatorConfig
-    from infer_ctl.controller.operator import run as run_operator
-    from infer_ctl.controller.reconciler import Settings
-    from infer_ctl.engine.step import EngineConfig
-    from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, KubeClient
-    from infer_ctl.kube.inferenceservice import CRD_PATH
-    from infer_ctl.kube.pods import replica_pods
-    from infer_ctl.sandbox.cluster import load_cluster
-    from infer_ctl.sandbox.prometheus import LocalPrometheus, PrometheusError, find_prometheus
-    from infer_ctl.sandbox.runtime import sandbox_in_thread
-    from infer_ctl.sandbox.threaded import LoopThread
-
-    if args.duration < 30:
+    if not args.duration >= 30:
         print("infer-ctl demo: --duration must be at least 30 seconds", file=sys.stderr)
+        return 2
+    if not 0 < args.rate_scale < math.inf:
+        print("infer-ctl demo: --rate-scale must be a number > 0", file=sys.stderr)
         return 2
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    policies = load_policies(args.policies)
-    cluster = load_cluster(CLUSTER, policies.catalog)
-    services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
-    kubeconfig = out / "kubeconfig"
-    stop = threading.Event()
-    with contextlib.ExitStack() as stack:
+    _log_to(out / "controller.log")
+    day = Day.build(max(30.0, round(args.duration / FORECAST_STEP_S) * FORECAST_STEP_S), args.rate_scale)
+    try:
+        return _Demo(args, out, day).run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped everything the demo started", flush=True)
+        return 130
+
+
+def _log_to(path: Path) -> None:
+    """The controller, the sandbox and kopf log into a file: the live view keeps the terminal."""
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    for chatty in ("aiohttp.access", "httpx"):  # a line per HTTP request: the demo polls every second
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+class _Demo:
+    def __init__(self, args: argparse.Namespace, out: Path, day: Day) -> None:
+        import yaml
+
+        from infer_ctl.config.policies import load_policies
+        from infer_ctl.sandbox.cluster import load_cluster
+
+        self.args, self.out, self.day = args, out, day
+        self.policies = load_policies(args.policies)
+        self.cluster = load_cluster(CLUSTER, self.policies.catalog)
+        self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
+        driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
+        scale_capacity(driven, args.rate_scale)
+        self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
+        self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
+        self.kubeconfig = out / "kubeconfig"
+        self.recorder = Recorder()
+
+    def run(self) -> int:
+        with contextlib.ExitStack() as stack:
+            kube = self._start_sandbox(stack)
+            prometheus = self._start_prometheus(stack)
+            self._start_controller(stack, prometheus.url if prometheus else None)
+            from infer_ctl.kube.client import INFERENCE_SERVICES
+
+            for obj in self.services:
+                kube.create(INFERENCE_SERVICES, obj, "default")
+                print(f"  applied     InferenceService default/{obj['metadata']['name']}", flush=True)
+            url = _wait_for_front_door(kube, DRIVEN)
+            print(f"  front door  {url}", flush=True)
+            print(f"  waiting for the first replicas to load (a cold start: {self.cold_start_s:g} s) ...", flush=True)
+            _wait_ready(kube, DRIVEN, timeout_s=self.cold_start_s + 120)
+            offset_s = self._wait_for_the_day()
+            return self._drive(stack, kube, prometheus, url, offset_s)
+        return 0  # pragma: no cover (the with block returns)
+
+    # ------------------------------------------------------------------------------------------ set-up
+
+    def _start_sandbox(self, stack: contextlib.ExitStack) -> Any:
+        import yaml
+
+        from infer_ctl.kube.client import KubeClient
+        from infer_ctl.kube.inferenceservice import CRD_PATH
+        from infer_ctl.sandbox.runtime import sandbox_in_thread
+
         sandbox: Any
-        if args.control_plane == "kube":
+        if self.args.control_plane == "kube":
             from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
-            print("starting the real control plane and the node agent (deploy/sandbox/small.yaml) ...",
-                  flush=True)
-            sandbox = stack.enter_context(kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
-            kube = KubeClient.from_config(str(kubeconfig))
+            print("starting the real control plane and the node agent (deploy/sandbox/small.yaml) ...", flush=True)
+            sandbox = stack.enter_context(kube_sandbox_in_thread(self.cluster, self.policies.catalog,
+                                                                 kubeconfig=self.kubeconfig))
+            kube = KubeClient.from_config(str(self.kubeconfig))
             stack.callback(kube.close)
         else:
             print("starting the sandbox (deploy/sandbox/small.yaml) ...", flush=True)
-            sandbox = stack.enter_context(sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig))
-            kube = KubeClient.from_config(str(kubeconfig))
+            sandbox = stack.enter_context(sandbox_in_thread(self.cluster, self.policies.catalog,
+                                                            kubeconfig=self.kubeconfig))
+            kube = KubeClient.from_config(str(self.kubeconfig))
             stack.callback(kube.close)
             kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=yaml.safe_load(CRD_PATH.read_text()))
-        prometheus = None
-        if not args.no_prometheus:
-            if find_prometheus() is None:
-                print("prometheus is not installed: the controller scrapes replicas directly "
-                      "(apt-get install prometheus for the full demo)", flush=True)
-            else:
-                try:
-                    prometheus = LocalPrometheus(out / "prometheus", scrape_interval_s=1.0)
-                    prometheus.start()
-                    stack.callback(prometheus.stop)
-                except PrometheusError as exc:
-                    print(f"Prometheus did not start ({exc}); the controller scrapes replicas directly", flush=True)
-                    prometheus = None
-        settings = Settings(policies, prometheus_url=prometheus.url if prometheus else None,
-                            engine_config=EngineConfig(history_step_s=FORECAST_STEP_S))
-        operator_loop = LoopThread("controller")
-        operator_stop = threading.Event()
+        print(f"  API server  {sandbox.url}   (KUBECONFIG={self.kubeconfig})", flush=True)
+        return kube
+
+    def _start_prometheus(self, stack: contextlib.ExitStack) -> Any:
+        """Prometheus with the days before today backfilled, or None (then the controller scrapes replicas
+        directly, and its forecast starts with no history: the demo says so)."""
+        import numpy as np
+
+        from infer_ctl.sandbox.prometheus import LocalPrometheus, PrometheusError, find_prometheus
+
+        without = ("the controller scrapes the replicas directly, and its forecast starts with no history: the "
+                   "morning ramp is met by the burst guard as it comes, not ahead of it")
+        self.day0 = math.nan  # wall-clock start of today (NaN: when the first replica is ready)
+        if self.args.no_prometheus:
+            print(f"  metrics     no Prometheus (--no-prometheus): {without}", flush=True)
+            return None
+        if find_prometheus() is None:
+            print(f"  metrics     NO PROMETHEUS: Debian's prometheus is not installed, so {without}. ./run installs "
+                  "it; or: apt-get install prometheus", flush=True)
+            return None
+        workdir = self.out / "prometheus"
+        shutil.rmtree(workdir, ignore_errors=True)  # a previous run's data would pass for history
+        prometheus = LocalPrometheus(workdir, scrape_interval_s=1.0)
+        now = time.time()
+        self.day0 = now + self.cold_start_s + SETUP_ALLOWANCE_S
+        labels = f'namespace="default",service="{DRIVEN}",pod="history",code="200"'
+        try:
+            prometheus.backfill(self.day.history_openmetrics(self.day0, now, labels,
+                                                             np.random.default_rng(HISTORY_SEED)))
+            prometheus.start()
+        except PrometheusError as exc:
+            prometheus.stop()
+            print(f"  metrics     Prometheus did not start ({exc}): {without}", flush=True)
+            self.day0 = math.nan
+            return None
+        stack.callback(prometheus.stop)
+        print(f"  metrics     Prometheus {prometheus.url}, with the {HISTORY_DAYS} days before today backfilled "
+              f"({DRIVEN}'s request counter, `promtool tsdb create-blocks-from openmetrics`)", flush=True)
+        return prometheus
+
+    def _start_controller(self, stack: contextlib.ExitStack, prometheus_url: str | None) -> None:
         import asyncio
 
+        from infer_ctl.controller.operator import OperatorConfig
+        from infer_ctl.controller.operator import run as run_operator
+        from infer_ctl.controller.reconciler import Settings
+        from infer_ctl.engine.step import EngineConfig
+        from infer_ctl.sandbox.threaded import LoopThread
+
+        engine = EngineConfig(history_step_s=FORECAST_STEP_S, day_s=self.day.day_s, season_step_s=FORECAST_STEP_S)
+        settings = Settings(self.policies, prometheus_url=prometheus_url, engine_config=engine)
+        operator_loop = LoopThread("controller")
+        operator_stop = threading.Event()
         future = asyncio.run_coroutine_threadsafe(
-            run_operator(OperatorConfig(settings, kubeconfig=str(kubeconfig), namespaces=("default",)),
+            run_operator(OperatorConfig(settings, kubeconfig=str(self.kubeconfig), namespaces=("default",)),
                          stop_flag=operator_stop), operator_loop.loop)
 
         def stop_operator() -> None:
@@ -149,58 +257,261 @@ def run(args: argparse.Namespace) -> int:
             operator_loop.stop()
 
         stack.callback(stop_operator)
-        print(f"  API server  {sandbox.url}   (KUBECONFIG={kubeconfig})", flush=True)
-        print(f"  metrics     {'Prometheus ' + prometheus.url if prometheus else 'direct scrape of replicas'}",
-              flush=True)
-        print(f"  forecast    {FORECAST_STEP_S:g} s buckets (the demo's compressed timeline; the controller's "
-              "default is 60 s)", flush=True)
-        for obj in services:
-            kube.create(INFERENCE_SERVICES, obj, "default")
-            print(f"  applied     InferenceService default/{obj['metadata']['name']}", flush=True)
+        print(f"  controller  a day of {self.day.day_s:g} s, forecast on {FORECAST_STEP_S:g} s buckets with a daily "
+              f"season of {self.day.day_s:g} s; log: {self.out / 'controller.log'}", flush=True)
 
-        url = _wait_for_front_door(kube, "chat", INFERENCE_SERVICES)
-        print(f"  front door  {url}", flush=True)
-        _wait_ready(kube, PODS, "chat")
-        shape = ",".join(f"{rate * args.rate_scale:g}@{args.duration * share:g}s" for rate, share in STEPS)
-        timeline = out / "loadgen-timeline.csv"
+    def _wait_for_the_day(self) -> float:
+        """Wait for the planned start of today (the history's days end there); returns how far into the day the
+        traffic starts (0 unless the set-up took longer than planned)."""
+        if math.isnan(self.day0):
+            self.day0 = time.time()
+            return 0.0
+        wait = self.day0 - time.time()
+        if wait > 0:
+            print(f"  the day starts in {wait:.0f} s (where the backfilled days end)", flush=True)
+            time.sleep(wait)  # nothing to poll: the day starts at a time chosen before the set-up
+            return 0.0
+        print(f"  the set-up took {-wait:.0f} s longer than planned: the day starts {-wait:.0f} s in", flush=True)
+        return -wait
+
+    # ------------------------------------------------------------------------------------------ the day
+
+    def _drive(self, stack: contextlib.ExitStack, kube: Any, prometheus: Any, url: str, offset_s: float) -> int:
+        from infer_ctl.kube.client import PODS
+        from infer_ctl.kube.pods import replica_pods
+
+        timeline = self.out / "loadgen-timeline.csv"
+        shape = self.day.shape(offset_s)
         cmd = [sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--shape", shape, "--json",
-               "--body", '{"prompt": "Hello", "stream": false}',
+               "--phases", self.day.phase_starts(offset_s), "--body", '{"prompt": "Hello", "stream": false}',
                "--timeline", str(timeline), "--no-progress", "--max-error-ratio", "1", "--timeout", "10s"]
-        print(f"traffic: loadgen --shape {shape} (open loop, a separate process)\n", flush=True)
+        print(f"traffic: loadgen --shape {shape}\n         (open loop, a separate process; the day: "
+              f"{self.day.describe()} req/s)\n", flush=True)
+        day0_mono = time.monotonic() - (time.time() - self.day0)
         loadgen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stack.callback(_terminate, loadgen)
-        recorder = Recorder()
-        started = time.monotonic()
-        print(f"{'time':>5}  {'rate':>7}  {'forecast':>8}  {'serving':>7}  {'standby':>7}  {'loading':>7}  "
-              f"decision", flush=True)
-        try:
-            while loadgen.poll() is None and not stop.is_set():
-                if prometheus is not None:
-                    pods = replica_pods(kube.list(PODS, "default"))
-                    prometheus.set_targets(p.address for p in pods if p.address)
-                _tick(kube, INFERENCE_SERVICES, recorder, time.monotonic() - started)
-                time.sleep(TICK_S)
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping everything the demo started", flush=True)
-            return 130
-        summary_text, _ = loadgen.communicate(timeout=30)
+        view = LiveView(sys.stdout)
+        while loadgen.poll() is None:
+            pods = kube.list(PODS, "default")
+            if prometheus is not None:
+                prometheus.set_targets(p.address for p in replica_pods(pods) if p.address)
+            t = time.monotonic() - day0_mono
+            views = [self._service_view(kube, name, pods) for name in self._names()]
+            self._record(t, views[0])
+            phase = self.day.phase_at(t)
+            view.update(t, phase.name, "as every day: the forecast knows it" if phase.predictable else
+                        "unannounced: the days before had none of it", views)
+            time.sleep(TICK_S)
+        view.close()
+        summary_text, errors = loadgen.communicate(timeout=30)
         summary = _loadgen_summary(summary_text)
-        _print_summary(summary, recorder, out)
-        # loadgen's t = 0 is when it began sending (after its start-up), on the same monotonic clock.
-        offset_s = float(summary.get("started_monotonic_s", started)) - started
+        if not summary:
+            print(f"loadgen printed no summary: {errors[-2000:]}", file=sys.stderr, flush=True)
+        # loadgen's t = 0 on the day's clock (both from the machine's monotonic clock)
+        start_s = float(summary.get("started_monotonic_s", day0_mono + offset_s)) - day0_mono
+        self._summarize(summary)
         if missing("plot"):
             print(f"\ntimeline: {timeline}   (no plot: it needs infer-ctl's 'plot' extra, "
                   "pip install 'infer-ctl[plot]')", flush=True)
         else:
-            _plot(recorder, timeline, out / "demo.png", offset_s)
-            print(f"\nplot: {out / 'demo.png'}   timeline: {timeline}", flush=True)
-    return 0
+            plot(self.day, self.recorder, timeline, self.out / "demo.png", start_s=start_s, slo_ms=self.slo_ms)
+            print(f"\nplot: {self.out / 'demo.png'}   timeline: {timeline}", flush=True)
+        return 0
+
+    def _names(self) -> list[str]:
+        names = [s["metadata"]["name"] for s in self.services]
+        return [DRIVEN, *(n for n in names if n != DRIVEN)]
+
+    def _service_view(self, kube: Any, name: str, pods: list[dict[str, Any]]) -> ServiceView:
+        from infer_ctl.kube.client import INFERENCE_SERVICES
+        from infer_ctl.kube.labels import LABEL_SERVICE
+        from infer_ctl.kube.pods import replica_pods
+
+        status = (kube.get(INFERENCE_SERVICES, name, "default") or {}).get("status") or {}
+        forecast = status.get("forecast") or {}
+        desired = status.get("desired") or {}
+        decision = status.get("lastDecision") or {}
+        # this cycle's reason and message (the Scaling condition); lastDecision keeps the last change's
+        scaling: dict[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Scaling"), {})
+        mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name]
+        states = Counter(str(r.state) for r in replica_pods(mine))
+        note = ""
+        if forecast:
+            note = (f"upper q{float(forecast.get('quantile', 'nan')):g} within {forecast.get('horizonSeconds')} s, "
+                    f"{forecast.get('method', '')}")
+        return ServiceView(name, float(status.get("observedRps", "nan")), float(forecast.get("upperRps", "nan")),
+                           note, int(desired.get("serving", 0)), int(desired.get("standby", 0)), dict(states),
+                           str(scaling.get("reason") or decision.get("reason") or ""),
+                           str(scaling.get("message") or decision.get("message") or ""))
+
+    def _record(self, t_s: float, svc: ServiceView) -> None:
+        self.recorder.samples.append(Sample(t_s, svc.observed_rps, svc.forecast_rps, svc.desired_serving,
+                                            svc.desired_standby, dict(svc.replicas), svc.reason))
+
+    # ------------------------------------------------------------------------------------------ the end
+
+    def _summarize(self, summary: dict[str, Any]) -> None:
+        rec = self.recorder
+        peak = max((s.count("Serving") for s in rec.samples), default=0)
+        dt = [b.t_s - a.t_s for a, b in zip(rec.samples, rec.samples[1:], strict=False)] + [TICK_S]
+        gpu_s = sum(sum(s.states.values()) * d for s, d in zip(rec.samples, dt, strict=True))
+        slo = f"p95 <= {self.slo_ms:g} ms" if not math.isnan(self.slo_ms) else "none"
+        print(f"\nsummary of {DRIVEN} (SLO {slo}; latency from each request's scheduled send time)", flush=True)
+        phases = phase_rows(self.day, rec, summary.get("phases") or [], self.slo_ms)
+        print(f"  {'phase':<15} {'seconds':>9} {'req/s':>9} {'p50':>8} {'p95':>8} {'SLO':>6} {'errors':>7}  "
+              f"{'serving':>7} {'standby':>7} {'loading':>7}", flush=True)
+        for row in phases:
+            print(f"  {row['name']:<15} {row['window']:>9} {row['rate']:>9} {row['p50']:>8} {row['p95']:>8} "
+                  f"{row['slo']:>6} {row['errors']:>7}  {row['serving']:>7} {row['standby']:>7} "
+                  f"{row['loading']:>7}", flush=True)
+        for line in explain(self.day, rec, phases):
+            print(f"  {line}", flush=True)
+        if summary:
+            kinds = ", ".join(f"{k} {n}" for k, n in (summary.get("errors_by_kind") or {}).items())
+            print(f"  traffic     {summary.get('sent', 0)} requests, {summary.get('ok', 0)} ok, "
+                  f"{summary.get('errors', 0)} errors{' (' + kinds + ')' if kinds else ''}; p50 "
+                  f"{summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms overall", flush=True)
+        print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (loading included)", flush=True)
+        write_samples(rec, self.out / "controller-timeline.csv")
+        (self.out / "summary.json").write_text(json.dumps({
+            "loadgen": summary, "peak_serving": peak, "gpu_hours": gpu_s / 3600, "day_s": self.day.day_s,
+            "rate_scale": self.day.rate_scale, "phases": phases}, indent=2))
 
 
-def _wait_for_front_door(kube: Any, name: str, resource: Any, timeout_s: float = 60.0) -> str:
+def write_samples(rec: Recorder, path: Path) -> None:
+    """What the demo polled each second: the controller's rate, forecast and wanted replicas, the Pods by state."""
+    import csv
+
+    states = ["Serving", "Standby", "Loading", "Pending", "Draining", "Unavailable"]
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["t_s", "observed_rps", "forecast_upper_rps", "desired_serving", "desired_standby",
+                         *(s.lower() for s in states), "reason"])
+        for x in rec.samples:
+            writer.writerow([f"{x.t_s:.1f}", f"{x.observed_rps:.1f}", f"{x.forecast_rps:.1f}", x.desired_serving,
+                             x.desired_standby, *(x.count(s) for s in states), x.reason])
+
+
+def scale_capacity(service: dict[str, Any], scale: float) -> None:
+    """Scale a sandbox service's capacity per replica by `scale`, at the same latency: fewer (or more) slots,
+    the service time stretched to the whole slot count, and the target rate per replica with them. E.g. 8 slots
+    of 100 ms (80 req/s) at 0.3: 3 slots of 125 ms (24 req/s), target 40 -> 12 req/s."""
+    if scale == 1:
+        return
+    annotations = service["metadata"].setdefault("annotations", {})
+    base_ms = float(annotations.get(SERVICE_TIME, 100))
+    base_slots = int(annotations.get(CONCURRENCY, 8))
+    slots = max(1, math.ceil(base_slots * scale - 1e-9))
+    annotations[SERVICE_TIME] = f"{base_ms * slots / (base_slots * scale):.3f}"
+    annotations[CONCURRENCY] = str(slots)
+    scaling = service["spec"]["scaling"]
+    scaling["targetRequestsPerReplica"] = round(float(scaling["targetRequestsPerReplica"]) * scale, 6)
+
+
+def phase_rows(day: Day, rec: Recorder, loadgen_phases: list[dict[str, Any]], slo_ms: float) -> list[dict[str, Any]]:
+    """Per phase of the day: its window, rate, latency and errors (loadgen's phases, split where the day's are)
+    and replicas (the Pods polled in it)."""
+    by_name = {p["name"]: p for p in loadgen_phases}
+    rows = []
+    for phase in day.phases:
+        lg = by_name.get(phase.name, {})
+        samples = rec.within(phase.start_s, phase.end_s)
+        lo, hi = phase.today[0][1], phase.today[-1][1]
+        p95 = float(lg.get("p95_ms", math.nan)) if lg.get("ok") else math.nan
+
+        def span(state: str, samples: list[Sample] = samples) -> str:
+            values = [s.count(state) for s in samples]
+            if not values:
+                return "-"
+            return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+        rows.append({
+            "name": phase.name, "start_s": phase.start_s, "end_s": phase.end_s, "predictable": phase.predictable,
+            "window": f"{phase.start_s:.0f}-{phase.end_s:.0f}",
+            "rate": f"{lo:.0f}" if math.isclose(lo, hi) else f"{lo:.0f}-{hi:.0f}",
+            "p50": _ms(float(lg.get("p50_ms", math.nan)) if lg.get("ok") else math.nan),
+            "p95": _ms(p95), "p95_ms": p95,
+            "slo": "-" if math.isnan(p95) or math.isnan(slo_ms) else ("met" if p95 <= slo_ms else "MISSED"),
+            "errors": str(lg.get("errors", "-")), "errors_by_kind": lg.get("errors_by_kind", {}),
+            "serving": span("Serving"), "standby": span("Standby"), "loading": span("Loading"),
+        })
+    return rows
+
+
+def _ms(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def explain(day: Day, rec: Recorder, rows: list[dict[str, Any]]) -> list[str]:
+    """What the phases show: replicas loading ahead of each predictable rise, the burst guard's time to catch an
+    unannounced step, and why a phase missed its SLO."""
+    lines = []
+    before_rps = math.inf
+    for i, phase in enumerate(day.phases):
+        rises = max(r for _, r in phase.today) > 1.5 * min(before_rps, phase.today[0][1])
+        before_rps = phase.today[-1][1]
+        if not rises:
+            continue
+        if phase.predictable:
+            lines.append(_prewarm_line(phase, rec))
+        else:
+            lines.append(_burst_line(phase, rec, rows[i]))
+    return [line for line in lines if line]
+
+
+def _prewarm_line(phase: Phase, rec: Recorder) -> str:
+    """When the replicas for a predictable rise started loading, relative to the rise."""
+    before = [s for s in rec.samples if s.t_s < phase.start_s]
+    if not before:
+        return f"{phase.name}: began before the first poll"
+    at_start = before[-1]
+    ready = at_start.count("Serving") + at_start.count("Standby")
+    first, low = None, math.inf
+    for s in (s for s in rec.samples if s.t_s < phase.end_s):
+        total = sum(s.states.values())
+        if total > low:  # the first replica added after the fleet's low point (the night's scale-down)
+            first = s
+            break
+        low = min(low, total)
+    if first is None:
+        return (f"{phase.name}: no replica was added: {ready} were ready when it began, started before the traffic "
+                f"({_forecast(before[0])} at the first poll)")
+    lead = phase.start_s - first.t_s
+    when = f"{lead:.0f} s before it began" if lead > 0 else f"{-lead:.0f} s after it began (no pre-warm)"
+    return (f"{phase.name}: the first replica for it was started at {first.t_s:.0f} s, {when}; when it began, "
+            f"{ready} were ready and {at_start.count('Loading')} loading ({_forecast(at_start)})")
+
+
+def _forecast(sample: Sample) -> str:
+    return "no forecast" if math.isnan(sample.forecast_rps) else f"forecast {sample.forecast_rps:.0f} req/s"
+
+
+def _burst_line(phase: Phase, rec: Recorder, row: dict[str, Any]) -> str:
+    """How long the burst guard took to have the step's replicas serving, and what the requests met meanwhile."""
+    samples = rec.within(phase.start_s, phase.end_s + BURST_WINDOW_S)
+    if not samples:
+        return ""
+    peak = max(s.count("Serving") for s in samples)
+    first_peak = next(s for s in samples if s.count("Serving") == peak)
+    errors = ", ".join(f"{k} {n}" for k, n in (row.get("errors_by_kind") or {}).items())
+    met = row["slo"] == "met"
+    meanwhile = (f"p95 {row['p95']}, {'within' if met else 'over'} the SLO"
+                 + (f"; refused: {errors}" if errors else ""))
+    start = samples[0].count("Serving")
+    response = (f"{start} serving when it began, {peak} serving {first_peak.t_s - phase.start_s:.0f} s after it "
+                "(the burst guard)" if peak > start else f"the {start} serving replicas it met took it")
+    return (f"{phase.name}: unannounced (the days before had {phase.history[0][1]:.0f} req/s): {response}; its "
+            f"requests: {meanwhile}")
+
+
+def _wait_for_front_door(kube: Any, name: str, timeout_s: float = 60.0) -> str:
+    from infer_ctl.kube.client import INFERENCE_SERVICES
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        obj = kube.get(resource, name, "default") or {}
+        obj = kube.get(INFERENCE_SERVICES, name, "default") or {}
         url = ((obj.get("metadata") or {}).get("annotations") or {}).get("sandbox.infer-ctl.io/url")
         if url:
             return str(url)
@@ -208,40 +519,18 @@ def _wait_for_front_door(kube: Any, name: str, resource: Any, timeout_s: float =
     raise RuntimeError(f"no front door for {name} within {timeout_s:.0f} s")
 
 
-def _wait_ready(kube: Any, pods: Any, name: str, timeout_s: float = 120.0) -> None:
+def _wait_ready(kube: Any, name: str, timeout_s: float) -> None:
     from infer_ctl.core.api import ReplicaState
+    from infer_ctl.kube.client import PODS
     from infer_ctl.kube.pods import replica_pods
 
-    print("  waiting for the first replica to load ...", flush=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        replicas = replica_pods(kube.list(pods, "default", label_selector=f"infer-ctl.io/service={name}"))
+        replicas = replica_pods(kube.list(PODS, "default", label_selector=f"infer-ctl.io/service={name}"))
         if any(r.state is ReplicaState.SERVING for r in replicas):
             return
         time.sleep(0.5)
     raise RuntimeError(f"{name}: no replica became ready within {timeout_s:.0f} s")
-
-
-def _tick(kube: Any, resource: Any, recorder: Recorder, t_s: float) -> None:
-    obj = kube.get(resource, "chat", "default") or {}
-    status = obj.get("status") or {}
-    replicas = status.get("replicas") or {}
-    desired = status.get("desired") or {}
-    forecast = status.get("forecast") or {}
-    decision = status.get("lastDecision") or {}
-    scaling: dict[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Scaling"), {})
-    observed = float(status.get("observedRps", "nan"))
-    sample = Sample(t_s, observed, float(forecast.get("upperRps", "nan")), int(replicas.get("serving", 0)),
-                    int(replicas.get("standby", 0)), int(replicas.get("loading", 0)),
-                    int(desired.get("serving", 0)) + int(desired.get("standby", 0)),
-                    str(scaling.get("reason") or decision.get("reason") or ""))
-    recorder.samples.append(sample)
-    # this cycle's reason and message (the Scaling condition); lastDecision keeps the last change's
-    note = str(scaling.get("message") or (decision.get("message", "") if decision else ""))
-    rate = "-" if math.isnan(sample.observed_rps) else f"{sample.observed_rps:.0f}/s"
-    fc = "-" if math.isnan(sample.forecast_rps) else f"{sample.forecast_rps:.0f}/s"
-    print(f"{t_s:5.0f}  {rate:>7}  {fc:>8}  {sample.serving:>7}  {sample.standby:>7}  {sample.loading:>7}  "
-          f"{sample.reason}: {note[:70]}", flush=True)
 
 
 def _terminate(proc: subprocess.Popen[str]) -> None:
@@ -263,25 +552,10 @@ def _loadgen_summary(text: str) -> dict[str, Any]:
     return {}
 
 
-def _print_summary(summary: dict[str, Any], recorder: Recorder, out: Path) -> None:
-    peak = max((s.serving for s in recorder.samples), default=0)
-    replica_seconds = sum((s.serving + s.standby + s.loading) * TICK_S for s in recorder.samples)
-    print("\nsummary", flush=True)
-    if summary:
-        print(f"  traffic   target {summary.get('target_rps', 0):.1f} req/s, achieved "
-              f"{summary.get('achieved_rps', 0):.1f} req/s; {summary.get('ok', 0)} ok, {summary.get('errors', 0)} "
-              "errors", flush=True)
-        print(f"  latency   p50 {summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms, "
-              f"p99 {summary.get('p99_ms', 0):.0f} ms (from the scheduled send time)", flush=True)
-    print(f"  replicas  peak {peak} serving; {replica_seconds / 3600:.2f} GPU-hours used (loading included)",
-          flush=True)
-    (out / "summary.json").write_text(json.dumps({"loadgen": summary, "peak_serving": peak,
-                                                  "gpu_hours": replica_seconds / 3600}, indent=2))
-
-
-def _plot(recorder: Recorder, timeline: Path, path: Path, offset_s: float = 0.0) -> None:
-    """Two panels: requests/s (target, answered, the controller's observed rate and upper forecast) above
-    replicas (serving, serving + standby, loading, desired). `offset_s`: loadgen's t = 0 on the demo's clock."""
+def plot(day: Day, rec: Recorder, timeline: Path, path: Path, *, start_s: float, slo_ms: float) -> None:
+    """Three panels over the day's seconds: requests/s (offered, answered and failed by completion, the
+    controller's observed rate and upper forecast), latency p50/p95 per scheduled second against the SLO, and
+    the replicas by state (serving, standby, loading stacked) with the desired count; the phases shaded."""
     import csv
 
     import matplotlib
@@ -289,29 +563,63 @@ def _plot(recorder: Recorder, timeline: Path, path: Path, offset_s: float = 0.0)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    fig, (top, mid, bottom) = plt.subplots(3, 1, figsize=(12, 9.5), sharex=True,
+                                           gridspec_kw={"height_ratios": [3, 2, 3]})
+    rows: list[dict[str, str]] = []
     if timeline.exists():
         with timeline.open() as f:
             rows = list(csv.DictReader(f))
-        x = [float(r["t_s"]) + offset_s for r in rows]
-        top.plot(x, [float(r["target"]) for r in rows], color="0.6", label="offered (loadgen target)")
-        top.plot(x, [float(r["ok"]) for r in rows], color="tab:green", label="answered")
-    t = [s.t_s for s in recorder.samples]
-    top.plot(t, [s.observed_rps for s in recorder.samples], color="tab:blue", label="observed by the controller")
-    top.plot(t, [s.forecast_rps for s in recorder.samples], color="tab:red", linestyle="--",
-             label="forecast (upper quantile)")
+    x = [float(r["t_s"]) + start_s for r in rows]
+    if rows:
+        top.plot(x, [float(r["target"]) for r in rows], color="0.55", label="offered (loadgen)")
+        top.plot(x, [float(r["answered"]) for r in rows], color="tab:green", linewidth=1.0,
+                 label="answered (by completion)")
+        if any(float(r["failed"]) for r in rows):
+            top.plot(x, [float(r["failed"]) for r in rows], color="tab:red", linewidth=1.0,
+                     label="failed (by completion)")
+    t = [s.t_s for s in rec.samples]
+    top.plot(t, [s.observed_rps for s in rec.samples], color="tab:blue", linewidth=1.0,
+             label="observed by the controller")
+    top.plot(t, [s.forecast_rps for s in rec.samples], color="tab:red", linestyle="--", linewidth=1.2,
+             label="forecast (upper quantile over the horizon)")
     top.set_ylabel("requests/s")
-    top.legend(loc="upper right")
-    bottom.step(t, [s.serving for s in recorder.samples], where="post", color="tab:blue", label="serving (ready)")
-    bottom.step(t, [s.serving + s.standby for s in recorder.samples], where="post", color="tab:cyan",
-                linestyle="--", label="serving + standby")
-    bottom.step(t, [s.loading for s in recorder.samples], where="post", color="tab:orange", label="loading")
-    bottom.step(t, [s.desired for s in recorder.samples], where="post", color="black", linestyle=":",
-                label="desired")
+    top.legend(loc="upper left", fontsize="small")
+    # failures that end together (a timeout's worth of requests) spike far above the traffic: clipped
+    peak = max([1.0] + [float(r["target"]) for r in rows]
+               + [s.forecast_rps for s in rec.samples if not math.isnan(s.forecast_rps)])
+    top.set_ylim(0, 1.6 * peak)
+    if rows:
+        ok = [(xi, r) for xi, r in zip(x, rows, strict=True) if int(r["ok"])]
+        mid.plot([xi for xi, _ in ok], [float(r["p50_ms"]) for _, r in ok], color="tab:blue", linewidth=1.0,
+                 label="p50")
+        mid.plot([xi for xi, _ in ok], [float(r["p95_ms"]) for _, r in ok], color="tab:orange", linewidth=1.0,
+                 label="p95")
+        p95s = [float(r["p95_ms"]) for _, r in ok if float(r["p95_ms"]) > 0]
+        if p95s and max(p95s) > 10 * min(p95s):  # a queue's seconds beside a replica's 100 ms
+            mid.set_yscale("log")
+    if not math.isnan(slo_ms):
+        mid.axhline(slo_ms, color="black", linestyle=":", linewidth=1.0, label=f"SLO p95 {slo_ms:g} ms")
+    mid.set_ylabel("latency, ms\n(by scheduled second)")
+    mid.legend(loc="upper left", fontsize="small")
+    states = [("Serving", "tab:blue"), ("Standby", "tab:cyan"), ("Loading", "tab:orange"), ("Pending", "0.7")]
+    if rec.samples:
+        bottom.stackplot(t, *[[s.count(state) for s in rec.samples] for state, _ in states],
+                         colors=[c for _, c in states], labels=[state.lower() for state, _ in states], step="post",
+                         alpha=0.85)
+        bottom.step(t, [s.desired_serving + s.desired_standby for s in rec.samples], where="post", color="black",
+                    linestyle=":", label="desired (serving + standby)")
     bottom.set_ylabel("replicas")
-    bottom.set_xlabel("seconds since the traffic started")
-    bottom.legend(loc="upper right")
-    top.set_title("infer-ctl demo: the chat service through the 50 -> 500 -> 2 req/s step")
+    bottom.set_xlabel("seconds of the compressed day")
+    bottom.legend(loc="upper left", fontsize="small")
+    for i, phase in enumerate(day.phases):
+        for ax in (top, mid, bottom):
+            ax.axvspan(phase.start_s, phase.end_s, color="0.93" if i % 2 else "white", zorder=0)
+        top.annotate(phase.name + ("" if phase.predictable else "\n(unannounced)"),
+                     ((phase.start_s + phase.end_s) / 2, 1.0), xycoords=("data", "axes fraction"),
+                     ha="center", va="bottom", fontsize="x-small")
+    top.set_xlim(0, day.day_s)
+    fig.suptitle(f"infer-ctl demo: the chat service through a compressed day of {day.day_s:g} s, rates x"
+                 f"{day.rate_scale:g}\n{day.describe()} req/s", fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
