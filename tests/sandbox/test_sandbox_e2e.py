@@ -113,6 +113,41 @@ def test_bound_pods_become_ready_model_servers_behind_one_front_door(sandbox: Sa
             assert validator.validate(obj, field_validation="Strict") == ([], []), obj["metadata"]["name"]
 
 
+def test_knobs_on_an_inference_service_reach_the_model_servers_of_its_pods(sandbox: Sandbox) -> None:
+    # The controller writes the replicas' Pods; a service's manifest sets their model servers' knobs (the demo's
+    # chat.yaml its service time and slots). One slot of 400 ms: two requests at once take 0.4 and 0.8 s.
+    http = httpx.Client(base_url=sandbox.url, timeout=30)
+    crd = yaml.safe_load((ROOT / "crds/inferenceservice.yaml").read_text())
+    assert http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd).status_code == 201
+    manifest = next(d for d in yaml.safe_load_all((ROOT / "deploy/examples/llm-8b.yaml").read_text())
+                    if d and d.get("kind") == "InferenceService")
+    manifest["metadata"].update(name="llm-8b", namespace="default", annotations={
+        "sandbox.infer-ctl.io/service-time-ms": "400", "sandbox.infer-ctl.io/concurrency": "1"})
+    created = http.post(IS_PATH, json=manifest).json()
+    body = replica("owned")
+    for knob in ("service-time-ms", "cold-start-seconds"):
+        del body["metadata"]["annotations"][f"sandbox.infer-ctl.io/{knob}"]
+    body["metadata"]["annotations"]["sandbox.infer-ctl.io/cold-start-seconds"] = "0.3"
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "infer-ctl.io/v1alpha1", "kind": "InferenceService",
+                                            "name": "llm-8b", "uid": created["metadata"]["uid"]}]
+    assert http.post(PODS, json=body).status_code == 201
+    ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=owned", is_ready)
+    address = ready["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    took: list[float] = []
+
+    def call() -> None:
+        started = time.monotonic()
+        assert httpx.post(f"http://{address}/v1/completions", json={}, timeout=10).status_code == 200
+        took.append(time.monotonic() - started)
+
+    callers = [threading.Thread(target=call) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(10)
+    assert sorted(took)[0] >= 0.4 and sorted(took)[1] >= 0.8, took
+
+
 def test_deleting_a_pod_drains_its_in_flight_request_before_the_process_stops(sandbox: Sandbox) -> None:
     http = httpx.Client(base_url=sandbox.url, timeout=30)
     assert http.post(PODS, json=replica("slow", service_time_ms=1500)).status_code == 201
