@@ -75,7 +75,9 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return lower
 
 
-CONTROLLER_USER = "infer-ctl-controller"  # the controller's own user on `kube`, so the audit log tells its requests
+# the controller's own user on `kube` (its ServiceAccount, infer_ctl.sandbox.install), so the audit log tells its
+# requests
+CONTROLLER_USER = "system:serviceaccount:infer-ctl-system:infer-ctl"
 
 
 def api_requests(audit_log: Path, user: str, start: datetime, end: datetime) -> Counter[str]:
@@ -117,8 +119,7 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
     if control_plane == "kube":
         from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
-        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig, audit_log=True,
-                                         extra_admins=(CONTROLLER_USER,))
+        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig, audit_log=True)
     else:
         sandbox = sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
     with sandbox as sb:
@@ -128,7 +129,12 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
         local = sb.local if isinstance(sb, KubeSandbox) else None  # the real control plane, on `kube`
         controller_kubeconfig = kubeconfig
         if local is not None:
-            controller_kubeconfig = local.admin_kubeconfig_as(CONTROLLER_USER, tmp / "controller.kubeconfig")
+            # as its ServiceAccount with exactly deploy/'s RBAC (a --controller-tree older than that RBAC may be
+            # refused what it used to be granted)
+            from infer_ctl.sandbox.install import install_controller
+
+            controller_kubeconfig = install_controller(local, tmp / "controller.kubeconfig", ("default",),
+                                                       replace_sandbox_classes=kube)
         if control_plane != "kube":  # kube_sandbox_in_thread installs it and waits until it is served
             kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=yaml.safe_load(CRD_PATH.read_text()))

@@ -3,8 +3,9 @@
 
 Each scenario starts a fresh sandbox (deploy/sandbox/small.yaml; `kube`: the real kube-apiserver, kube-scheduler
 and kube-controller-manager 1.37 with the node agent; `emulator`: the project's API server) and runs the
-controller as a separate process (`infer-ctl controller`, as a user runs it), then runs its trials one after
-the other, each on an InferenceService of its own:
+controller as a separate process (`infer-ctl controller`, as a user runs it; on `kube` as its ServiceAccount
+with exactly deploy/kustomize's RBAC, `infer_ctl.sandbox.install`), then runs its trials one after the other, each
+on an InferenceService of its own:
 
 - api-faults: the controller talks to the API server through the fault proxy (`infer_ctl.sandbox.faultproxy`),
   which answers 10 % of its requests with 500, 409 or 429 (a third each; watches included) and delays another
@@ -73,7 +74,6 @@ MALFORMED: tuple[tuple[str, Any], ...] = (
     ("metadata.labels", {"team": "ml infra"}), ("metadata.labels", {"model": "meta-llama/Llama"}),
     ("spec", None), ("spec.scaling", "fast"),
 )
-CONTROLLER_USER = "infer-ctl-bench-faults"
 NS = "default"
 ORPHAN_GRACE_S = 45.0  # three control periods and the claim collector's two-cycle rule
 
@@ -200,7 +200,7 @@ class Harness:
             from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
             manager: contextlib.AbstractContextManager[Any] = kube_sandbox_in_thread(
-                topology, self.policies.catalog, kubeconfig=self.kubeconfig, extra_admins=(CONTROLLER_USER,))
+                topology, self.policies.catalog, kubeconfig=self.kubeconfig)
         else:
             from infer_ctl.sandbox.runtime import sandbox_in_thread
 
@@ -209,8 +209,11 @@ class Harness:
             kube = KubeClient.from_config(str(self.kubeconfig))
             local = getattr(sb, "local", None)
             if local is not None:
-                self.controller_kubeconfig = local.admin_kubeconfig_as(CONTROLLER_USER,
-                                                                       self.workdir / "controller.kubeconfig")
+                # the controller runs as its ServiceAccount with deploy/'s RBAC, as installed (not as an admin)
+                from infer_ctl.sandbox.install import install_controller
+
+                self.controller_kubeconfig = install_controller(local, self.workdir / "controller.kubeconfig",
+                                                                (NS,), replace_sandbox_classes=kube)
             else:
                 kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                              body=yaml.safe_load(CRD_PATH.read_text()))

@@ -30,15 +30,15 @@ from infer_ctl.controller.operator import OperatorConfig, run
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
-from infer_ctl.kube.client import PRIORITY_CLASSES, KubeClient
+from infer_ctl.kube.client import KubeClient
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.sandbox.cluster import load_cluster
+from infer_ctl.sandbox.install import install_controller
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
 from infer_ctl.sandbox.runtime import Sandbox, sandbox_in_thread
 from infer_ctl.sandbox.threaded import LoopThread
 from tests.builders import InferenceServiceBuilder
-from tests.kubehelpers import install_controller
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "deploy" / "sandbox" / "small.yaml"
@@ -71,12 +71,9 @@ class Cluster:
         if local is None:
             return self.kubeconfig
         if self._controller_kubeconfig is None:
-            # deploy/'s PriorityClasses replace the sandbox's: kube-apiserver refuses to change a PriorityClass's
-            # value or preemptionPolicy ("field is immutable"), and the sandbox's standby class lacks deploy/'s
-            # `preemptionPolicy: Never`, so `kubectl apply` over them would fail.
-            for name in ("infer-ctl-serving", "infer-ctl-standby"):
-                self.kube.delete(PRIORITY_CLASSES, name)
-            self._controller_kubeconfig = install_controller(local, self.workdir / "controller.kubeconfig")
+            # deploy/'s PriorityClasses replace the sandbox's (see install_controller)
+            self._controller_kubeconfig = install_controller(local, self.workdir / "controller.kubeconfig",
+                                                             replace_sandbox_classes=self.kube)
         return self._controller_kubeconfig
 
 

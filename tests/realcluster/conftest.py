@@ -23,9 +23,9 @@ from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, run
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.sandbox.install import install_controller, manage_namespace
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
 from infer_ctl.sandbox.threaded import LoopThread
-from tests.kubehelpers import install_controller, manage_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")

@@ -1,25 +1,29 @@
-"""Helpers shared by the tests that run on the real control plane (tests/realcluster, tests/controller's `kube`
-backend): the RBAC pieces of deploy/kustomize applied with kubectl."""
+"""The controller's access installed as deploy/kustomize installs it, on a `LocalCluster` (the real control plane):
+the kopf peering CRD, the base's namespace, PriorityClasses, RBAC and peering object, a RoleBinding of the
+ClusterRole `infer-ctl-manager` per managed namespace, and a kubeconfig that acts as the controller's
+ServiceAccount. A controller run with that kubeconfig has exactly the permissions deploy/ grants, not an admin's:
+the tests on the real control plane and the fault-injection benchmark run it so."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from infer_ctl.kube.client import PRIORITY_CLASSES, KubeClient
+from infer_ctl.paths import data_path
 from infer_ctl.sandbox.localcluster import LocalCluster
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# The kopf peering CRD and deploy/kustomize/base's namespace, PriorityClasses, RBAC and peering object, in this
-# order (without the Deployment: these tests run the controller themselves; tests/realcluster/test_deploy.py
-# installs the whole overlay and the Helm chart); then a managed namespace's RoleBinding per namespace.
-KUSTOMIZE = ROOT / "deploy" / "kustomize"
+KUSTOMIZE = data_path("deploy/kustomize")
+# in this order; without the Deployment (the caller runs the controller itself)
 CONTROLLER_MANIFESTS = (KUSTOMIZE / "kopf-peering" / "crd.yaml", KUSTOMIZE / "base" / "namespace.yaml",
                         KUSTOMIZE / "base" / "priorityclasses.yaml", KUSTOMIZE / "base" / "rbac.yaml",
                         KUSTOMIZE / "base" / "peering.yaml")
 MANAGED_NAMESPACE = KUSTOMIZE / "managed-namespace" / "rolebinding.yaml"
 CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT = "infer-ctl-system", "infer-ctl"
+# the PriorityClasses a sandbox creates for its own replicas, which deploy/'s replace (see `install_controller`)
+SANDBOX_PRIORITY_CLASSES = ("infer-ctl-serving", "infer-ctl-standby")
 
 
 def apply_in_order(cluster: LocalCluster, path: Path) -> None:
@@ -41,11 +45,18 @@ def manage_namespace(cluster: LocalCluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(MANAGED_NAMESPACE))
 
 
-def install_controller(cluster: LocalCluster, kubeconfig: Path, managed: tuple[str, ...] = ("default",)) -> Path:
+def install_controller(cluster: LocalCluster, kubeconfig: Path, managed: Sequence[str] = ("default",), *,
+                       replace_sandbox_classes: KubeClient | None = None) -> Path:
     """deploy/kustomize's peering CRD, namespace, PriorityClasses, RBAC and peering applied with kubectl, and the
     writes granted in the `managed` namespaces; writes to `kubeconfig` (and returns it) a kubeconfig that acts as
-    the controller's ServiceAccount, so a controller run with it has exactly the permissions deploy/ grants, not
-    an admin's."""
+    the controller's ServiceAccount.
+
+    With `replace_sandbox_classes` (an admin client), a sandbox's own PriorityClasses are deleted first:
+    kube-apiserver refuses to change a PriorityClass's value or preemptionPolicy ("field is immutable"), and the
+    sandbox's standby class lacks deploy/'s `preemptionPolicy: Never`, so `kubectl apply` over them would fail."""
+    if replace_sandbox_classes is not None:
+        for name in SANDBOX_PRIORITY_CLASSES:
+            replace_sandbox_classes.delete(PRIORITY_CLASSES, name)
     for path in CONTROLLER_MANIFESTS:
         apply_in_order(cluster, path)
     for namespace in managed:
