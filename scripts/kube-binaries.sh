@@ -95,7 +95,7 @@ build_with_progress() {  # build_with_progress LABEL MODULE_DIR OUT (a directory
   total=$(cd "$dir" && go list -deps "$@" | wc -l)
   log=$(mktemp)
   start=$(date +%s)
-  echo "[kube] $label: compiling (about $total packages; about 5 minutes cold on 2 cores)" >&2
+  echo "[kube] $label: compiling (about $total packages; a few minutes cold on 2 cores)" >&2
   set +e
   (cd "$dir" && go build -v $BUILD_FLAGS -ldflags "$LDFLAGS" -o "$out" "$@") 2>"$log" &
   local pid=$! done=0 last=-1 tty=0
