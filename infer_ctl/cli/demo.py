@@ -16,7 +16,7 @@ decides (in place on a terminal, a line per change elsewhere); the end is a summ
 against the SLO, errors, replicas) and a plot (`.demo/demo.png`). Everything it started stops at the end or on
 Ctrl-C. The controller's log is in `.demo/controller.log`.
 
-`--duration` is the length of the day (default 440 s, rounded to the 10 s buckets); `--rate-scale` scales the
+`--duration` is the length of the day (default 360 s, rounded to the 10 s buckets); `--rate-scale` scales the
 rates and, with them, each replica's capacity (the model server's slots, at the same latency), so that a lighter
 run on a slow machine needs the same replicas and shows the same day.
 """
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infer_ctl.cli.demoday import HISTORY_DAYS, Day, Phase
+from infer_ctl.cli.demoday import DEFAULT_DAY_S, HISTORY_DAYS, Day, Phase
 from infer_ctl.cli.extras import missing, require
 from infer_ctl.cli.live import LiveView, ServiceView
 from infer_ctl.paths import data_path
@@ -52,16 +52,17 @@ SERVICE_TIME = "sandbox.infer-ctl.io/service-time-ms"
 CONCURRENCY = "sandbox.infer-ctl.io/concurrency"
 HISTORY_SEED = 17
 # the day starts this long after the history is written, beyond the first replicas' cold start: the time the
-# sandbox, the controller and the first replicas take (a later start begins the day where it then is)
-SETUP_ALLOWANCE_S = 25.0
+# controller takes to start them and the scheduler to bind them (about 8 s on a shared 2-core machine; a later
+# start begins the day where it then is)
+SETUP_ALLOWANCE_S = 15.0
 BURST_WINDOW_S = 30.0  # an unannounced step's replicas are counted until this long after it ends
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("demo", help="run the local demo on the sandbox", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=440.0, metavar="S",
-                        help="length of the compressed day in seconds (default 440; at least 30)")
+    parser.add_argument("--duration", type=float, default=DEFAULT_DAY_S, metavar="S",
+                        help=f"length of the compressed day in seconds (default {DEFAULT_DAY_S:g}; at least 30)")
     parser.add_argument("--rate-scale", type=float, default=1.0, metavar="X",
                         help="multiply the day's rates, and each replica's capacity with them (default 1)")
     parser.add_argument("--no-prometheus", action="store_true",

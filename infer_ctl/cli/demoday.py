@@ -1,17 +1,26 @@
 """The demo's traffic: one compressed day of the `chat` service, the days before it, and loadgen's shape of it.
 
-A day of traffic is compressed into the demo's `--duration` (7 minutes 20 s by default: an hour in 18 s), and
+A day of traffic is compressed into the demo's `--duration` (6 minutes by default: an hour in 15 s), and
 the controller's seasonal forecast is compressed with it (`EngineConfig.day_s`): the days before are backfilled
 into Prometheus, so that the forecast knows the day from its first minute. The day:
 
     phase              default   rate (req/s, x --rate-scale)   in the history (the days before)
-    early morning       0-90 s   50                             the same
-    morning ramp       90-190 s  50 -> 300                      the same: predictable, replicas start ahead of it
-    day               190-230 s  300                            the same
-    evening           230-260 s  300 -> 50                      the same
-    night             260-320 s  50                             the same
-    step up           320-360 s  500                            50: unannounced, no forecast can know it
-    step down         360-440 s  2                              50: unannounced
+    early morning       0-70 s   50                             the same
+    morning ramp       70-160 s  50 -> 300                      the same: predictable, replicas start ahead of it
+    day               160-190 s  300                            the same
+    evening           190-210 s  300 -> 50                      the same
+    night             210-270 s  50                             the same
+    step up           270-300 s  500                            50: unannounced, no forecast can know it
+    step down         300-360 s  2                              50: unannounced
+
+The early morning is as long as the controller's lead for this model (a 60 s cold start and a 10 s period), so the
+replicas for the ramp start within the day, where the summary sees them; the night is as long as the scale-down
+stabilization (60 s), so the step up meets the night's replicas; the step up lasts about as long as the burst
+guard takes to have its replicas serving (the first cycle after it, then a cached load of 12 s: 24-34 s measured
+on a shared 2-core machine), so the queue it builds meanwhile stays within loadgen's 10 s timeout (a 40 s step
+ended with 12-14 thousand timeouts in two runs of three there). (The default day was 440 s, 9 minutes of wall
+clock with the set-up: the early morning 90 s, the ramp 100, the day 40, the evening 30, the step up 40, the step
+down 80.)
 
 The ramp has the shape of a real morning: the mean weekday arrivals of a bank's call centre from 07:35 to 09:35
 (bank_calls, fpp3, 5-minute counts, 2003), in 20-minute steps, as fractions of the rise: 0, 0.10, 0.30, 0.45,
@@ -29,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_DAY_S = 440.0
+DEFAULT_DAY_S = 360.0
 HISTORY_DAYS = 10  # enough for Holt-Winters (7 seasons) plus the backtest's holdout (a quarter of the history)
 HISTORY_STEP_S = 1.0  # the backfilled counter's sample interval (the demo's Prometheus scrapes every second)
 DAY_TO_DAY_SPREAD = 0.04  # the history's daily level: 1 +- this (one standard deviation)
@@ -67,13 +76,13 @@ class PhaseSpec:
 
 LOW_RPS, DAY_RPS, STEP_RPS, QUIET_RPS = 50.0, 300.0, 500.0, 2.0
 PHASES = (
-    PhaseSpec("early morning", 90 / DEFAULT_DAY_S, Curve.flat(LOW_RPS)),
-    PhaseSpec("morning ramp", 100 / DEFAULT_DAY_S, Curve.between(LOW_RPS, DAY_RPS, RAMP_FRACTIONS)),
-    PhaseSpec("day", 40 / DEFAULT_DAY_S, Curve.flat(DAY_RPS)),
-    PhaseSpec("evening", 30 / DEFAULT_DAY_S, Curve.between(LOW_RPS, DAY_RPS, EVENING_FRACTIONS)),
+    PhaseSpec("early morning", 70 / DEFAULT_DAY_S, Curve.flat(LOW_RPS)),
+    PhaseSpec("morning ramp", 90 / DEFAULT_DAY_S, Curve.between(LOW_RPS, DAY_RPS, RAMP_FRACTIONS)),
+    PhaseSpec("day", 30 / DEFAULT_DAY_S, Curve.flat(DAY_RPS)),
+    PhaseSpec("evening", 20 / DEFAULT_DAY_S, Curve.between(LOW_RPS, DAY_RPS, EVENING_FRACTIONS)),
     PhaseSpec("night", 60 / DEFAULT_DAY_S, Curve.flat(LOW_RPS)),
-    PhaseSpec("step up", 40 / DEFAULT_DAY_S, Curve.flat(STEP_RPS), history=Curve.flat(LOW_RPS)),
-    PhaseSpec("step down", 80 / DEFAULT_DAY_S, Curve.flat(QUIET_RPS), history=Curve.flat(LOW_RPS)),
+    PhaseSpec("step up", 30 / DEFAULT_DAY_S, Curve.flat(STEP_RPS), history=Curve.flat(LOW_RPS)),
+    PhaseSpec("step down", 60 / DEFAULT_DAY_S, Curve.flat(QUIET_RPS), history=Curve.flat(LOW_RPS)),
 )
 
 

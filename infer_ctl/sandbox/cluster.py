@@ -15,7 +15,8 @@ A cluster file lists node pools:
           memory: 1Ti
           labels: {topology.kubernetes.io/zone: zone-a}
           taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
-          modelCache: [meta-llama/Llama-3.1-8B-Instruct]
+          modelCache: [meta-llama/Llama-3.1-8B-Instruct]   # cache keys (an InferenceService's
+                                                         # spec.model.cacheKey: default its uri, else its name)
           gpuMode: whole          # whole | mig | partitionable | shared
           migLayout: [3g.20gb, 2g.10gb, 1g.5gb, 1g.5gb]   # gpuMode mig: the MIG devices on every GPU
 

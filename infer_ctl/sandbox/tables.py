@@ -1,8 +1,10 @@
 """Server-side printing (`meta.k8s.io/v1` Table), which `kubectl get` asks for with `Accept: ...;as=Table`.
 
-Columns as kube-apiserver prints them for the kinds people look at here (Pods, Nodes, ResourceClaims), a CRD's
-`additionalPrinterColumns` for custom resources (JSONPath subset: `.a.b`, `[n]`, `[?(@.k=="v")]`), and
-NAME/AGE for the rest.
+Columns as kube-apiserver prints them for the kinds people look at here (Pods, Nodes, ResourceClaims, Events:
+k8s.io/kubernetes pkg/printers/internalversion/printers.go, which the server runs with `Wide: true`, so a Table
+carries the wide columns too and kubectl hides those of priority 1), a CRD's `additionalPrinterColumns` for
+custom resources (JSONPath subset: `.a.b`, `[n]`, `[?(@.k=="v")]`), and NAME/AGE for the rest. Ages and times
+are printed as the server prints them (apimachinery's `duration.HumanDuration`: 45s, 3m20s, 12m, 5h30m, 2d4h).
 """
 
 from __future__ import annotations
@@ -12,22 +14,57 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from infer_ctl.sandbox.conversion import core_event_from_events_v1
 from infer_ctl.sandbox.resources import ResourceType
 
 Row = Callable[[Mapping[str, Any], datetime.datetime], list[Any]]
 
 
-def age(obj: Mapping[str, Any], now: datetime.datetime) -> str:
-    """kubectl's short duration: 45s, 12m, 3h, 2d."""
-    created = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not created:
+def human_duration(seconds: float) -> str:
+    """apimachinery's `duration.HumanDuration` (what kube-apiserver prints for ages and event times): 2-3
+    significant figures, e.g. 119s, 2m5s, 12m, 3h20m, 30h, 2d4h, 20d, 2y30d; within a second in the future is
+    0s, further is <invalid>."""
+    whole = int(seconds)  # Go's int(d.Seconds()): towards zero
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        return f"{minutes}m" if whole % 60 == 0 else f"{minutes}m{whole % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = divmod(hours // 24, 365)
+        return f"{years}y" if days == 0 else f"{years}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def since(timestamp: Any, now: datetime.datetime) -> str:
+    """The time from an RFC 3339 timestamp (a Time or a MicroTime) to `now`, as kube-apiserver prints it;
+    <unknown> when there is none."""
+    if not timestamp:
         return "<unknown>"
-    then = datetime.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-    seconds = max(0, int((now - then).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size or (unit == "m" and seconds >= 120):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    then = datetime.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00"))
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return human_duration((now - then).total_seconds())
+
+
+def age(obj: Mapping[str, Any], now: datetime.datetime) -> str:
+    """An object's age (from its creationTimestamp), as kube-apiserver prints it."""
+    return since((obj.get("metadata") or {}).get("creationTimestamp"), now)
 
 
 def _pod(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
@@ -67,6 +104,53 @@ def _claim(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
     return [obj["metadata"]["name"], state, devices, age(obj, now)]
 
 
+def _event(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
+    """printEvent: one row per core/v1 Event."""
+    first = since(obj.get("firstTimestamp"), now) if obj.get("firstTimestamp") else since(obj.get("eventTime"), now)
+    last = since(obj.get("lastTimestamp"), now) if obj.get("lastTimestamp") else first
+    series = obj.get("series")
+    count = int(obj.get("count") or 0)
+    if series is not None:
+        last = since(series.get("lastObservedTime"), now)
+        count = int(series.get("count") or 0)
+    elif count == 0:
+        count = 1  # a singleton Event written through events.k8s.io has no count
+    involved = obj.get("involvedObject") or {}
+    kind = str(involved.get("kind") or "").lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = obj.get("source") or {}
+    component = source.get("component") or obj.get("reportingComponent") or ""
+    instance = source.get("host") or obj.get("reportingInstance") or ""
+    return [last, obj.get("type") or "", obj.get("reason") or "", target, involved.get("fieldPath") or "",
+            f"{component}, {instance}" if instance else component, str(obj.get("message") or "").strip(), first,
+            count, obj["metadata"]["name"]]
+
+
+# the columns' descriptions, as the server gives them (the API types' documentation)
+_EVENT_DOCS = {
+    "lastTimestamp": "The time at which the most recent occurrence of this event was recorded.",
+    "type": "Type of this event (Normal, Warning), new types could be added in the future",
+    "reason": "This should be a short, machine understandable string that gives the reason for the transition "
+              "into the object's current status.",
+    "involvedObject": "The object that this event is about.",
+    "fieldPath": "If referring to a piece of an object instead of an entire object, this string should contain a "
+                 "valid JSON/Go field access statement, such as desiredState.manifest.containers[2]. For example, "
+                 "if the object reference is to a container within a pod, this would take on a value like: "
+                 "\"spec.containers{name}\" (where \"name\" refers to the name of the container that triggered the "
+                 "event) or if no container name is specified \"spec.containers[2]\" (container with index 2 in "
+                 "this pod). This syntax is chosen only to have some well-defined way of referencing a part of an "
+                 "object.",
+    "source": "The component reporting this event. Should be a short machine understandable string.",
+    "message": "A human-readable description of the status of this operation.",
+    "firstTimestamp": "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+    "count": "The number of times this event has occurred.",
+}
+_EVENT_COLUMNS = [("Last Seen", "string", 0, "lastTimestamp"), ("Type", "string", 0, "type"),
+                  ("Reason", "string", 0, "reason"), ("Object", "string", 0, "involvedObject"),
+                  ("Subobject", "string", 1, "fieldPath"), ("Source", "string", 1, "source"),
+                  ("Message", "string", 0, "message"), ("First Seen", "string", 1, "firstTimestamp"),
+                  ("Count", "string", 1, "count"), ("Name", "string", 1, "")]
+
 _BUILTIN: dict[str, tuple[list[tuple[str, str, int]], Row]] = {
     "Pod": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0), ("Restarts", "integer", 0),
              ("Age", "string", 0), ("IP", "string", 1), ("Node", "string", 1)], _pod),
@@ -74,6 +158,7 @@ _BUILTIN: dict[str, tuple[list[tuple[str, str, int]], Row]] = {
               ("Version", "string", 0), ("GPUs", "string", 1), ("GPU Product", "string", 1)], _node),
     "ResourceClaim": ([("Name", "string", 0), ("State", "string", 0), ("Devices", "string", 1),
                        ("Age", "string", 0)], _claim),
+    "Event": ([(name, kind, priority) for name, kind, priority, _ in _EVENT_COLUMNS], _event),
 }
 
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_.]+)\s*==\s*[\"']([^\"']*)[\"']\)\]")
@@ -123,7 +208,12 @@ def table(rt: ResourceType, objects: Sequence[Mapping[str, Any]], now: datetime.
     formats: dict[str, str] = {"Name": "name"}
     if rt.kind in _BUILTIN and rt.crd is None:
         columns, row = _BUILTIN[rt.kind]
-        rows = [row(o, now) for o in objects]
+        if rt.group == "events.k8s.io":  # kube-apiserver prints both Event APIs' objects from the core/v1 form
+            rows = [row(core_event_from_events_v1(o), now) for o in objects]
+        else:
+            rows = [row(o, now) for o in objects]
+        if rt.kind == "Event":
+            descriptions.update({name: _EVENT_DOCS[field] for name, _, _, field in _EVENT_COLUMNS if field})
     elif rt.crd is not None:
         # as apiextensions-apiserver's table convertor: the column's type, format and description (else one
         # naming its JSONPath); a date printed as an age; a missing value is null (kubectl prints <none>)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from infer_ctl.cli.demo import Recorder, Sample, explain, phase_rows, plot, scale_capacity
 from infer_ctl.cli.demoday import DEFAULT_DAY_S, Day
@@ -34,6 +35,17 @@ def test_the_day_s_phases_follow_each_other_from_start_to_end() -> None:
     assert [p.name for p in day.phases if not p.predictable] == ["step up", "step down"]
 
 
+def test_the_default_day_leaves_room_for_the_pre_warm_and_the_night_s_scale_down() -> None:
+    # the replicas for the ramp start a cold start and a period ahead of it: within the early morning, where the
+    # summary sees them; the night lasts the stabilization window, so the step up meets the night's replicas
+    chat = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "demo" / "chat.yaml").read_text())
+                if d and d["metadata"]["name"] == "chat")
+    phases = {p.name: p for p in Day.build().phases}
+    lead_s = chat["spec"]["runtime"]["coldStartSeconds"] + 10.0  # the control period
+    assert phases["early morning"].end_s - phases["early morning"].start_s >= lead_s
+    assert phases["night"].end_s - phases["night"].start_s >= chat["spec"]["scaling"]["scaleDownStabilizationSeconds"]
+
+
 def test_loadgen_s_shape_is_the_day_at_its_rates_and_length() -> None:
     day = Day.build(120.0, 0.3)
     shape = parse_shape(day.shape(), None)
@@ -49,14 +61,14 @@ def test_a_late_start_cuts_the_shape_and_the_phases_where_the_run_begins() -> No
     shape = parse_shape(day.shape(100.0), None)
     assert shape.duration_s == pytest.approx(DEFAULT_DAY_S - 100.0, abs=0.01)
     assert shape.curve(np.random.default_rng(0)).rate_at(0.0) == pytest.approx(day.rate_rps(100.0), rel=1e-3)
-    assert day.phase_starts(100.0).startswith("morning ramp=0s,day=90s,")
+    assert day.phase_starts(100.0).startswith("morning ramp=0s,day=60s,")
 
 
 def test_the_history_is_the_predictable_day_and_knows_nothing_of_the_steps() -> None:
     day = Day.build()
-    assert day.rate_rps(150.0, history=True) == day.rate_rps(150.0)  # the morning ramp, as every day
-    assert day.rate_rps(340.0) == 500.0 and day.rate_rps(340.0, history=True) == 50.0  # the step up, unannounced
-    assert day.rate_rps(400.0) == 2.0 and day.rate_rps(400.0, history=True) == 50.0
+    assert day.rate_rps(120.0, history=True) == day.rate_rps(120.0)  # the morning ramp, as every day
+    assert day.rate_rps(285.0) == 500.0 and day.rate_rps(285.0, history=True) == 50.0  # the step up, unannounced
+    assert day.rate_rps(330.0) == 2.0 and day.rate_rps(330.0, history=True) == 50.0
 
 
 def test_the_backfilled_counter_grows_at_the_history_s_rate_until_now() -> None:
@@ -70,10 +82,12 @@ def test_the_backfilled_counter_grows_at_the_history_s_rate_until_now() -> None:
     counts = np.array([v for _, v in samples])
     assert np.all(np.diff(counts) >= 0)
     # the day before's morning ramp: its mean rate within the day-to-day spread (4 %) and Poisson noise
-    start = day0 - DEFAULT_DAY_S + 90.0
-    window = [(t, v) for t, v in samples if start <= t <= start + 100.0]
+    ramp = day.phases[1]
+    start = day0 - DEFAULT_DAY_S + ramp.start_s
+    window = [(t, v) for t, v in samples if start <= t <= start + ramp.end_s - ramp.start_s]
     rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
-    expected = np.mean([day.rate_rps(90.0 + x, history=True) for x in np.arange(0.0, 100.0, 0.5)])
+    expected = np.mean([day.rate_rps(ramp.start_s + x, history=True)
+                        for x in np.arange(0.0, ramp.end_s - ramp.start_s, 0.5)])
     assert rate == pytest.approx(expected, rel=0.15)
 
 
@@ -149,9 +163,9 @@ def test_the_summary_says_whether_replicas_started_ahead_of_the_ramp() -> None:
     day = Day.build()
     rows = phase_rows(day, recorded(day, 40.0), [], 250.0)
     [ramp] = [line for line in explain(day, recorded(day, 40.0), rows) if line.startswith("morning ramp")]
-    assert "started at 40 s, 50 s before it began" in ramp and "5 were ready and 0 loading" in ramp
+    assert "started at 40 s, 30 s before it began" in ramp and "5 were ready and 0 loading" in ramp
     [late] = [line for line in explain(day, recorded(day, 120.0), rows) if line.startswith("morning ramp")]
-    assert "30 s after it began (no pre-warm)" in late
+    assert "50 s after it began (no pre-warm)" in late
 
 
 def test_phase_rows_judge_each_phase_s_p95_against_the_slo() -> None:

@@ -5,60 +5,36 @@ with its reason, apart from the rate's."""
 from __future__ import annotations
 
 import math
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.policy import DEFAULT_CONCURRENCY_QUERY, parse_scaling_policy
 from infer_ctl.observe.rates import NOT_READ, Outage, PrometheusRates, ScrapeRates, read_gateway_held
-from tests.prometheus_server import free_port, prometheus
+from tests.observe.conftest import Backfilled, MetricsEndpoint
+from tests.prometheus_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def gauges(now_s: float) -> str:
-    """OpenMetrics text: two replicas of `llm` with 7 and 11 requests in flight, 5 held at its front door, and
-    another service's series (which the query must not read), sampled every 15 s for 10 minutes."""
-    series = [("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-a"', 7),
-              ("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-b"', 11),
-              ("infer_ctl_inflight_requests", 'namespace="prod",service="other",pod="other-a"', 1000),
-              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="llm"', 5),
-              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="other"', 2000)]
-    lines = []
-    for metric in ("infer_ctl_inflight_requests", "infer_ctl_gateway_queue_depth"):
-        lines.append(f"# TYPE {metric} gauge")
-        for name, labels, value in series:
-            if name == metric:
-                lines += [f"{name}{{{labels}}} {value} {int(now_s) - 600 + 15 * i}" for i in range(41)]
-    return "\n".join([*lines, "# EOF"]) + "\n"
-
-
-@pytest.fixture(scope="module")
-def gauges_in_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
-    now_s = time.time()
-    with prometheus(tmp_path_factory.mktemp("prom"), history=gauges(now_s)) as url:
-        yield url, int(now_s)
-
-
 async def test_the_default_query_adds_the_replicas_requests_and_those_the_front_door_holds(
-        gauges_in_prometheus: tuple[str, float]) -> None:
-    url, last_s = gauges_in_prometheus
+        backfilled_prometheus: Backfilled) -> None:
+    url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
     read = await PrometheusRates(url).aconcurrency(template=DEFAULT_CONCURRENCY_QUERY, name="llm", namespace="prod",
                                                 at_s=last_s)
     assert read.ok, read.error
     assert (read.requests, read.source) == (7 + 11 + 5, "prometheus")
 
 
-async def test_a_time_without_samples_is_missing_with_its_reason(gauges_in_prometheus: tuple[str, float]) -> None:
-    url, last_s = gauges_in_prometheus
+async def test_a_time_without_samples_is_missing_with_its_reason(backfilled_prometheus: Backfilled) -> None:
+    url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
     read = await PrometheusRates(url).aconcurrency(template=DEFAULT_CONCURRENCY_QUERY, name="llm", namespace="prod",
                                                 at_s=last_s - 86_400)
     assert math.isnan(read.requests) and read.reason == Outage.EMPTY, read
@@ -78,54 +54,33 @@ async def test_prometheus_down_is_an_outage_of_the_concurrency_alone() -> None:
     assert math.isnan(read.requests) and read.reason == Outage.REFUSED
 
 
-class _Server:
-    """A replica's (or a gateway's) /metrics over real HTTP, from a registry the test drives."""
+@dataclass(frozen=True)
+class Replica:
+    """A model server's metrics over real HTTP: the request counter and, unless told otherwise, the in-flight
+    gauge."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = generate_latest(registry)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    url: str
+    requests: Any
+    in_flight: Any
 
 
-class _Replica(_Server):
-    """A model server's metrics: the request counter and, unless told otherwise, the in-flight gauge."""
-
-    def __init__(self, pod: str, *, gauge: bool = True) -> None:
-        registry = CollectorRegistry()
-        self.requests = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod", "code"],
-                                registry=registry).labels("prod", "llm", pod, "200")
-        self.requests.inc(0)
-        self.in_flight = Gauge("infer_ctl_inflight_requests", "in flight", ["namespace", "service", "pod"],
-                               registry=registry).labels("prod", "llm", pod) if gauge else None
-        super().__init__(registry)
+def replica(serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint], pod: str, *, gauge: bool = True
+            ) -> Replica:
+    registry = CollectorRegistry()
+    requests = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod", "code"],
+                       registry=registry).labels("prod", "llm", pod, "200")
+    requests.inc(0)
+    in_flight = Gauge("infer_ctl_inflight_requests", "in flight", ["namespace", "service", "pod"],
+                      registry=registry).labels("prod", "llm", pod) if gauge else None
+    return Replica(serve_metrics(registry).url, requests, in_flight)
 
 
 @pytest.fixture
-def replicas() -> Iterator[tuple[_Replica, _Replica]]:
-    a, b = _Replica("llm-a"), _Replica("llm-b")
-    yield a, b
-    a.close()
-    b.close()
+def replicas(serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> tuple[Replica, Replica]:
+    return replica(serve_metrics, "llm-a"), replica(serve_metrics, "llm-b")
 
 
-async def test_one_scrape_gives_the_rate_and_the_requests_in_flight(replicas: tuple[_Replica, _Replica]) -> None:
+async def test_one_scrape_gives_the_rate_and_the_requests_in_flight(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
     scrape, endpoints = ScrapeRates(), {"llm-a": a.url, "llm-b": b.url}
     async with httpx.AsyncClient() as client:
@@ -140,21 +95,18 @@ async def test_one_scrape_gives_the_rate_and_the_requests_in_flight(replicas: tu
     assert (in_flight.requests, in_flight.source, in_flight.ok) == (42.0, "scrape", True)
 
 
-async def test_a_replica_without_the_gauge_leaves_the_rate_and_misses_the_concurrency() -> None:
-    a, old = _Replica("llm-a"), _Replica("llm-old", gauge=False)
-    try:
-        async with httpx.AsyncClient() as client:
-            rates, in_flight = await ScrapeRates().read_with_concurrency(
-                client, {"llm-a": a.url, "llm-old": old.url}, now_s=1000.0)
-    finally:
-        a.close()
-        old.close()
+async def test_a_replica_without_the_gauge_leaves_the_rate_and_misses_the_concurrency(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    a, old = replica(serve_metrics, "llm-a"), replica(serve_metrics, "llm-old", gauge=False)
+    async with httpx.AsyncClient() as client:
+        rates, in_flight = await ScrapeRates().read_with_concurrency(
+            client, {"llm-a": a.url, "llm-old": old.url}, now_s=1000.0)
     assert rates.ok
     assert math.isnan(in_flight.requests) and in_flight.reason == Outage.BAD_RESPONSE
     assert in_flight.error == "no infer_ctl_inflight_requests in the exposition of llm-old"
 
 
-async def test_a_replica_that_cannot_be_scraped_misses_both(replicas: tuple[_Replica, _Replica]) -> None:
+async def test_a_replica_that_cannot_be_scraped_misses_both(replicas: tuple[Replica, Replica]) -> None:
     async with httpx.AsyncClient() as client:
         rates, in_flight = await ScrapeRates(timeout_s=1).read_with_concurrency(
             client, {"llm-a": replicas[0].url, "down": f"http://127.0.0.1:{free_port()}/metrics"}, now_s=5.0)
@@ -168,18 +120,16 @@ async def test_no_replica_to_scrape_reads_nothing_and_is_no_outage() -> None:
     assert in_flight is NOT_READ and in_flight.ok and math.isnan(in_flight.requests)
 
 
-async def test_the_front_door_tells_the_requests_it_holds_for_one_service() -> None:
+async def test_the_front_door_tells_the_requests_it_holds_for_one_service(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
     registry = CollectorRegistry()
     held = Gauge("infer_ctl_gateway_queue_depth", "held", ["namespace", "service"], registry=registry)
     held.labels("prod", "llm").set(4)
     held.labels("prod", "other").set(400)
-    door = _Server(registry)
-    try:
-        async with httpx.AsyncClient() as client:
-            llm = await read_gateway_held(client, door.url, "prod", "llm")
-            unknown = await read_gateway_held(client, door.url, "prod", "nobody")
-    finally:
-        door.close()
+    door = serve_metrics(registry)
+    async with httpx.AsyncClient() as client:
+        llm = await read_gateway_held(client, door.url, "prod", "llm")
+        unknown = await read_gateway_held(client, door.url, "prod", "nobody")
     assert (llm.requests, llm.ok) == (4.0, True)
     assert math.isnan(unknown.requests) and unknown.reason == Outage.BAD_RESPONSE
 

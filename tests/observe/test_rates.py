@@ -5,40 +5,21 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter
 
 from infer_ctl.core.api import DEFAULT_METRIC_QUERY
 from infer_ctl.observe.rates import Outage, PrometheusRates, ScrapeRates, counter_total
+from tests.observe.conftest import Backfilled, MetricsEndpoint
 from tests.prometheus_server import free_port, prometheus
 
 
-def history(now_s: float, *, rps: float, minutes: int, services: dict[str, float] | None = None) -> str:
-    """OpenMetrics text: `infer_ctl_requests_total` counters growing at `rps` per replica, scraped every 15 s."""
-    lines = ["# TYPE infer_ctl_requests counter"]
-    start = int(now_s) - minutes * 60
-    for pod, pod_rps in (services or {"llm-a": rps, "llm-b": rps}).items():
-        for i in range(minutes * 4 + 1):
-            t = start + i * 15
-            labels = f'namespace="prod",service="llm",pod="{pod}"'
-            lines.append(f"infer_ctl_requests_total{{{labels}}} {pod_rps * i * 15} {t}")
-    lines.append("# EOF")
-    return "\n".join(lines) + "\n"
-
-
-@pytest.fixture(scope="module")
-def backfilled_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
-    now_s = time.time()
-    with prometheus(tmp_path_factory.mktemp("prom"), history=history(now_s, rps=7.5, minutes=120)) as url:
-        yield url, now_s
-
-
-def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheus: tuple[str, float]) -> None:
+def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     end = math.floor(now_s / 60) * 60 - 120
     rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name="llm", namespace="prod",
@@ -50,7 +31,7 @@ def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheu
         assert rps == pytest.approx(15.0, rel=0.01)  # two replicas at 7.5 req/s
 
 
-def test_a_history_longer_than_one_query_may_return_is_read_in_parts(backfilled_prometheus: tuple[str, float]) -> None:
+def test_a_history_longer_than_one_query_may_return_is_read_in_parts(backfilled_prometheus: Backfilled) -> None:
     # 7 days at 10 s are 60,481 points; Prometheus answers at most 11,000 per query.
     url, now_s = backfilled_prometheus
     end = math.floor(now_s / 60) * 60 - 120
@@ -63,7 +44,7 @@ def test_a_history_longer_than_one_query_may_return_is_read_in_parts(backfilled_
     assert all(r == pytest.approx(15.0, rel=0.01) for r in recent)
 
 
-def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: tuple[str, float]) -> None:
+def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     # Before the history starts Prometheus has nothing: every step is NaN (the decision holds), and with no series
     # in the whole range the read is an outage (issue 15: MetricsAvailable=False, reason Empty).
@@ -81,7 +62,7 @@ def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: tuple[st
     assert math.isnan(values[0]) and values[-1] == pytest.approx(15.0, rel=0.01)
 
 
-def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: tuple[str, float]) -> None:
+def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     # Unescaped, this name would close the matcher and select every series of the counter.
     rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name='x"} or infer_ctl_requests_total{a="',
@@ -91,7 +72,7 @@ def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: tup
 
 
 def test_a_query_prometheus_cannot_execute_is_named_with_its_own_message(
-        backfilled_prometheus: tuple[str, float]) -> None:
+        backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     # Valid PromQL that the template rules accept, but both sides have two series per namespace: Prometheus
     # refuses the many-to-many match when it evaluates the query (422, errorType "execution").
@@ -104,52 +85,31 @@ def test_a_query_prometheus_cannot_execute_is_named_with_its_own_message(
     assert "many-to-many matching not allowed" in rates.error, rates.error
 
 
-def test_a_template_the_rules_refuse_never_reaches_prometheus(backfilled_prometheus: tuple[str, float]) -> None:
+def test_a_template_the_rules_refuse_never_reaches_prometheus(backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     rates = PrometheusRates(url).read(template='sum(rate(x{a="{{name}}"}[1m])) +', name="llm", namespace="p",
                                       start_s=now_s - 120, end_s=now_s, step_s=60)
     assert rates.reason == Outage.INVALID_QUERY and rates.error.startswith("spec.scaling.metric.query: ")
 
 
-class _Exporter:
-    """A replica's /metrics served over real HTTP by prometheus_client, with a counter the test drives."""
+@dataclass(frozen=True)
+class Exporter:
+    """A replica's /metrics over real HTTP, with a request counter the test drives."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.counter = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod"],
-                               registry=self.registry)
-        registry = self.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = generate_latest(registry)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    counter: Counter
+    url: str
+    target: str  # host:port
 
 
 @pytest.fixture
-def exporter() -> Iterator[_Exporter]:
-    e = _Exporter()
-    yield e
-    e.close()
+def exporter(serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> Exporter:
+    registry = CollectorRegistry()
+    counter = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod"], registry=registry)
+    endpoint = serve_metrics(registry)
+    return Exporter(counter, endpoint.url, endpoint.target)
 
 
-async def test_scraping_turns_counter_increases_into_a_rate(exporter: _Exporter) -> None:
+async def test_scraping_turns_counter_increases_into_a_rate(exporter: Exporter) -> None:
     scrape = ScrapeRates()
     series = exporter.counter.labels("prod", "llm", "llm-a")
     async with httpx.AsyncClient() as client:
@@ -167,7 +127,7 @@ def test_a_counter_reset_counts_the_new_value_as_the_increase() -> None:
     assert scrape._advance({"a": 30.0}, 10.0) == 3.0  # restarted: 30 new requests in 10 s
 
 
-async def test_a_replica_that_cannot_be_scraped_makes_the_sample_missing(exporter: _Exporter) -> None:
+async def test_a_replica_that_cannot_be_scraped_makes_the_sample_missing(exporter: Exporter) -> None:
     exporter.counter.labels("prod", "llm", "up").inc(0)
     async with httpx.AsyncClient() as client:
         rates = await ScrapeRates(timeout_s=1).read(
@@ -184,10 +144,9 @@ def test_counter_totals_sum_all_label_sets_and_refuse_a_missing_metric() -> None
         counter_total("# TYPE other counter\nother_total 1\n", "infer_ctl_requests_total")
 
 
-def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: _Exporter) -> None:
+def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: Exporter) -> None:
     series = exporter.counter.labels("prod", "llm", "llm-a")
-    target = exporter.url.removeprefix("http://").removesuffix("/metrics")
-    with prometheus(tmp_path, scrape_targets=[target], scrape_interval_s=0.5) as url:
+    with prometheus(tmp_path, scrape_targets=[exporter.target], scrape_interval_s=0.5) as url:
         stop = threading.Event()
         sent = [0]
 

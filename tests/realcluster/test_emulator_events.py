@@ -3,7 +3,8 @@
 kube-apiserver stores core/v1 and events.k8s.io/v1 Events as one resource and converts between the two schemas
 (k8s.io/kubernetes pkg/apis/events/v1/conversion.go); the controller writes events.k8s.io Events and
 `kubectl describe` reads core/v1 ones. Each scenario runs on both servers and the answers (whole Event bodies,
-watch events, `kubectl describe`'s Events table) must be equal, with no known difference.
+watch events, `kubectl describe`'s Events table, `kubectl get events`' Table) must be equal, with no known
+difference.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.realcluster.test_emulator_agrees import (
     fresh_namespace,
     isvc,
 )
+from tests.sandbox.kubectl import columns
 
 _namespaces = itertools.count()
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)  # the times the Events carry, alike on both servers
@@ -183,8 +185,42 @@ def kubectl_describe_shows_the_controllers_events(side: Side, ns: str) -> Any:
     return {"header": header, "rows": sorted([cell for i, cell in enumerate(row) if i != age] for row in rows)}
 
 
+TABLE = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
+TIMES = ("Last Seen", "First Seen")  # ages: they depend on when the test runs
+
+
+def kubectl_get_events_prints_the_same_table(side: Side, ns: str) -> Any:
+    """`kubectl get events` (the server's Table: printEvent's columns, all of them, kubectl hiding the wide ones)
+    through both APIs, for an Event written through each and one with a series; the times left out."""
+    api = side.api
+    target = api.ok("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("target", ns))
+    both_events(api, ns, target["metadata"]["uid"])
+    later = AT.replace(minute=31).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    r = api.patch(f"/apis/events.k8s.io/v1/namespaces/{ns}/events/new-event",
+                  {"series": {"count": 2, "lastObservedTime": later}})
+    assert r.status == 200, f"{api.name}: {r.body}"
+    out: dict[str, Any] = {}
+    for path in ("/api/v1", "/apis/events.k8s.io/v1"):
+        response = api.http.get(f"{path}/namespaces/{ns}/events", headers=TABLE)
+        assert response.status_code == 200, f"{api.name}: {response.text}"
+        table = response.json()
+        names = [c["name"] for c in table["columnDefinitions"]]
+        keep = [i for i, name in enumerate(names) if name not in TIMES]
+        out[f"{path} Table"] = {"kind": table["kind"], "columns": table["columnDefinitions"],
+                                "rows": sorted([r["cells"][i] for i in keep] for r in table["rows"]),
+                                "row objects": sorted((r["object"]["kind"], r["object"]["metadata"]["name"])
+                                                      for r in table["rows"])}
+    for args in ((), ("-o", "wide")):
+        lines = columns(side.kubectl("get", "events", "-n", ns, *args))
+        drop = [i for i, name in enumerate(lines[0]) if name in ("LAST SEEN", "FIRST SEEN")]
+        header, *rows = [[c for i, c in enumerate(line) if i not in drop] for line in lines]
+        out[f"kubectl get events {' '.join(args)}"] = {"header": header, "rows": sorted(rows)}
+    return out
+
+
 SCENARIOS = (each_event_reads_the_same_through_both_apis, updates_through_one_api_show_through_the_other,
-             a_core_watch_sees_events_written_through_events_k8s_io, kubectl_describe_shows_the_controllers_events)
+             a_core_watch_sees_events_written_through_events_k8s_io, kubectl_describe_shows_the_controllers_events,
+             kubectl_get_events_prints_the_same_table)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
