@@ -59,6 +59,9 @@ class OperatorConfig:
     readiness_port: int | None = None  # /readyz (infer_ctl.controller.health) on health_address
     health_address: str = "127.0.0.1"
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # per service (uid): the decision last logged (the body kopf hands a timer may not show the status written
+    # by the cycle before it yet, which would log that decision again)
+    _logged: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
 
 def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -101,7 +104,8 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
                 changed = {k: v for k, v in result.status.items() if written.get(k) != v}
                 if changed:
                     await reconciler.write_status(body, changed)
-                log_decision(body, written, result.status)
+                log_decision(body, written, result.status, config._logged.get(uid))
+                config._logged[uid] = decision_of(result.status)
             except Exception as exc:  # any failure is retried; none may end the service's loop
                 delay = await reconciler.failed(body, exc, now)
                 raise kopf.TemporaryError(f"the control cycle failed: {exc}", delay=delay) from exc
@@ -127,6 +131,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         log.info("%s/%s: deleted; its replicas go with it (owner references)", meta.get("namespace"),
                  meta.get("name"), extra=object_ref(body))
         config._locks.pop(str(meta.get("uid", "")), None)
+        config._logged.pop(str(meta.get("uid", "")), None)
 
     return registry
 
@@ -151,10 +156,14 @@ def decision_of(status: Mapping[str, Any]) -> tuple[int, int, str]:
     return int(desired.get("serving", -1)), int(desired.get("standby", -1)), str(_scaling(status).get("reason", ""))
 
 
-def log_decision(body: kopf.Body, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+def log_decision(body: kopf.Body, before: Mapping[str, Any], after: Mapping[str, Any],
+                 logged: tuple[int, int, str] | None = None) -> None:
     """One line when a service's desired replicas or the reason for them change (not one per cycle), e.g.
-    "default/llm: wants 3 serving + 1 standby (was 1 + 1): Forecast: 3 wanted: upper q0.95 forecast ..."."""
-    then, now = decision_of(before), decision_of(after)
+    "default/llm: wants 3 serving + 1 standby (was 1 + 1): Forecast: 3 wanted: upper q0.95 forecast ...".
+    `logged`: the decision this process last logged for the service, which wins over the status `before` (the
+    object as kopf saw it, which may lag behind the status last written)."""
+    then = logged if logged is not None else decision_of(before)
+    now = decision_of(after)
     if now == then:
         return
     meta = body.get("metadata", {})

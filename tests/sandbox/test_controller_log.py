@@ -80,7 +80,7 @@ def test_the_controller_logs_each_decision_once_and_no_handler_successes(
             thread.stop()
     decisions = [r.getMessage() for r in caplog.records if r.name == "infer_ctl.controller.operator" and
                  "default/llm: wants" in r.getMessage()]
-    assert len(decisions) == 2, decisions
+    assert len(decisions) == 2, "\n".join(decisions)
     assert decisions[0].startswith("default/llm: wants 1 serving + ") and "(first decision): " in decisions[0]
     assert decisions[1].startswith("default/llm: wants 2 serving + ") and "(was 1 + " in decisions[1]
     assert not [r for r in caplog.records if r.name.startswith("kopf") and "succeeded" in r.getMessage() and
