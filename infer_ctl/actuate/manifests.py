@@ -9,6 +9,13 @@
   the plan (`infer_ctl.engine.replicas`) swaps it for a serving-priority replica, make-before-break.
 - The Pod selects the node the placement engine chose with a required node affinity on
   `kubernetes.io/hostname` (not `nodeName`, which would bypass the scheduler and with it the DRA allocation).
+- A sleeper (the sleeping tier, `infer_ctl.controller.warm`) is a standby replica whose Pod references a warm
+  host (a shared claim of one GPU, `infer-ctl.io/warm-host` on the claim) instead of a claim of its own, and is
+  annotated with that claim (`infer-ctl.io/warm-host`), its weight bytes (`infer-ctl.io/model-bytes`: what it
+  holds in host memory asleep), its device memory (`infer-ctl.io/device-memory-bytes`: what it takes awake),
+  and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
+  wake); `infer-ctl.io/start-asleep` asks the model server to load straight into host memory (the sandbox's does;
+  one that does not is put to sleep with `POST /sleep?level=1` once ready).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
     ANNOTATION_MODEL_BYTES,
     ANNOTATION_SPEC_HASH,
+    ANNOTATION_START_ASLEEP,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA,
@@ -35,6 +43,12 @@ from infer_ctl.kube.labels import (
     ROLE_SERVING,
     ROLE_STANDBY,
 )
+
+# the sleeping tier (see the module's docstring)
+LABEL_WARM_HOST = "infer-ctl.io/warm-host"  # on a warm host's claim: "true"
+ANNOTATION_WARM_HOST = "infer-ctl.io/warm-host"  # on a sleeper's Pod: its warm host's claim
+ANNOTATION_ASLEEP = "infer-ctl.io/asleep"  # on a sleeper's Pod: "true" while held asleep
+ANNOTATION_DEVICE_BYTES = "infer-ctl.io/device-memory-bytes"  # on a sleeper's Pod: device memory it takes awake
 
 CLAIM_NAME_IN_POD = "gpu"
 CONTAINER_NAME = "model-server"
@@ -56,6 +70,17 @@ def owner_reference(meta: api.ObjectMeta) -> dict[str, Any]:
 def selector_labels(meta: api.ObjectMeta) -> dict[str, str]:
     """Labels every replica of the service carries; `status.selector` is these, joined."""
     return {LABEL_SERVICE: meta.name, LABEL_MANAGED_BY: MANAGER}
+
+
+def warm_host_labels() -> dict[str, str]:
+    """Labels of a warm host's claim (shared by the services of its namespace: no service label, no owner)."""
+    return {LABEL_WARM_HOST: "true", LABEL_MANAGED_BY: MANAGER}
+
+
+def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_bytes: int) -> dict[str, str]:
+    """The annotations of a new sleeper's Pod on `warm_host`."""
+    return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true", ANNOTATION_START_ASLEEP: "true",
+            ANNOTATION_MODEL_BYTES: str(weight_bytes), ANNOTATION_DEVICE_BYTES: str(spec.model.memory_bytes)}
 
 
 def selector(meta: api.ObjectMeta) -> str:

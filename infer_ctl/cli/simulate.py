@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--service", default=None, help="an InferenceService manifest (capacity, SLO, bounds, preset)")
     p.add_argument("--cold-start-s", type=float, default=None, help="median cold start of a replica (default 120)")
     p.add_argument(
-        "--policy", default="all", help="all, or a comma list of: infer-ctl,hpa,kpa,keda,ray-serve,aibrix-apa,oracle"
+        "--policy", default="all",
+        help="all, or a comma list of: infer-ctl,infer-ctl+tiers,hpa,kpa,keda,ray-serve,aibrix-apa,fma-pool,"
+        "kserve-cache,oracle"
     )
     p.add_argument(
         "--tick-s",

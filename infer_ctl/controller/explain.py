@@ -9,7 +9,9 @@ The layers, in the order a replica passes them:
 4. scheduler: the Pod's `PodScheduled=False` message (taints, node resources, claims); or the API server
    refused to create the replica (a ResourceQuota, an admission webhook, a missing PriorityClass), from the
    controller's `FailedCreate` Events;
-5. cold start: the replica is loading, for how long, against the measured p90.
+5. cold start: the replica is loading, for how long, against the measured p90;
+6. the sleeping tier: a replica held asleep on a warm host (its shared claim), and a wake the warm host refused
+   (the controller's `WakeRefused` Events: its device was taken; a replica was created instead).
 Placement is evaluated anew against the current cluster with the controller's own engine and policies, so the
 answer holds for the next replica the controller would try to place.
 """
@@ -22,7 +24,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from infer_ctl.actuate.manifests import selector
+from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST, selector
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
@@ -52,7 +54,7 @@ from infer_ctl.place.state import MILLI, ClusterState
 @dataclass(frozen=True, slots=True)
 class Finding:
     subject: str  # a replica name, or a layer name for the service as a whole
-    layer: str  # spec | decision | placement | scheduler | quota | admission | cold-start | running
+    layer: str  # spec | decision | placement | scheduler | quota | admission | cold-start | running | sleeping | wake
     message: str
 
 
@@ -79,9 +81,14 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     pods = [p for p in kube.list(PODS, namespace, label_selector=selector(svc.meta))
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or ())]
     cold = {(c.get("accelerator"), c.get("cached")): c for c in status.get("coldStarts") or ()}
+    asleep = {str(p["metadata"]["name"]): str((p["metadata"].get("annotations") or {}).get(ANNOTATION_WARM_HOST, ""))
+              for p in pods if (p["metadata"].get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"}
     for replica in replica_pods(pods):
         state = replica.state
-        if state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
+        if replica.name in asleep and state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
+            findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {asleep[replica.name]} "
+                                                              f"({replica.node}): woken when the traffic needs it"))
+        elif state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
             findings.append(Finding(replica.name, "running", f"{state.value} on {replica.node} "
                                                              f"({replica.accelerator or 'GPU'})"))
         elif state is api.ReplicaState.PENDING:
@@ -99,6 +106,7 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     if missing > 0:
         findings.append(Finding(f"{missing} more", "placement", _placement_finding(kube, policies, svc)))
     findings.extend(_refusal_findings(kube, namespace, name))
+    findings.extend(_wake_findings(kube, namespace, name))
     return findings
 
 
@@ -203,6 +211,22 @@ def _refusal_findings(kube: KubeClient, namespace: str, name: str) -> list[Findi
         return []
     _, note = max(refusals)
     return [Finding("create", "quota" if "exceeded quota" in note else "admission", note)]
+
+
+def _wake_findings(kube: KubeClient, namespace: str, name: str) -> list[Finding]:
+    """Wakes the warm hosts refused (the controller's `WakeRefused` Events on the service): the newest per
+    sleeper."""
+    newest: dict[str, tuple[str, str]] = {}
+    for event in kube.list(EVENTS, namespace):
+        regarding = event.get("regarding") or event.get("involvedObject") or {}
+        if regarding.get("kind") != api.KIND or regarding.get("name") != name or event.get("reason") != "WakeRefused":
+            continue
+        note = str(event.get("note") or event.get("message") or "")
+        sleeper = note.removeprefix("the wake of sleeper ").split(" ", 1)[0]
+        when = str(event.get("eventTime") or event.get("lastTimestamp") or "")
+        if sleeper not in newest or when > newest[sleeper][0]:
+            newest[sleeper] = (when, note)
+    return [Finding(sleeper, "wake", note) for sleeper, (_, note) in sorted(newest.items())]
 
 
 def render(namespace: str, name: str, findings: list[Finding]) -> str:

@@ -13,7 +13,18 @@ Order within a cycle (Kueue's rule: decisions first, writes last):
 2. observe: the service's Pods and claims (from the watch-fed view), the request rate, one cluster snapshot;
 3. plan: `plan_cycle` (forecast, decide, replica plan, names, placement, claims to collect), under the
    snapshot's lock, and the placements pinned on the snapshot before the lock is released;
-4. write: labels, deletions, claims and Pods, orphan claims, Events; then the status and the metrics.
+4. write: labels, sleeps, deletions, promotions, wakes, claims and Pods, orphan claims, Events; then the status
+   and the metrics.
+
+The sleeping tier (`infer_ctl.controller.warm`): for a service that may sleep, the plan gets the warm hosts of its
+namespace (shared claims of one GPU) and the host memory of their nodes. A sleep takes the replica out of traffic
+(the standby label and `infer-ctl.io/asleep`) and then asks its model server to sleep (`POST /sleep?level=1`, in
+the background: it lets the requests in flight finish); a wake asks it to wake (`POST /wake_up`, waited for, with
+a deadline of its weights over the policies' wakeGbps plus WAKE_TIMEOUT_S) and then labels it serving. A refused
+wake (409 DeviceMemory: the warm host's device is taken) is an Event, is named in the decision's message, is not
+tried again for WAKE_REFUSED_PERIODS, and the cycle plans again without it, creating replicas instead. New
+sleepers reference their warm host (made first when it is new) and start asleep; warm hosts no Pod references are
+deleted after a control period.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +44,8 @@ from typing import Any
 import httpx
 
 from infer_ctl.actuate.manifests import (
+    ANNOTATION_ASLEEP,
+    ANNOTATION_WARM_HOST,
     PRIORITY_CLASS_STANDBY,
     Role,
     owner_reference,
@@ -39,13 +53,15 @@ from infer_ctl.actuate.manifests import (
     replica_pod,
     selector,
     selector_labels,
+    sleeper_annotations,
     spec_hash,
 )
 from infer_ctl.actuate.metrics import ControllerMetrics
-from infer_ctl.controller.snapshot import ClusterView
+from infer_ctl.controller.snapshot import ClusterView, Snapshot
+from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
 from infer_ctl.core.conditions import set_condition
-from infer_ctl.core.policy import Policies
+from infer_ctl.core.policy import Policies, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.engine.cycle import (
     CyclePlan,
@@ -57,13 +73,15 @@ from infer_ctl.engine.cycle import (
     ObservedReplica,
     plan_cycle,
     stuck_replicas,
+    weight_bytes,
 )
-from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement
+from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, replica_request
 from infer_ctl.engine.replicas import ReplicaActions
 from infer_ctl.engine.step import EngineConfig, EngineOutput
 from infer_ctl.kube import pods as kube_pods
 from infer_ctl.kube.client import (
     INFERENCE_SERVICES,
+    NODES,
     PODS,
     RESOURCE_CLAIMS,
     KubeClient,
@@ -91,6 +109,7 @@ from infer_ctl.observe.rates import (
 )
 from infer_ctl.place.claims import HOSTNAME_LABEL
 from infer_ctl.place.framework import Engine
+from infer_ctl.place.inventory import Device
 from infer_ctl.place.plugins import build_profile
 
 log = logging.getLogger(__name__)
@@ -101,6 +120,11 @@ EVENT_NOTE_MAX = 1024
 # instead of being posted again, and the series is written at most every EVENT_SERIES_WRITE_S.
 EVENT_SERIES_WINDOW_S = 1800.0
 EVENT_SERIES_WRITE_S = 300.0
+# the sleeping tier: a refused wake is not tried again for this many control periods (the plan creates instead),
+# and the HTTP deadlines of a wake (on top of the model's weight bytes over the policies' wakeGbps) and a sleep
+WAKE_REFUSED_PERIODS = 3.0
+WAKE_TIMEOUT_S = 10.0
+SLEEP_TIMEOUT_S = 30.0
 
 
 class NameTaken(Exception):
@@ -162,6 +186,11 @@ class ServiceMemory:
     # replica name -> (resource, object name) of an object of somebody else's that holds that name
     foreign: dict[str, tuple[Resource, str]] = field(default_factory=dict)
     failures: int = 0  # failed cycles in a row: the retry's backoff
+    # the sleeping tier: sleepers whose wake was refused (why, until when not to try again), the wakes' seconds
+    # since the last cycle, and the sleepers whose model server answered a sleep (asleep for sure)
+    wake_refused: dict[str, tuple[str, float]] = field(default_factory=dict)
+    wakes: list[float] = field(default_factory=list)
+    asleep: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +211,10 @@ class _Observed:
     replicas: tuple[ReplicaPod, ...]
     claims: tuple[Mapping[str, Any], ...]
     rates: RateSamples
+    asleep: frozenset[str] = frozenset()  # replicas held asleep (their Pods say standby)
+
+    def state(self, replica: ReplicaPod) -> api.ReplicaState:
+        return api.ReplicaState.SLEEPING if replica.name in self.asleep else replica.state
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -206,6 +239,13 @@ class Reconciler:
         self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k)
         self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
         self._events: dict[tuple[str, str, str], _Posted] = {}  # (object uid, reason, note) -> the Event posted
+        # warm hosts (namespace, claim) no Pod referenced when last seen: deleted when seen so a period later
+        self._unreferenced: dict[tuple[str, str], float] = {}
+        # warm hosts this controller made that the cache may not show yet (with their pinned device as their
+        # allocation), and when: so that the next service's cycle puts its sleepers there too, not on a new one
+        self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
+        # sleeps under way (a sleep lets the requests in flight finish first: it does not hold up the cycle)
+        self._sleeping: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def _check(self, uid: str, body: Mapping[str, Any]) -> Any:
         """The spec check (parser and catalog), done again only when the object changed."""
@@ -222,6 +262,8 @@ class Reconciler:
         return check
 
     async def close(self) -> None:
+        for task in self._sleeping.values():
+            task.cancel()
         await self.view.close()
         await self._http.aclose()
 
@@ -321,21 +363,25 @@ class Reconciler:
         now_s = now.timestamp()
         rates, concurrency = await self._rates(svc, memory, replicas, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates)
+        memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
                               foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
                               concurrency=concurrency.requests,
                               prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
-                                                    for p in prefetches if not _finished(p)))
+                                                    for p in prefetches if not _finished(p)),
+                              wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
+                              wakes=tuple(memory.wakes))
+        memory.wakes.clear()
+        observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
+                                                      if r.state is api.ReplicaState.SLEEPING))
+        sleepy = effective_scaling(svc.spec.scaling, self.settings.policies.scaling).sleep or \
+            any(r.warm_host for r in observation.replicas)
 
         # 3. plan, on one snapshot, and pin what it placed
         if stuck_replicas(observation.replicas, now_s, self.settings.period_s):
             self.view.invalidate()  # the snapshot missed whoever took the pinned device
-        async with self.view.lock:
-            snapshot = await self.view.current()
-            # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
-            plan, memory.state = await asyncio.to_thread(
-                plan_cycle, replace(observation, cluster=snapshot), memory.state, self.policies, now_s)
-            self._pin(ns, plan.placements)
+        before = memory.state
+        plan, new_hosts, host_nodes = await self._plan(svc, observation, memory, now_s, sleepy=sleepy)
 
         # 4. write, then report
         for name, why in sorted(plan.unavailable.items()):
@@ -344,7 +390,24 @@ class Reconciler:
         # a Pod of a deleted Node has no kubelet to finish a graceful deletion: it is deleted at once
         # (as the pod garbage collector would)
         orphaned = frozenset(r.name for r in replicas if r.node and self.view.node_problem(r.node) == "deleted")
-        refused = await self._write(svc, plan, now, orphaned)
+        addresses = {r.name: r.address for r in replicas}
+        woken_refused = await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+        if woken_refused:
+            # A wake was refused (the warm host's device is taken): planned again from the same state, without
+            # it, so that this cycle creates replicas instead. The moves already written are repeated by the
+            # new plan (each write is idempotent); the first plan's new replicas were never written.
+            for placement in plan.placements:
+                if placement.claim is not None:
+                    self.view.unpin(ns, placement.claim.claim["metadata"]["name"])
+            for claim_name in new_hosts:
+                self.view.unpin(ns, claim_name)
+            memory.state = before
+            observation = replace(observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
+            plan, new_hosts, host_nodes = await self._plan(svc, observation, memory, now_s, sleepy=sleepy)
+            await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+        refused = await self._write_new(svc, plan, now, new_hosts, host_nodes)
+        self._ensure_asleep(svc, memory, replicas, pods)
+        await self._collect_warm_hosts(ns, now_s)
         await self._prefetch(body, svc, plan.prefetch, prefetches, now)
         for accelerator, cached, seconds in plan.cold_starts:
             self.metrics.cold_start.labels(accelerator or "unknown", str(cached).lower()).observe(seconds)
@@ -354,6 +417,57 @@ class Reconciler:
         await self._metrics_transition(body, conditions, status, now)
         self._export(observed, plan)
         return CycleResult(status, plan.actions, plan.placements, plan.output)
+
+    async def _plan(self, svc: api.InferenceService, observation: Observation, memory: ServiceMemory, now_s: float,
+                    *, sleepy: bool) -> tuple[CyclePlan, dict[str, dict[str, Any]], dict[str, str]]:
+        """`plan_cycle` on the shared snapshot (with the warm hosts, for a service that may sleep), its placements
+        and new warm hosts pinned before the lock is released. Returns the plan, the claims of the warm hosts it
+        makes (by name) and the node of each warm host."""
+        ns = svc.meta.namespace
+        async with self.view.lock:
+            snapshot = await self.view.current()
+            devices: dict[str, Device] = {}
+            if sleepy:
+                claims, pods, nodes = await self.view.cached(RESOURCE_CLAIMS, PODS, NODES)
+                claims = claims + self._unseen_hosts(claims)
+                warm, devices = warm_hosts(svc, self.settings.policies.catalog, snapshot, claims=claims, pods=pods,
+                                           nodes=nodes,
+                                           host_fraction=self.settings.policies.scaling.host_memory_fraction)
+                observation = replace(observation, warm_hosts=warm)
+            # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
+            plan, memory.state = await asyncio.to_thread(
+                plan_cycle, replace(observation, cluster=snapshot), memory.state, self.policies, now_s)
+            self._pin(ns, plan.placements)
+            new_hosts = self._pin_warm_hosts(svc, snapshot, plan, observation, devices)
+        return plan, new_hosts, {name: d.node_name for name, d in devices.items()}
+
+    def _pin_warm_hosts(self, svc: api.InferenceService, snapshot: Snapshot, plan: CyclePlan,
+                        observation: Observation, devices: Mapping[str, Device]) -> dict[str, dict[str, Any]]:
+        """The claims of the warm hosts the plan's new sleepers go to that do not exist yet, their devices pinned
+        and taken on the snapshot (as a placement is)."""
+        existing = {d.claim for d in observation.warm_hosts.devices if d.exists} \
+            if observation.warm_hosts is not None else set()
+        out: dict[str, dict[str, Any]] = {}
+        for replica in plan.create:
+            host = replica.warm_host
+            if not replica.sleeping or not host or host in existing or host in out or host not in devices:
+                continue
+            claim, results = warm_host_claim(svc, self.settings.policies.catalog, snapshot, devices[host], host)
+            out[host] = claim
+            self.view.pin(svc.meta.namespace, host, results)
+            self._made_hosts[(svc.meta.namespace, host)] = (
+                {**claim, "status": {"allocation": {"devices": {"results": results}}}}, time.monotonic())
+            node, slot = snapshot.state.slot_of[devices[host].id]
+            snapshot.state.assume(replica_request(svc, self.settings.policies.catalog, host), node, [slot])
+        return out
+
+    def _unseen_hosts(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The warm hosts made here that the cache does not show yet (forgotten once it does, or after a
+        minute: then they were deleted)."""
+        shown = {(str(c["metadata"].get("namespace", "")), str(c["metadata"]["name"])) for c in claims}
+        now = time.monotonic()
+        self._made_hosts = {k: v for k, v in self._made_hosts.items() if k not in shown and now - v[1] < 60.0}
+        return [claim for claim, _ in self._made_hosts.values()]
 
     async def _foreign(self, memory: ServiceMemory, namespace: str, uid: str) -> frozenset[str]:
         """The replica names found held by others' objects that still are (read again: rare, and they go away)."""
@@ -457,30 +571,140 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------------------- write
 
-    async def _write(self, svc: api.InferenceService, plan: CyclePlan, now: datetime,
-                     orphaned: frozenset[str] = frozenset()) -> str:
-        """The plan's writes, in order: what leaves traffic (demotions, deletions), then what joins it
-        (promotions), so that the replicas in traffic never exceed the desired count, even for the moment between
-        two writes of a swap; then new replicas and orphan claims. Returns why the API server refused a replica
-        ("" when it did not)."""
+    async def _write_moves(self, body: Mapping[str, Any], svc: api.InferenceService, plan: CyclePlan,  # noqa: PLR0917
+                           memory: ServiceMemory, now: datetime, orphaned: frozenset[str],
+                           addresses: Mapping[str, str]) -> list[str]:
+        """The plan's moves, in order: what leaves traffic (demotions, sleeps, deletions), then what joins it
+        (promotions, wakes), so that the replicas in traffic never exceed the desired count, even for the moment
+        between two writes of a swap. Returns the sleepers whose wake was refused."""
         ns = svc.meta.namespace
         actions = plan.actions
         for name in actions.demote:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.STANDBY.value}}},
                           ns)
+        for name in actions.sleep:
+            # out of traffic first (the standby label and the asleep annotation, written now), then the sleep
+            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {
+                "labels": {LABEL_ROLE: Role.STANDBY.value}, "annotations": {ANNOTATION_ASLEEP: "true"}}}, ns)
+            self._start_sleep(svc, memory, name, addresses.get(name, ""))
         for name in actions.remove:
             # graceful: the Pod's grace period drains it (but for a Pod whose Node is gone)
             await self._k(self.kube.delete, PODS, name, ns, grace_period_s=0 if name in orphaned else None)
         for name in actions.promote:
             await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}},
                           ns)
-        refused = await self._write_replicas(svc, plan.create, now) if plan.create else ""
+        refused: list[str] = []
+        if actions.wake:
+            woken = await asyncio.gather(*(self._wake(body, svc, memory, name, addresses.get(name, ""), now)
+                                           for name in actions.wake))
+            refused = [name for name, ok in zip(actions.wake, woken, strict=True) if not ok]
+        return refused
+
+    async def _write_new(self, svc: api.InferenceService, plan: CyclePlan, now: datetime,
+                         new_hosts: Mapping[str, Mapping[str, Any]], host_nodes: Mapping[str, str]) -> str:
+        """New replicas (and the warm hosts new sleepers go to), then orphan claims. Returns why the API server
+        refused a replica ("" when it did not)."""
+        ns = svc.meta.namespace
+        refused = await self._write_replicas(svc, plan.create, now, new_hosts, host_nodes) if plan.create else ""
         removed = 0
         for claim in plan.delete_claims:
             removed += bool(await self._k(self.kube.delete, RESOURCE_CLAIMS, claim, ns))
         if removed:
             log.info("%s: removed %d claims without a replica", svc.meta.key, removed)
         return refused
+
+    # ------------------------------------------------------------------------------------------- the sleeping tier
+
+    async def _wake(self, body: Mapping[str, Any], svc: api.InferenceService, memory: ServiceMemory,  # noqa: PLR0917
+                    name: str, address: str, now: datetime) -> bool:
+        """`POST /wake_up`, then the serving label (and the asleep annotation removed). A refusal (409
+        DeviceMemory: the warm host's device is taken; or no answer in time) is remembered for
+        WAKE_REFUSED_PERIODS, with one Warning Event; False then."""
+        ns = svc.meta.namespace
+        expected = weight_bytes(svc.spec.model) / (self.settings.policies.scaling.wake_gbps * 1e9)
+        why = ""
+        started = time.perf_counter()
+        if not address:
+            why = "its model server's address is not known yet"
+        else:
+            try:
+                answer = await self._http.post(f"http://{address}/wake_up",
+                                               timeout=httpx.Timeout(WAKE_TIMEOUT_S + 3 * expected, connect=2.0))
+                if answer.status_code != 200:
+                    why = _refusal(answer)
+            except httpx.HTTPError as exc:
+                why = f"no answer from {address}: {type(exc).__name__} {exc}"
+        if why:
+            memory.wake_refused[name] = (why, now.timestamp() + WAKE_REFUSED_PERIODS * self.settings.period_s)
+            await self._event(body, "WakeRefused", f"the wake of sleeper {name} was refused ({why}); a replica is "
+                              "created instead", "Warning", "Wake", now)
+            return False
+        memory.wakes.append(time.perf_counter() - started)
+        memory.asleep.discard(name)
+        await self._k(self.kube.merge_patch, PODS, name, {"metadata": {
+            "labels": {LABEL_ROLE: Role.SERVING.value}, "annotations": {ANNOTATION_ASLEEP: None}}}, ns)
+        return True
+
+    def _start_sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
+        """`_sleep` in the background (one per replica at a time): it may wait for requests in flight."""
+        key = (svc.meta.namespace, name)
+        running = self._sleeping.get(key)
+        if not address or (running is not None and not running.done()):
+            return
+        task = asyncio.create_task(self._sleep(svc, memory, name, address), name=f"sleep {key[0]}/{name}")
+        self._sleeping[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._sleeping.get(key) is finished:
+                del self._sleeping[key]
+
+        task.add_done_callback(done)
+
+    async def _sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
+        """`POST /sleep?level=1` (it lets the requests in flight finish, then moves the weights to host memory),
+        after the replica left traffic. A sleep that fails is tried again by the next cycle (`_ensure_asleep`)."""
+        try:
+            answer = await self._http.post(f"http://{address}/sleep", params={"level": "1"},
+                                           timeout=httpx.Timeout(SLEEP_TIMEOUT_S, connect=2.0))
+        except httpx.HTTPError as exc:
+            log.warning("%s: the sleep of %s got no answer (tried again next cycle): %s", svc.meta.key, name, exc)
+            return
+        if answer.status_code == 200:
+            memory.asleep.add(name)
+        else:
+            log.warning("%s: the sleep of %s was refused (tried again next cycle): %s", svc.meta.key, name,
+                        _refusal(answer))
+
+    def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
+                             replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]]) -> None:
+        """Sleepers held asleep whose model server has not answered a sleep yet (a new one, once ready: a server
+        that does not start asleep; one whose sleep failed; any after a controller restart) are put to sleep
+        (idempotent: a sleeping server answers at once)."""
+        held = {str(p["metadata"]["name"]) for p in pods
+                if ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"}
+        memory.asleep &= held
+        due = [r for r in replicas if r.name in held and r.name not in memory.asleep and r.address
+               and r.state in (api.ReplicaState.STANDBY, api.ReplicaState.SERVING)]
+        for r in due:
+            self._start_sleep(svc, memory, r.name, r.address)
+
+    async def _collect_warm_hosts(self, namespace: str, now_s: float) -> None:
+        """Warm hosts of `namespace` no Pod references, seen so twice at least a control period apart, are deleted
+        (a Pod is written just after its warm host's claim, and a watch-fed cache may show the one before the
+        other; a warm host made this minute is kept until the cache shows it)."""
+        claims, pods = await self.view.cached(RESOURCE_CLAIMS, PODS)
+        referenced = {c for p in pods if p["metadata"].get("namespace") == namespace for c in referenced_claims(p)}
+        hosts = {(namespace, str(c["metadata"]["name"])) for c in claims
+                 if c["metadata"].get("namespace") == namespace and is_warm_host(c)
+                 and not c["metadata"].get("deletionTimestamp")}
+        idle = {k for k in hosts if k[1] not in referenced and k not in self._made_hosts}
+        self._unreferenced = {k: t for k, t in self._unreferenced.items() if k in idle or k[0] != namespace}
+        for key in sorted(idle):
+            first = self._unreferenced.setdefault(key, now_s)
+            if now_s - first >= self.settings.period_s:
+                if await self._k(self.kube.delete, RESOURCE_CLAIMS, key[1], key[0]):
+                    log.info("removed warm host %s/%s: no sleeper references it", *key)
+                self._unreferenced.pop(key, None)
 
     async def _prefetch(self, body: Mapping[str, Any], svc: api.InferenceService, nodes: Sequence[str],
                         prefetches: Sequence[Mapping[str, Any]], now: datetime) -> None:
@@ -506,15 +730,22 @@ class Reconciler:
                 await self._event(body, "Prefetch", f"copying the model's weights to node {node} (the cached "
                                   "tier has less room than the forecast needs)", "Normal", "Prefetch", now)
 
-    async def _write_replicas(self, svc: api.InferenceService, create: Sequence[NewReplica], now: datetime) -> str:
-        """Create the claims and Pods of the placed replicas; return why the API server refused one (a quota, an
-        admission webhook, RBAC), or "". A refusal stops this cycle's creations: the rest would meet it too."""
+    async def _write_replicas(self, svc: api.InferenceService, create: Sequence[NewReplica], now: datetime,
+                              new_hosts: Mapping[str, Mapping[str, Any]] | None = None,
+                              host_nodes: Mapping[str, str] | None = None) -> str:
+        """Create the claims and Pods of the placed replicas (and of new sleepers: their warm host's claim, when
+        it is new, and their Pod); return why the API server refused one (a quota, an admission webhook, RBAC), or
+        "". A refusal stops this cycle's creations: the rest would meet it too."""
         ns = svc.meta.namespace
+        new_hosts = new_hosts or {}
         pinned = {r.placement.claim.claim["metadata"]["name"] for r in create
-                  if r.placement is not None and r.placement.claim is not None}
+                  if r.placement is not None and r.placement.claim is not None} | set(new_hosts)
         written: set[str] = set()  # claims created
         try:
             for replica in create:
+                if replica.sleeping:
+                    await self._write_sleeper(svc, replica, new_hosts, host_nodes or {}, now, written)
+                    continue
                 placement = replica.placement
                 if placement is None or placement.claim is None:
                     if placement is not None:
@@ -537,12 +768,43 @@ class Reconciler:
         finally:
             for claim in pinned - written:  # never written: their devices are free again
                 self.view.unpin(ns, claim)
+                self._made_hosts.pop((ns, claim), None)
         failed = [r.placement for r in create if r.placement is not None and not r.placement.placed]
         if failed:
             await self._event(_ref(svc), "PlacementFailed",
                               f"{len(failed)} replica(s) cannot be placed: {failed[0].why_not}", "Warning", "Place",
                               now)
         return ""
+
+    async def _write_sleeper(self, svc: api.InferenceService, replica: NewReplica,  # noqa: PLR0917
+                             new_hosts: Mapping[str, Mapping[str, Any]], host_nodes: Mapping[str, str],
+                             now: datetime, written: set[str]) -> None:
+        """A new sleeper: its warm host's claim when it is new (shared: labelled, not owned by the service), then
+        its Pod referencing it, started asleep, out of traffic."""
+        ns, host = svc.meta.namespace, replica.warm_host
+        if not host:
+            return
+        claim = new_hosts.get(host)
+        if claim is not None and host not in written:
+            try:
+                await self._k(self.kube.create, RESOURCE_CLAIMS, claim, ns)
+            except KubeError as exc:
+                if not exc.conflict:
+                    raise
+            self.view.created(ns, host)
+            written.add(host)
+        selector_node = host_nodes.get(host, "")
+        pod = replica_pod(svc, replica=replica.name, claim_name=host, role=Role.STANDBY,
+                          node_selector={HOSTNAME_LABEL: selector_node} if selector_node else {},
+                          tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
+                                       for t in GPU_TOLERATIONS],
+                          annotations=sleeper_annotations(svc.spec, host, weight_bytes(svc.spec.model)),
+                          # a woken sleeper serves at once: at the serving priority (asleep it holds no device of
+                          # its own, only a reference to the warm host's)
+                          priority=Role.SERVING)
+        if await self._create(PODS, pod, ns, svc.meta.uid):
+            await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
+                              + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
 
     async def _write_replica(self, svc: api.InferenceService, placement: ReplicaPlacement, role: Role,
                              now: datetime, written: set[str], *, held: bool = False) -> None:
@@ -576,7 +838,10 @@ class Reconciler:
         checked by reading the object: gone means the conflict was something else (KubeError, retried next
         cycle); owned by someone else raises NameTaken."""
         try:
-            await self._k(self.kube.create, resource, obj, namespace)
+            created = await self._k(self.kube.create, resource, obj, namespace)
+            # the next cycles see it even while the watch has not delivered it yet (ClusterView.wrote)
+            self.view.wrote(resource, created if isinstance(created, Mapping) else
+                            {**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
             return True
         except KubeError as exc:
             if not exc.conflict:
@@ -588,6 +853,7 @@ class Reconciler:
             raise KubeError(409, conflict.reason, f"creating {resource.kind} {name} answered 409 "
                                                   f"({conflict.message}) and no such object exists")
         if _owned_by(existing, owner_uid):
+            self.view.wrote(resource, existing)
             return False
         owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
                            (existing.get("metadata") or {}).get("ownerReferences") or ()) or "no owner"
@@ -623,14 +889,14 @@ class Reconciler:
     def _status(self, o: _Observed, state: CycleState, plan: CyclePlan, refused: str,
                 conditions: tuple[api.Condition, ...]) -> dict[str, Any]:
         g, now = o.generation, o.now
-        states = Counter(r.state for r in o.replicas)
-        gone = Counter(r.state for r in o.replicas if r.name in plan.unavailable)
+        states = Counter(o.state(r) for r in o.replicas)
+        gone = Counter(o.state(r) for r in o.replicas if r.name in plan.unavailable)
         states -= gone
         counts = api.ReplicaCounts(ready=states[api.ReplicaState.SERVING] + states[api.ReplicaState.STANDBY],
                                    serving=states[api.ReplicaState.SERVING],
                                    standby=states[api.ReplicaState.STANDBY],
                                    loading=states[api.ReplicaState.LOADING] + states[api.ReplicaState.PENDING],
-                                   unavailable=len(plan.unavailable))
+                                   unavailable=len(plan.unavailable), sleeping=states[api.ReplicaState.SLEEPING])
         ready = counts.serving >= plan.serving
         conditions = set_condition(conditions, type=api.ConditionType.READY, status="True" if ready else "False",
                                    reason="Ready" if ready else "ReplicasNotReady",
@@ -691,7 +957,7 @@ class Reconciler:
                      for acc, cached in cold_starts.measured_keys() for est in [cold_starts.estimate(acc, cached)])
         devices = allocated_devices(o.claims)
         placed = tuple(api.PlacementStatus(replica=r.name, node=r.node, devices=devices.get(r.name, ()),
-                                           product=r.accelerator, state=r.state) for r in o.replicas)
+                                           product=r.accelerator, state=o.state(r)) for r in o.replicas)
         status = api.InferenceServiceStatus(
             observed_generation=g, replicas=counts, desired=api.DesiredReplicas(plan.serving, plan.standby),
             selector=selector(o.svc.meta),
@@ -704,7 +970,7 @@ class Reconciler:
 
     def _export(self, o: _Observed, plan: CyclePlan) -> None:
         ns, name = o.svc.meta.namespace, o.svc.meta.name
-        states = Counter(str(r.state) for r in o.replicas)
+        states = Counter(str(o.state(r)) for r in o.replicas)
         self.metrics.set_replicas(ns, name, {s.value: states.get(s.value, 0) for s in api.ReplicaState})
         self.metrics.desired.labels(ns, name, "serving").set(plan.serving)
         self.metrics.desired.labels(ns, name, "standby").set(plan.standby)
@@ -790,12 +1056,17 @@ def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]],
     replicas = []
     for pod in pods:
         r = kube_pods.replica_pod(pod)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        asleep = annotations.get(ANNOTATION_ASLEEP) == "true" and r.state in (api.ReplicaState.STANDBY,
+                                                                            api.ReplicaState.SERVING)
         replicas.append(ObservedReplica(
-            r.name, r.state, r.standby, created_s=r.created.timestamp() if r.created else None, node=_node_of(pod),
+            r.name, api.ReplicaState.SLEEPING if asleep else r.state, r.standby,
+            created_s=r.created.timestamp() if r.created else None, node=_node_of(pod),
             spec_hash=r.spec_hash, low_priority=r.priority_class == PRIORITY_CLASS_STANDBY,
             accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s,
             unready_since_s=r.unready_since.timestamp() if r.unready_since else None,
-            node_problem=node_problem(r.node) if r.node else ""))
+            node_problem=node_problem(r.node) if r.node else "",
+            warm_host=str(annotations.get(ANNOTATION_WARM_HOST, ""))))
     observed_claims = []
     for claim in claims:
         meta = claim.get("metadata") or {}
@@ -815,6 +1086,17 @@ def allocated_devices(claims: Sequence[Mapping[str, Any]]) -> dict[str, tuple[st
         if replica and results:
             out[str(replica)] = tuple(f"{r.get('pool')}/{r.get('device')}" for r in results)
     return out
+
+
+def _refusal(answer: httpx.Response) -> str:
+    """A model server's refusal as `reason: message` (e.g. `DeviceMemory: device ... holds ...`)."""
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping) and (body.get("reason") or body.get("message")):
+        return f"{body.get('reason', answer.status_code)}: {body.get('message', '')}"
+    return f"HTTP {answer.status_code}: {answer.text[:200]}"
 
 
 def _role(pod: Mapping[str, Any]) -> str:

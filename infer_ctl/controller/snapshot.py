@@ -78,6 +78,7 @@ def _pinned_by_annotation(claim: Mapping[str, Any]) -> Mapping[str, Any]:
 
 API_RECHECK_S = 60.0  # how often to ask whether the cluster serves PodGroups and Kueue Workloads
 PIN_UNSEEN_S = 30.0  # a created claim the cache has not shown for this long was deleted before its event came
+WRITTEN_TTL_S = 30.0  # the same for any object the controller created (`ClusterView.wrote`)
 
 
 @dataclass
@@ -131,6 +132,11 @@ class ClusterView:
     _apis: dict[str, bool] = field(default_factory=dict)
     _apis_checked_at: float = -float("inf")
     _gangs: tuple[float, tuple[GangDemand, ...]] = (-float("inf"), ())
+    # Objects this controller created that its cache has not shown yet, and when (as client-go's MutationCache):
+    # `owned` returns them too, until the watch delivers them or WRITTEN_TTL_S passes, so that a cycle on a cache
+    # that lags the controller's own writes neither creates a replica again nor collects the claim of a Pod it
+    # cannot see yet (seen on the emulator under load: three replicas for a minimum of one, their claims deleted).
+    _written: dict[tuple[Resource, str, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
 
     async def _k(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.call is not None:
@@ -231,9 +237,33 @@ class ClusterView:
         service's replicas and their claims: equality requirements `k=v,k2=v2`), from the cache."""
         wanted = equality_selector(label_selector)
         (objects,) = await self._watched(resource)
+        objects += self._not_seen_yet(resource)
         return [obj for obj in objects
                 if (obj.get("metadata") or {}).get("namespace") == namespace
                 and all(((obj.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
+
+    async def cached(self, *resources: Resource) -> list[list[dict[str, Any]]]:
+        """Every cached object of each resource (any namespace), e.g. the warm hosts' claims and Pods."""
+        return await self._watched(*resources)
+
+    def wrote(self, resource: Resource, obj: Mapping[str, Any]) -> None:
+        """`obj` (as the API server answered its create) exists: `owned` shows it until the cache does."""
+        meta = obj.get("metadata") or {}
+        key = (resource, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._written[key] = (dict(obj), asyncio.get_running_loop().time())
+
+    def _not_seen_yet(self, resource: Resource) -> list[dict[str, Any]]:
+        informer = self._informers.get(resource)
+        now = asyncio.get_running_loop().time()
+        out = []
+        for key, (obj, at) in list(self._written.items()):
+            if key[0] != resource:
+                continue
+            if (informer is not None and (key[1], key[2]) in informer.objects) or now - at > WRITTEN_TTL_S:
+                del self._written[key]  # the cache has it, or it is too old to trust (deleted before its event)
+            else:
+                out.append(obj)
+        return out
 
     def pin(self, namespace: str, claim: str, results: list[dict[str, Any]]) -> None:
         """A claim this controller is about to create pins `results` (allocation results: request, driver, pool,

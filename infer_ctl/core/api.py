@@ -164,6 +164,7 @@ class PrewarmSpec:
     lead_s: float | None = None  # None: auto, the measured cold start p90 plus one control period
     standby_replicas: int | None = None  # None: from the preset
     node_cache: bool | None = None  # the cached tier (node-local weights, prefetched); None: from the preset
+    sleep: bool | None = None  # the sleeping tier (asleep on warm hosts, woken in seconds); None: from the preset
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +361,9 @@ SCALING_SCHEMA = Prop(
                               "by a Pod per node) that replicas started there are ready in the measured cached "
                               "load time; the awake replicas then only cover that time, not the whole cold "
                               "start. Default from the preset."),
+            "sleep": Prop("boolean", "Keep replicas asleep on warm hosts (a GPU shared by sleepers, the weights "
+                          "in the node's host memory) that a wake puts back in traffic in seconds; the awake "
+                          "replicas then only cover the wake time. Default from the preset."),
         }),
         "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
                             properties={
@@ -472,10 +476,11 @@ class ReplicaCounts:
     standby: int = 0
     loading: int = 0
     unavailable: int = 0
+    sleeping: int = 0  # asleep on warm hosts (the sleeping tier)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ready": self.ready, "serving": self.serving, "standby": self.standby, "loading": self.loading,
-                "unavailable": self.unavailable}
+                "unavailable": self.unavailable, "sleeping": self.sleeping}
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,6 +624,8 @@ STATUS_SCHEMA = Prop(
             "unavailable": Prop("integer", "Replicas that were ready and are not (for longer than the scaling "
                                 "policy's unavailableAfterSeconds), or whose Node is gone or unreachable: being "
                                 "replaced."),
+            "sleeping": Prop("integer", "Replicas asleep on warm hosts (the sleeping tier): out of traffic, woken "
+                             "in seconds."),
         }),
         "desired": Prop("object", "Replicas the controller wants now.", properties={
             "serving": Prop("integer", "Desired serving replicas."),

@@ -68,6 +68,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Reason", "type": "string", "description": "Why the controller wants that many (the decision's reason).",
      "jsonPath": f"{_SCALING}.reason"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Sleeping", "type": "integer", "description": "Replicas asleep on warm hosts, woken in seconds.",
+     "jsonPath": ".status.replicas.sleeping", "priority": 1},  # -o wide: the sleeping tier is opt-in
     {"name": "Accelerator", "type": "string", "priority": 1,
      "description": "The first accelerator product in order of preference.",
      "jsonPath": ".spec.accelerator.products[0]"},

@@ -307,6 +307,11 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         r.error(f"{p}.prewarm.nodeCache", f"must be a boolean, got {type(node_cache).__name__} {node_cache!r}",
                 "FieldValueTypeInvalid")
         node_cache = None
+    sleep = w.get("sleep")
+    if sleep is not None and not isinstance(sleep, bool):
+        r.error(f"{p}.prewarm.sleep", f"must be a boolean, got {type(sleep).__name__} {sleep!r}",
+                "FieldValueTypeInvalid")
+        sleep = None
 
     z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
@@ -325,7 +330,8 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
     return api.ScalingSpec(
         target_rps_per_replica=target, min_replicas=min_r, max_replicas=max_r, preset=preset,
         metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
-        prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache), scale_to_zero=stz,
+        prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache,
+                                sleep=sleep), scale_to_zero=stz,
         scale_down_stabilization_s=None if stabilization is None else float(stabilization),
     )
 

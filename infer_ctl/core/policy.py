@@ -80,6 +80,7 @@ class ScalingPreset:
     node_cache: bool = False  # the cached tier: node-local weights, prefetched (spec.scaling.prewarm.nodeCache)
     # the burst guard also sizes for in-flight / per-replica target, as Knative KPA's panic mode does
     panic_on_concurrency: bool = False
+    sleep: bool = False  # the sleeping tier: replicas asleep on warm hosts (spec.scaling.prewarm.sleep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,10 @@ class ScalingPolicy:
     # the requests in flight of each service, a PromQL template with {{name}} and {{namespace}} (the confinement
     # of `infer_ctl.core.promql`), read through Prometheus for the burst guard; "" reads none
     concurrency_query: str = DEFAULT_CONCURRENCY_QUERY
+    # the sleeping tier: a wake's host-to-device bandwidth in GB/s (10^9 bytes/s), for the wake time until wakes
+    # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
+    wake_gbps: float = 20.0
+    host_memory_fraction: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +125,7 @@ class EffectiveScaling:
     node_cache: bool = False
     cached_start_ratio: float = 0.25
     panic_on_concurrency: bool = False
+    sleep: bool = False
 
 
 def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> EffectiveScaling:
@@ -134,6 +140,7 @@ def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> Effective
         node_cache=spec.prewarm.node_cache if spec.prewarm.node_cache is not None else preset.node_cache,
         cached_start_ratio=policy.cached_start_ratio,
         panic_on_concurrency=preset.panic_on_concurrency,
+        sleep=spec.prewarm.sleep if spec.prewarm.sleep is not None else preset.sleep,
     )
 
 
@@ -233,11 +240,14 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "presets"))
+                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
                       exclusive_minimum=0, maximum=3600)
+    wake_gbps = r.number(doc, "wakeGbps", f"{source}: wakeGbps", default=20.0, exclusive_minimum=0, maximum=10_000)
+    host_fraction = r.number(doc, "hostMemoryFraction", f"{source}: hostMemoryFraction", default=0.5,
+                             exclusive_minimum=0, maximum=1)
     unavailable_after = r.number(doc, "unavailableAfterSeconds", f"{source}: unavailableAfterSeconds",
                                  default=30.0, minimum=0, maximum=86_400)
     concurrency_query = r.string(doc, "concurrencyQuery", f"{source}: concurrencyQuery",
@@ -250,7 +260,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     for preset in api.Preset:
         p = f"{source}: presets.{preset.value}"
         item = r.obj(presets_doc, preset.value, p, ("quantile", "standbyReplicas", "scaleDownStabilizationSeconds",
-                                                     "nodeCache", "panicOnConcurrency"), required=bool(presets_doc))
+                                                     "nodeCache", "panicOnConcurrency", "sleep"),
+                     required=bool(presets_doc))
         if not item:
             continue
         quantile = r.number(item, "quantile", f"{p}.quantile", default=None, minimum=0.5, maximum=0.999,
@@ -260,15 +271,18 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                           default=None, minimum=0, maximum=86_400, required=True)
         node_cache = r.boolean(item, "nodeCache", f"{p}.nodeCache", default=False)
         panic = r.boolean(item, "panicOnConcurrency", f"{p}.panicOnConcurrency", default=False)
+        sleep = r.boolean(item, "sleep", f"{p}.sleep", default=False)
         if quantile is not None and standby is not None and window is not None:
-            presets[preset] = ScalingPreset(quantile, standby, window, node_cache, panic)
+            presets[preset] = ScalingPreset(quantile, standby, window, node_cache, panic, sleep)
     if r.errors:
         raise SpecError(r.errors)
     return ScalingPolicy(control_period_s=period or 10.0, presets=presets,
                          unavailable_after_s=30.0 if unavailable_after is None else unavailable_after,
                          cached_start_ratio=0.25 if cached_ratio is None else cached_ratio,
                          concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
-                                            else concurrency_query))
+                                            else concurrency_query),
+                         wake_gbps=20.0 if wake_gbps is None else wake_gbps,
+                         host_memory_fraction=0.5 if host_fraction is None else host_fraction)
 
 
 PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",

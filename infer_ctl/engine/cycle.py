@@ -14,10 +14,17 @@ The stages, in order (Kueue's rule: decisions first, writes last, and the writes
    then the engine step (forecast, decide) gives serving and standby counts; `spec.replicas` pins them;
 3. pending gangs: their GPUs are held out of placement, and standby replicas yield when they are short;
 4. the replica plan (`infer_ctl.engine.replicas.plan_replicas`): promote, demote, create, remove, with removal
-   ordered by what it does to the cluster's fragmentation, and unschedulable replicas placed again;
+   ordered by what it does to the cluster's fragmentation, and unschedulable replicas placed again; with the
+   sleeping tier (`plan_tiers`) a serving shortfall first wakes sleepers whose warm host has the device memory
+   free, an awake replica that would be removed goes to sleep when its node's host memory allows, and sleepers
+   are made or removed to the tier plan's count (`_WarmLedger` keeps the memory of each wake, sleep and sleeper);
 5. names for new replicas (the lowest free ordinals), and their placement on the snapshot, one after the other
-   (each applied to the snapshot's `ClusterState`, kube-scheduler's "assume": the one input this mutates);
+   (each applied to the snapshot's `ClusterState`, kube-scheduler's "assume": the one input this mutates); a new
+   sleeper goes to a warm host (an existing one first, else a free GPU a warm host is made on);
 6. claims without a replica to collect, and the Scaled event when the desired counts changed.
+
+The slow tiers' inputs (`slow_tiers`): the cached tier from the snapshot's node caches, the sleeping tier from
+`Observation.warm_hosts` (the controller) or `Observation.slow_tiers` (the simulator, which has no snapshot).
 
 E.g. a service with 2 ready serving replicas whose forecast asks for 3 and one standby: the plan creates 1
 serving and 1 standby replica, names them `<svc>-r2` and `<svc>-r3`, places both on the snapshot, and its
@@ -49,7 +56,7 @@ from infer_ctl.engine.placement import (
     place_replicas,
     removal_costs,
 )
-from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas
+from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas, plan_tiers
 from infer_ctl.engine.step import (
     EngineConfig,
     EngineInputs,
@@ -67,6 +74,9 @@ from infer_ctl.place.state import ClusterState
 # A replica left unschedulable this many control periods lost its pinned device to another workload between
 # placement and scheduling: it is placed again.
 STUCK_PERIODS = 2.0
+WAKE_WINDOW = 20  # wakes measured: the wake time is their p90 once there are WAKE_MIN of them
+WAKE_MIN = 3
+GB = 1e9
 
 
 # ----------------------------------------------------------------------------------------------- observation
@@ -89,6 +99,9 @@ class ObservedReplica:
     # when it stopped being ready, if it had been ready or its container restarted (None: ready, or first start)
     unready_since_s: float | None = None
     node_problem: str = ""  # its Node is "deleted", "unreachable" or "NotReady" ("" when fine or unknown)
+    # the warm host it sits on (a shared claim: one GPU of a node, several sleepers): only such a replica can
+    # sleep and wake; its state is SLEEPING while asleep
+    warm_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +112,42 @@ class ObservedClaim:
     replica: str  # the replica it was made for
     created_s: float | None = None
     deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SlowTiers:
+    """The slow tiers' inputs from a caller without a cluster snapshot (the simulator): the sleepers its cluster
+    model could hold for the service and wake at once, and the replicas that could start from a node cache now
+    (`room`); the seconds a wake and a cached start take (None: measured values, else the policy's defaults)."""
+
+    room: Room
+    wake_s: float | None = None
+    cached_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WarmDevice:
+    """A whole GPU that sleepers share (in the controller: a shared ResourceClaim of the service's namespace), or
+    a free GPU a warm host could be made on (`exists` False: its claim, `claim`, is made with the first sleeper
+    placed on it)."""
+
+    claim: str
+    node: str
+    product: str  # the catalog's accelerator name
+    memory_bytes: int  # the device's memory
+    exists: bool = True
+    awake_bytes: int = 0  # device memory that awake models on it hold now (every service's)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmHosts:
+    """What the sleeping tier can use in the service's namespace: warm hosts and free GPUs whose device could take
+    the model awake, and per node the host memory sleepers' weights may hold (the policy's share of the node's
+    memory) and hold now (every service's sleepers, those still loading included)."""
+
+    devices: tuple[WarmDevice, ...] = ()
+    host_budget: Mapping[str, int] = field(default_factory=dict)
+    host_used: Mapping[str, int] = field(default_factory=dict)
 
 
 class PendingGang(Protocol):
@@ -146,6 +195,14 @@ class Observation:
     # requests in flight now, in service and queued (the router's and the model servers' gauges; the simulator's
     # queue): the burst guard's leading signal; NaN when it could not be read (then it changes nothing)
     concurrency: float = math.nan
+    # the slow tiers' room and times when there is no cluster snapshot (the simulator); None: from the snapshot
+    slow_tiers: SlowTiers | None = None
+    # the warm hosts the service's sleepers may use (the controller; None: no sleeping tier from the cluster)
+    warm_hosts: WarmHosts | None = None
+    # sleepers whose last wake was refused (the warm host's device was taken), with why: not woken again until
+    # the caller clears them; the plan creates replicas instead
+    wake_refused: Mapping[str, str] = field(default_factory=dict)
+    wakes: tuple[float, ...] = ()  # seconds each wake since the last cycle took (measured by the caller)
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -176,6 +233,8 @@ class ServicePolicy:
     engine: EngineConfig
     node_cache: bool = False  # the cached tier (spec.scaling.prewarm.nodeCache or the preset's)
     cached_start_ratio: float = 0.25  # a cached start's share of the cold start until cached ones are measured
+    sleep: bool = False  # the sleeping tier (spec.scaling.prewarm.sleep or the preset's)
+    wake_gbps: float = 20.0  # a wake's host-to-device bandwidth until wakes are measured (policies' wakeGbps)
 
 
 def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
@@ -191,7 +250,8 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality,
                                                                 policies.engine.season_step_s, policies.engine.day_s),
                      rate_window_s=window if window is not None else policies.period_s)
-    return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio)
+    return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio, effective.sleep,
+                         policies.policies.scaling.wake_gbps)
 
 
 # ----------------------------------------------------------------------------------------------- state, plan
@@ -209,6 +269,7 @@ class CycleState:
     last_decision: api.DecisionStatus | None = None
     resolved: tuple[api.InferenceServiceSpec, ServicePolicy] | None = None  # the last spec's policy
     orphan_claims: frozenset[str] = frozenset()  # claims without a replica in the last observation
+    wake_durations: tuple[float, ...] = ()  # the last WAKE_WINDOW wakes' seconds (the sleeping tier's time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +278,8 @@ class NewReplica:
     standby: bool  # labelled standby: out of traffic
     placement: ReplicaPlacement | None = None  # None when the cycle had no cluster to place on
     held: bool = False  # a swap's replacement: labelled standby, at the serving priority
+    sleeping: bool = False  # made to sleep: its model server starts asleep on a warm host
+    warm_host: str = ""  # the warm host (shared claim) the cycle chose for a sleeper ("" when it had no cluster)
 
     @property
     def placed(self) -> bool:
@@ -239,6 +302,8 @@ class CyclePlan:
     scaled: str = ""  # the Scaled event's note ("" when the desired counts did not change)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # replica -> why it is unavailable
     prefetch: tuple[str, ...] = ()  # nodes to copy the model's weights to (the cached tier is short of room)
+    sleeping: int = 0  # desired sleeping replicas
+    fallback: str = ""  # wakes refused and what the plan does instead ("" when none)
 
     @property
     def placements(self) -> tuple[ReplicaPlacement, ...]:
@@ -267,10 +332,15 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     policy = resolved[1]
     products = [a.name for a in candidate_products(spec, policies.policies.catalog)]
     cold_p90 = cold_starts.worst_p90_s(products, spec.runtime.cold_start_s)
+    # the decision counts the awake replicas: sleepers (and sleepers still loading) are the tier plan's
+    starting = starting_sleepers(replicas)
     views = tuple(ReplicaView(r.name, r.state, r.created_s if r.created_s is not None else now_s)
-                  for r in replicas)
-    tiers, prefetchable = (cached_tier(observation, policies, policy, cold_starts, products)
-                           if policy.node_cache and observation.cluster is not None else (None, ()))
+                  for r in replicas if r.state is not api.ReplicaState.SLEEPING and r.name not in starting)
+    wake_durations = (*state.wake_durations, *(w for w in observation.wakes if math.isfinite(w) and w >= 0))
+    wake_durations = wake_durations[-WAKE_WINDOW:]
+    ledger = _WarmLedger(observation, replicas) if observation.warm_hosts is not None else None
+    tiers, prefetchable = slow_tiers(observation, policies, policy, cold_starts, products,
+                                          wake_durations=wake_durations, ledger=ledger)
     output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers,
                                              observation.concurrency), state.engine, policy.engine)
     prefetch = _prefetch(output, prefetchable, observation.prefetching)
@@ -295,14 +365,36 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         ns = svc.meta.namespace
         removal_cost = removal_costs(cluster.state, cluster.mix,
                                      {r.name: f"{ns}/{claim_name(r.name)}" for r in replicas}).__getitem__
-    actions = plan_replicas([Replica(r.name, r.state, r.standby, r.spec_hash == observation.spec_hash,
-                                     low_priority=r.low_priority) for r in replicas],
-                            serving, standby, removal_cost=removal_cost, stuck=stuck,
-                            reseat=spec.replicas is not None or not output.decision.reason.heading_down,
-                            budget=max(spec.scaling.max_replicas, serving) + standby)
+    reseat = spec.replicas is not None or not output.decision.reason.heading_down
+    budget = max(spec.scaling.max_replicas, serving) + standby
+    planned = [Replica(r.name, api.ReplicaState.SLEEPING if r.name in starting else r.state, r.standby,
+                       r.spec_hash == observation.spec_hash, low_priority=r.low_priority) for r in replicas]
+    sleeping, fallback = 0, ""
+    if policy.sleep or any(r.warm_host for r in replicas):
+        # the sleeping tier: wakes before creations, sleep before removal (`plan_tiers`)
+        sleeping = output.desired_sleeping if spec.replicas is None else 0
+        hosts = {r.name: r.warm_host for r in replicas}
+        refused = observation.wake_refused
 
-    # 5. new replicas: names, placement
-    create = _new_replicas(observation, actions, policies)
+        def on_warm_host(name: str) -> bool:
+            return bool(hosts.get(name)) and (ledger is None or ledger.sleep(name))
+
+        def can_wake(name: str) -> bool:
+            return name not in refused and (ledger is None or ledger.wake(name))
+
+        actions = plan_tiers(planned, serving, standby, sleeping, on_warm_host=on_warm_host,
+                             removal_cost=removal_cost, stuck=stuck, reseat=reseat, budget=budget,
+                             can_wake=can_wake, starting=starting)
+        if refused:
+            fallback = "; ".join(f"the wake of {name} was refused ({why})" for name, why in sorted(refused.items()))
+            fallback += f": {actions.create_serving} replica(s) created instead" if actions.create_serving else \
+                ": not woken again until its warm host has room"
+    else:
+        actions = plan_replicas(planned, serving, standby, removal_cost=removal_cost, stuck=stuck, reseat=reseat,
+                                budget=budget)
+
+    # 5. new replicas: names, placement (sleepers: a warm host)
+    create = _new_replicas(observation, actions, policies, ledger)
 
     # 6. claims to collect, the Scaled event
     # A claim without a replica is collected when two cycles in a row saw it so: a replica's claim is written
@@ -322,10 +414,12 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                       f"{reason}: {message}")
     if output.tiers is not None and spec.replicas is None:
         message = f"{message}; tiers: {output.tiers.message}"
+    if fallback:
+        message = f"{message}; {fallback}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
-                     measured, scaled, unavailable, prefetch)
+                     measured, scaled, unavailable, prefetch, sleeping, fallback)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
-                            orphans - set(delete_claims))
+                            orphans - set(delete_claims), wake_durations)
 
 
 def unavailable_replicas(replicas: Sequence[ObservedReplica], now_s: float, after_s: float) -> dict[str, str]:
@@ -364,26 +458,39 @@ def _yield_to_gangs(cluster: ClusterSnapshot, standby: int) -> tuple[int, str]:
     return standby, ""
 
 
-def _new_replicas(observation: Observation, actions: ReplicaActions,
-                  policies: CyclePolicies) -> tuple[NewReplica, ...]:
+def _new_replicas(observation: Observation, actions: ReplicaActions, policies: CyclePolicies,
+                  ledger: _WarmLedger | None = None) -> tuple[NewReplica, ...]:
     """Names for the replicas to create (a name is taken while its Pod or its claim exists: a claim left by a
-    crash gets collected, its replica a new name), placed one after the other on the snapshot."""
+    crash gets collected, its replica a new name), placed one after the other on the snapshot; sleepers go to
+    warm hosts (`_WarmLedger.place`: a sleeper with no warm host to go to is not made)."""
     wanted = [False] * actions.create_serving + [True] * (actions.create_standby + actions.create_held)
     held = [False] * (actions.create_serving + actions.create_standby) + [True] * actions.create_held
-    if not wanted:
+    hosts: list[str] = []
+    for _ in range(actions.create_sleeping):
+        host = ledger.place() if ledger is not None else ""
+        if host is None:
+            break
+        hosts.append(host)
+    if not wanted and not hosts:
         return ()
     svc = observation.service
     taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims} | observation.foreign
-    names = new_names(svc.meta.name, taken, len(wanted))
+    names = new_names(svc.meta.name, taken, len(wanted) + len(hosts))
+    names, sleeper_names = names[:len(wanted)], names[len(wanted):]
+    sleepers = tuple(NewReplica(n, True, sleeping=True, warm_host=h) for n, h in zip(sleeper_names, hosts,
+                                                                                      strict=True))
     cluster = observation.cluster
+    if not wanted:
+        return sleepers
     if cluster is None or policies.placement is None:
-        return tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
+        return tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True)) + sleepers
     service_nodes = Counter(r.node for r in observation.replicas if r.node)
     placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
                                 engine=policies.placement,
                                 inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
                                 seed=policies.seed, state=cluster.state)
-    return tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True))
+    return tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True)) + \
+        sleepers
 
 
 def new_names(service: str, taken: set[str], n: int) -> list[str]:
@@ -398,30 +505,155 @@ def new_names(service: str, taken: set[str], n: int) -> list[str]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------- the cached tier
+# ----------------------------------------------------------------------------------------------- the slow tiers
 
 
-def cached_tier(observation: Observation, policies: CyclePolicies, policy: ServicePolicy, cold_starts: ColdStarts,
-                products: Sequence[str]) -> tuple[TierInputs, tuple[tuple[str, int], ...]]:
-    """The cached tier's inputs: how soon a replica started on a node that holds the model's weights serves
-    (measured cached starts, else the cold start times the policy's ratio), and the room: replicas that fit on
-    free GPUs of nodes that hold them now. Also the nodes that could be given the weights, with the replicas
-    each would then hold (most first)."""
-    cluster = observation.cluster
-    assert cluster is not None
-    svc = observation.service
+def slow_tiers(observation: Observation, policies: CyclePolicies, policy: ServicePolicy, cold_starts: ColdStarts,
+               products: Sequence[str], *, wake_durations: Sequence[float] = (),
+               ledger: _WarmLedger | None = None) -> tuple[TierInputs | None, tuple[tuple[str, int], ...]]:
+    """The slow tiers' inputs (None when the service uses neither), and the nodes that could be given the model's
+    weights with the replicas each would then hold (most first; the cached tier's prefetch).
+
+    The cached tier (`policy.node_cache`): how soon a replica started on a node that holds the weights serves
+    (measured cached starts, else the cold start times the policy's ratio), and its room: replicas that fit on
+    free GPUs of nodes that hold them now (from the snapshot, or the caller's `slow_tiers`). The sleeping tier
+    (`policy.sleep`, used while it has room): the wake time (`wake_time_s`) and the sleepers the warm hosts could
+    hold and wake (`_WarmLedger.room`, or the caller's `slow_tiers`)."""
+    svc, cluster, slow = observation.service, observation.cluster, observation.slow_tiers
     hint = svc.spec.runtime.cold_start_s
     cold = cold_starts.worst_p90_s(products, hint)
     estimates = [cold_starts.estimate(p, True, hint) for p in products] or [cold_starts.estimate("", True, hint)]
     cached = max(e.p90_s if e.source == "measured" else cold * policy.cached_start_ratio for e in estimates)
+    allowed: set[Tier] = set()
+    room_cached = room_sleeping = 0
+    others: tuple[tuple[str, int], ...] = ()
+    if policy.node_cache and cluster is not None:
+        fits = free_replica_slots(svc, policies.policies.catalog, cluster.state)
+        holders = {node for node, keys in cluster.model_caches.items() if svc.spec.model.cache_key in keys}
+        room_cached = sum(n for node, n in fits.items() if node in holders)
+        others = tuple(sorted(((node, n) for node, n in fits.items() if node not in holders and n > 0),
+                              key=lambda kv: (-kv[1], kv[0])))
+        allowed.add(Tier.CACHED)
+    elif policy.node_cache and slow is not None:
+        room_cached = slow.room.cached
+        cached = slow.cached_s if slow.cached_s is not None else cached
+        allowed.add(Tier.CACHED)
+    if policy.sleep:
+        if ledger is not None:
+            room_sleeping = ledger.room(svc.spec.scaling.max_replicas)
+        elif slow is not None:
+            room_sleeping = slow.room.sleeping
+        if room_sleeping > 0:
+            allowed.add(Tier.SLEEPING)
+    if not allowed:
+        return None, others
+    wake = slow.wake_s if slow is not None and slow.wake_s is not None else \
+        wake_time_s(wake_durations, svc.spec.model, policy.wake_gbps)
     cached = min(cached, cold)
-    fits = free_replica_slots(svc, policies.policies.catalog, cluster.state)
-    holders = {node for node, keys in cluster.model_caches.items() if svc.spec.model.cache_key in keys}
-    room = sum(n for node, n in fits.items() if node in holders)
-    others = tuple(sorted(((node, n) for node, n in fits.items() if node not in holders and n > 0),
-                          key=lambda kv: (-kv[1], kv[0])))
-    times = TierTimes(wake_s=cached, cached_s=cached, cold_s=max(cached, cold))
-    return TierInputs(frozenset({Tier.CACHED}), times, Room(cached=room)), others
+    if Tier.CACHED not in allowed:
+        cached = max(cached, min(wake, cold))  # unused: only the order of the times matters
+    times = TierTimes(wake_s=min(wake, cached), cached_s=cached, cold_s=max(cached, cold))
+    return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached)), others
+
+
+def weight_bytes(model: api.ModelSpec) -> int:
+    """What a sleeping replica holds in host memory: the model's device memory without its KV cache (a level-1
+    sleep keeps the weights and discards the cache)."""
+    return max(1, model.memory_bytes - model.kv_cache_bytes)
+
+
+def wake_time_s(measured: Sequence[float], model: api.ModelSpec, gbps: float) -> float:
+    """Seconds a wake takes: the p90 of the measured wakes once there are WAKE_MIN of them, else the weight bytes
+    over the host-to-device bandwidth (e.g. 16 GB at 20 GB/s: 0.8 s)."""
+    if len(measured) >= WAKE_MIN:
+        ordered = sorted(measured)
+        return float(ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)])
+    return weight_bytes(model) / (gbps * GB)
+
+
+def starting_sleepers(replicas: Sequence[ObservedReplica]) -> frozenset[str]:
+    """Sleepers still loading: out of traffic, on a warm host, never ready yet (a woken replica is labelled
+    serving, a demoted one was ready)."""
+    return frozenset(r.name for r in replicas if r.warm_host and r.standby and r.unready_since_s is None
+                     and r.state in (api.ReplicaState.LOADING, api.ReplicaState.PENDING))
+
+
+class _WarmLedger:
+    """The warm hosts' memory for one cycle: device memory free per warm host (a wake takes the model's memory,
+    a sleep gives it back) and host memory free per node (a sleeper holds its weights). Each allowed wake, sleep
+    or new sleeper takes what it needs, so that the cycle never wakes onto a device without the memory free nor
+    puts sleepers over a node's budget."""
+
+    def __init__(self, observation: Observation, replicas: Sequence[ObservedReplica]) -> None:
+        warm = observation.warm_hosts
+        assert warm is not None
+        svc = observation.service
+        self.model = svc.spec.model.memory_bytes
+        self.weights = weight_bytes(svc.spec.model)
+        self.devices = {d.claim: d for d in warm.devices}
+        self.device_free = {d.claim: d.memory_bytes - d.awake_bytes for d in warm.devices}
+        self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
+        self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}
+        asleep = {r.name for r in replicas if r.state is api.ReplicaState.SLEEPING} | starting_sleepers(replicas)
+        self.own_awake = Counter[str]()  # device memory this service's awake replicas hold, per warm host
+        self.own_sleepers = Counter[str]()
+        for r in replicas:
+            if r.warm_host and r.state is not api.ReplicaState.DRAINING:
+                (self.own_sleepers if r.name in asleep else self.own_awake)[r.warm_host] += 1
+
+    def wake(self, name: str) -> bool:
+        host = self.host_of.get(name, "")
+        if self.device_free.get(host, 0) < self.model:
+            return False
+        self.device_free[host] -= self.model
+        return True
+
+    def sleep(self, name: str) -> bool:
+        host = self.host_of.get(name, "")
+        device = self.devices.get(host)
+        if device is None or self.host_free.get(device.node, 0) < self.weights:
+            return False
+        self.host_free[device.node] -= self.weights
+        self.device_free[host] += self.model
+        return True
+
+    def _slots(self, device: WarmDevice) -> int:
+        """This service's sleepers the device could have awake at once (what other services' awake models leave
+        of its memory)."""
+        if self.model <= 0:
+            return 0
+        others = device.awake_bytes - self.own_awake[device.claim] * self.model
+        return max(0, (device.memory_bytes - max(0, others)) // self.model)
+
+    def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int]) -> WarmDevice | None:
+        """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
+        free GPUs, then the one whose device is most free."""
+        fits = [d for d in self.devices.values() if sleepers[d.claim] < self._slots(d)
+                and host_free.get(d.node, 0) >= self.weights]
+        if not fits:
+            return None
+        return min(fits, key=lambda d: (not d.exists, -self.device_free.get(d.claim, 0), d.claim))
+
+    def place(self) -> str | None:
+        """The warm host a new sleeper goes to (its memory taken), or None when none has room."""
+        device = self._candidate(self.own_sleepers, self.host_free)
+        if device is None:
+            return None
+        self.own_sleepers[device.claim] += 1
+        self.host_free[device.node] -= self.weights
+        return device.claim
+
+    def room(self, limit: int) -> int:
+        """Sleepers this service could hold now (at most `limit`): those it holds that a wake could find room for,
+        and the new ones the warm hosts (and free GPUs) could take."""
+        held = sum(min(n, self._slots(self.devices[c])) for c, n in self.own_sleepers.items() if c in self.devices)
+        sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)
+        more = 0
+        while held + more < limit and (device := self._candidate(sleepers, host_free)) is not None:
+            sleepers[device.claim] += 1
+            host_free[device.node] -= self.weights
+            more += 1
+        return min(limit, held + more)
 
 
 def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],

@@ -223,8 +223,9 @@ def _removal_order(replicas: Sequence[Replica], cost: Callable[[str], float] | N
 
 def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standby: int, desired_sleeping: int,
                *, on_warm_host: Callable[[str], bool], removal_cost: Callable[[str], float] | None = None,
-               stuck: frozenset[str] = frozenset(), reseat: bool = True,
-               budget: int | None = None) -> ReplicaActions:
+               stuck: frozenset[str] = frozenset(), reseat: bool = True, budget: int | None = None,
+               can_wake: Callable[[str], bool] | None = None,
+               starting: frozenset[str] = frozenset()) -> ReplicaActions:
     """`plan_replicas` with the sleeping tier around it: the awake replicas are planned as without it; then a
     serving shortfall is covered by waking sleepers before anything is created (seconds instead of a cold
     start), an awake replica the plan would remove goes to sleep instead while sleepers are short (demotion one
@@ -232,8 +233,14 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
     only a replica on a shared claim can sleep and wake), sleepers still short are created, and a surplus of
     sleepers is removed (out of date first, then by `removal_cost`).
 
-    E.g. desired 4 serving / 0 standby / 2 sleeping; have serving [a, b], sleeping [s1, s2, s3]: wake s1 and s2
-    (serving 4), keep s3, create one sleeper."""
+    `on_warm_host(name)`: whether the awake replica may go to sleep (it sits on a warm host with room for its
+    weights); `can_wake(name)`: whether the sleeper's warm host has the device memory free to wake it now (None:
+    always). Both are asked once per replica they allow, in the order the plan takes them, so a caller may count
+    what each allowed one takes. `starting`: sleepers still loading (passed with state SLEEPING): they count as
+    sleepers but are never woken (a wake needs a loaded model), and are the last of a surplus to go.
+
+    E.g. desired 4 serving / 0 standby / 2 sleeping; have serving [a, b], sleeping [s1, s2, s3]: wake s3 and s2
+    (serving 4), keep s1, create one sleeper."""
     if desired_sleeping < 0:
         raise ValueError(f"desired sleeping replicas must not be negative, got {desired_sleeping}")
     asleep = [r for r in replicas if r.state is ReplicaState.SLEEPING]
@@ -244,10 +251,10 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
     # out-of-date sleepers are replaced (they are out of traffic: no surge needed); the others wake, the
     # cheapest to lose last
     outdated = [r.name for r in asleep if not r.up_to_date]
-    current = [r for r in _removal_order(asleep, removal_cost) if r.up_to_date]
-    woken = [r.name for r in current[::-1][:actions.create_serving]]
-    left = [r for r in current if r.name not in woken]
-    short = desired_sleeping - len(left)
+    current = [r for r in _removal_order(asleep, removal_cost) if r.up_to_date and r.name not in starting] + \
+        [r for r in asleep if r.up_to_date and r.name in starting]
+    # awake ones that leave first (their devices may be what a wake needs), then the wakes
+    short = desired_sleeping - (len(current) - min(actions.create_serving, len(current)))
     sleep: list[str] = []
     remove: list[str] = []
     for name in actions.remove:
@@ -258,6 +265,14 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
             short -= 1
         else:
             remove.append(name)
+    woken: list[str] = []
+    for r in reversed(current):
+        if len(woken) == actions.create_serving:
+            break
+        if r.name not in starting and (can_wake is None or can_wake(r.name)):
+            woken.append(r.name)
+    left = [r for r in current if r.name not in woken]
+    short = desired_sleeping - len(left) - len(sleep)
     surplus = [r.name for r in left[:max(0, -short)]]
     return replace(actions, create_serving=actions.create_serving - len(woken),
                    remove=(*remove, *outdated, *surplus), wake=tuple(woken), sleep=tuple(sleep),

@@ -16,9 +16,10 @@ holding much more than it meets the cluster's limit.
 
 Printed per policy: the fleet's SLO attainment (requests within their service's SLO over all requests), the worst
 and the median per-service attainment, how many services reach 99 %, GPU-hours (every GPU held, from the bind to
-the deletion) and their ratio to the oracle's on the same cluster, host-memory GiB-hours (0 until warm tiers are
-simulated), the replica-hours spent Pending for want of a GPU, the replicas the scheduler preempted (only infer-ctl's
-standby replicas run at a lower priority), cold starts, and the run's wall time.
+the deletion, warm hosts' included) and their ratio to the oracle's on the same cluster, host-memory GiB-hours
+(the weights of replicas on warm hosts), the replica-hours spent Pending for want of a GPU, the replicas the
+scheduler preempted (only infer-ctl's standby replicas run at a lower priority), cold starts, and the run's wall
+time.
 
 Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
 trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
@@ -36,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from infer_ctl.core.api import Preset
-from infer_ctl.sim.bench_autoscaling import parse_presets, with_preset
 from infer_ctl.sim.fleet import (
     GIB,
     ClusterSpec,
@@ -50,7 +50,7 @@ from infer_ctl.sim.fleet import (
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names
+from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset
 from infer_ctl.sim.trace import load_trace
 
 

@@ -19,9 +19,21 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
   share one priority. A serving Pod that fits nowhere evicts lower-priority Pods on the node where the fewest
   must go (newest first), as DefaultPreemption does; the evicted replicas are gone at once (no grace period).
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
-  none, and its wait is reported as pending replica-seconds. Host-memory GiB-hours are integrated beside them over
-  what each node's host memory holds for the services (sleeping replicas' weights): 0 until the simulator models
-  warm tiers, and reported so that the figures can be compared once it does.
+  none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
+  to their deletion, split evenly between the services with a replica on them. Host-memory GiB-hours are
+  integrated beside them over what each node's host memory holds for the services (the weights of replicas on warm
+  hosts).
+- The warm tiers (`infer_ctl.sim.warm`): replicas asleep on warm hosts (a GPU held by a shared claim, several
+  sleepers of different services on it, one awake at a time; a wake needs the host's GPU free and takes the weight
+  bytes over the host-to-device bandwidth; per-node host-memory budgets), and node caches: a policy whose tier is
+  a node cache (`policies.tier_use`: infer-ctl with `nodeCache`, KServe's LocalModelCache) has the service's
+  weights on every node's disk, so each of its starts is a cached start (the disks are not charged).
+  infer-ctl, with the sleeping or cached tier, is told what the cluster model holds for them
+  (`Observation.slow_tiers`: `WarmHosts.room`, free GPUs on the nodes holding its weights); its plan's wakes,
+  sleeps and new sleepers (`CyclePlan.actions.wake / .sleep`, `NewReplica.sleeping`) are applied as written, a
+  wake refused when another replica is awake on the host (it stays asleep; the next cycle sees it so). The
+  single-tier products (`policies.SleepingPool`, `policies.NodeCached`) run their autoscaler's count with their
+  one tier under it.
 - A node caches a service's weights for `cache_ttl_s` after one of its ready replicas left it: the next replica
   of that service bound there starts `cached_factor` faster (one cached start per replica that left, as in the
   single-service simulator, which has one such cache for its service).
@@ -48,9 +60,9 @@ time-shifted and scaled segments. Service i draws from numpy's generator seeded 
   07:00; a segment running past 21:00 goes quiet), rate x `scale` uniform in [15, 60] (peaks of 20-90 req/s);
 - `azure-loop`: offset uniform in whole seconds over the trace's length; `azure-burst`: offset uniform in whole
   seconds over [0, horizon - trace length]; both at rate x `scale` uniform in [1, 4];
-- size by i mod 5: 4 is a large model (2 GPUs per replica, 360 s cold start, 4 req/s per replica at a 4 s SLO,
-  1.6 s base latency) at half the drawn scale; the others take 1 GPU, 8 req/s per replica at a 2 s SLO (0.8 s
-  base), and a 120 s (i even) or 240 s (i odd) cold start;
+- size by i mod 5: 4 is a large model (a 70B: 2 GPUs per replica, 130 GiB of weights, 360 s cold start, 4 req/s
+  per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B: 15 GiB) take 1 GPU,
+  8 req/s per replica at a 2 s SLO (0.8 s base), and a 120 s (i even) or 240 s (i odd) cold start;
 - `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.run.arrivals_per_tick`) and,
   in every run, its cold-start samples (`SimConfig.seed` is not used: each service has its own).
 
@@ -72,22 +84,25 @@ import numpy as np
 
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState
-from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
+from infer_ctl.decide.tiers import Room
+from infer_ctl.engine.cycle import CyclePlan, ObservedReplica, SlowTiers
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy
+from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy, tier_use
 from infer_ctl.sim.run import (
+    Replicas,
     SimConfig,
     SimResult,
-    _latency_stats,
-    _pipeline_values,
-    _queue_step,
     arrivals_per_tick,
     in_flight_seen,
+    latency_stats,
+    pipeline_values,
+    queue_step,
 )
 from infer_ctl.sim.suite import ScenarioSettings, _forecast_probe, build_policy, initial_replicas
 from infer_ctl.sim.trace import Trace
+from infer_ctl.sim.warm import DEFAULT_PHYSICS, GpuBook, TierPhysics, WarmHosts
 
 SOURCES = ("bank", "azure-loop", "bank", "azure-burst")  # by service index mod 4
 BANK_WEEKS = 32
@@ -97,6 +112,7 @@ BANK_SCALE = (15.0, 60.0)
 GIB = 1024**3
 # the controller's PriorityClasses (deploy/kustomize/base/priorityclasses.yaml); peers' Pods run at 0
 PRIORITY_SERVING, PRIORITY_STANDBY, PRIORITY_DEFAULT = 100_000, 1_000, 0
+WARM_HOSTS = "warm-hosts"  # the allocations of warm hosts (shared by services) are booked under this name
 
 
 # ----------------------------------------------------------------------------------------------- the cluster
@@ -147,7 +163,6 @@ class _Cluster:
         self.spec = spec
         self.free = [spec.gpus_per_node] * spec.nodes
         self.free_total = spec.gpus
-        self.host_used = [0] * spec.nodes  # bytes of sleeping replicas' weights (none until tiers are modelled)
         # per node: (service index, replica) -> (GPUs, priority, bound at)
         self.pods: list[dict[tuple[int, str], tuple[int, int, float]]] = [{} for _ in range(spec.nodes)]
         self.allocations: list[Allocation] = []
@@ -248,7 +263,7 @@ def fleet_recipe(n: int = 24, horizon_s: float = 6 * 3600.0, seed: int = 0,
             scale = round(float(rng.uniform(*AZURE_SCALE)), 2)
         if i % 5 == 4:
             model = ServiceModel(target_rps_per_replica=4.0, slo_latency_s=4.0, base_latency_s=1.6,
-                                 cold_start_s=360.0, gpus_per_replica=2, min_replicas=0)
+                                 cold_start_s=360.0, gpus_per_replica=2, min_replicas=0, weight_gib=130.0)
             scale = round(scale / 2, 2)
         else:
             model = ServiceModel(cold_start_s=120.0 if i % 2 == 0 else 240.0, min_replicas=0)
@@ -315,23 +330,17 @@ def build_fleet(recipe: Sequence[RecipeLine], azure: Trace, bank: Trace, *, hori
 # ----------------------------------------------------------------------------------------------- one service
 
 
-class _Replicas:
-    """One service's replicas: Pending (no GPU yet), Loading (bound, ready at a time), ready serving or standby.
-    Kept in creation order, as `infer_ctl.sim.run` keeps them (the observation lists them in that order)."""
+class _Replicas(Replicas):
+    """One service's replicas (`infer_ctl.sim.run.Replicas`) on the cluster: Pending (no GPU yet), Loading (bound,
+    ready at a time; or waking), ready serving or standby, asleep on a warm host. Kept in creation order, as
+    `infer_ctl.sim.run` keeps them (the observation lists them in that order). `node`: the node whose GPUs a
+    replica holds itself; a replica on a warm host holds none of its own (the host's are charged)."""
 
     def __init__(self, product: str) -> None:
-        self.product = product
-        self.replicas: dict[str, ObservedReplica] = {}
+        super().__init__(product)
         self.node: dict[str, int] = {}
-        self.loading: list[tuple[float, str]] = []  # (ready-at, name), sorted
         self.pending: dict[str, None] = {}  # names, in creation order
-        self.serving = 0
-        self.cold_starts = 0
-        self._ordinal = 0
-
-    def new_name(self) -> str:
-        self._ordinal += 1
-        return f"sim-{self._ordinal}"
+        self.warm: set[str] = set()  # replicas on warm hosts (asleep, loading to sleep, waking or awake)
 
     def add_ready(self, name: str, node: int) -> None:
         self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
@@ -339,58 +348,84 @@ class _Replicas:
         self.node[name] = node
         self.serving += 1
 
+    def add_asleep(self, name: str, host: str, node: int) -> None:
+        """A replica asleep on a warm host at t = 0 (a pool made before the trace starts)."""
+        self.replicas[name] = ObservedReplica(name, ReplicaState.SLEEPING, True, created_s=0.0, node=f"node-{node}",
+                                              accelerator=self.product, warm_host=host)
+        self.warm.add(name)
+
     def add_pending(self, name: str, now: float, standby: bool) -> None:
         # a replica started as standby runs at the standby's PriorityClass for its whole life
         self.replicas[name] = ObservedReplica(name, ReplicaState.PENDING, standby, created_s=now,
                                               low_priority=standby, accelerator=self.product)
         self.pending[name] = None
 
-    def bind(self, name: str, node: int, now: float, cold_start_s: float, cached: bool) -> None:
+    def bind(self, name: str, node: int, now: float, cold_start_s: float, *, cached: bool) -> None:
+        """Its GPUs bound on `node`: its load starts."""
         del self.pending[name]
         self.replicas[name] = replace(self.replicas[name], state=ReplicaState.LOADING, node=f"node-{node}",
                                       cached=cached)
         self.node[name] = node
-        bisect.insort(self.loading, (now + cold_start_s, name))
+        self._load(name, now + cold_start_s)
+
+    def add_sleeper(self, name: str, now: float, host: str, node: int, cold_start_s: float, *, cached: bool) -> None:
+        """A replica made to sleep, placed on warm host `host` at once (as the controller places it): it loads,
+        out of traffic, then sleeps."""
+        self.replicas[name] = ObservedReplica(name, ReplicaState.LOADING, True, created_s=now, node=f"node-{node}",
+                                              accelerator=self.product, cached=cached, warm_host=host)
+        self.warm.add(name)
+        self.to_sleep.add(name)
+        self._load(name, now + cold_start_s)
+
+    def _load(self, name: str, ready_s: float) -> None:
+        bisect.insort(self.loading, (ready_s, name))
         self.cold_starts += 1
 
-    def advance(self, now: float) -> None:
-        while self.loading and self.loading[0][0] <= now:
-            _, name = self.loading.pop(0)
-            r = self.replicas[name]
-            self.replicas[name] = replace(r, state=ReplicaState.STANDBY if r.standby else ReplicaState.SERVING,
-                                          cold_start_s=now - (r.created_s or 0.0))
-            self.serving += not r.standby
+    def wake(self, name: str, now: float, wake_s: float) -> None:
+        """An asleep replica, woken: in traffic once the weights are back on its host's GPUs."""
+        self.replicas[name] = replace(self.replicas[name], state=ReplicaState.LOADING, standby=False)
+        self.waking.add(name)
+        bisect.insort(self.loading, (now + wake_s, name))
+
+    def sleep(self, name: str) -> None:
+        """A ready replica on a warm host, put to sleep: out of traffic at once."""
+        r = self.replicas[name]
+        self.serving -= r.state is ReplicaState.SERVING
+        self.replicas[name] = replace(r, state=ReplicaState.SLEEPING, standby=True)
 
     def remove(self, name: str) -> tuple[ReplicaState, int | None]:
-        """Remove one replica: its state before, and the node it held GPUs on (None: it was Pending)."""
-        r = self.replicas.pop(name)
-        node = self.node.pop(name, None)
-        if r.state is ReplicaState.PENDING:
-            del self.pending[name]
-        elif r.state is ReplicaState.LOADING:
-            self.loading = [x for x in self.loading if x[1] != name]
-        else:
-            self.serving -= r.state is ReplicaState.SERVING
-        return r.state, node
+        """Remove one replica: its state before, and the node it held GPUs on itself (None: it was Pending, or on
+        a warm host)."""
+        r = self.forget(name)
+        self.pending.pop(name, None)
+        self.warm.discard(name)
+        return r.state, self.node.pop(name, None)
 
-    def set_role(self, name: str, standby: bool) -> None:
-        r = self.replicas[name]
-        if r.standby == standby:
-            return
-        ready = r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
-        state = (ReplicaState.STANDBY if standby else ReplicaState.SERVING) if ready else r.state
-        self.replicas[name] = replace(r, standby=standby, state=state)
-        if ready:
-            self.serving += -1 if standby else 1
+    @property
+    def asleep(self) -> list[str]:
+        return [k for k in self.warm if self.replicas[k].state is ReplicaState.SLEEPING]
 
-    def shrink_order(self, n: int) -> list[str]:
+    @property
+    def awake_count(self) -> int:
+        """Replicas not asleep nor loading to sleep: what a scale event compares the desired count with."""
+        return len(self.replicas) - sum(1 for k in self.warm if k in self.to_sleep
+                                        or self.replicas[k].state is ReplicaState.SLEEPING)
+
+    @property
+    def own_gpus(self) -> int:
+        """Replicas holding GPUs of their own (bound, not on a warm host)."""
+        return len(self.node)
+
+    def shrink_order(self, n: int, among: set[str] | None = None) -> list[str]:
         """A count policy's scale-down in the ReplicaSet controller's order: unscheduled Pods first, then loading
-        ones, then ready ones, newest first."""
-        pending = sorted(self.pending, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)
-        loading = [name for _, name in reversed(self.loading)]
+        ones, then ready ones, newest first (`among`: only those)."""
+        keep = among if among is not None else set(self.replicas)
+        pending = sorted((k for k in self.pending if k in keep), key=lambda k: self.replicas[k].created_s or 0.0,
+                         reverse=True)
+        loading = [name for _, name in reversed(self.loading) if name in keep]
         out = (pending + loading)[:n]
         gone = set(out)
-        rest = [k for k in self.replicas if k not in gone]
+        rest = [k for k in self.replicas if k in keep and k not in gone]
         out += sorted(rest, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)[:n - len(out)]
         return out
 
@@ -404,7 +439,7 @@ class _ServiceRun:
         self.model = service.settings.model
         dt = config.tick_s
         self.arrivals = service.arrivals
-        metrics = [_pipeline_values(p, self.arrivals, dt) for p in policy.pipelines]
+        metrics = [pipeline_values(p, self.arrivals, dt) for p in policy.pipelines]
         self.metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
         self.metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
         self.period_ticks = max(1, round(policy.period_s / dt))
@@ -428,6 +463,13 @@ class _ServiceRun:
         self.backlog = np.zeros(n_ticks)
         self.fc_upper = np.full(n_ticks, np.nan)
         self.probe = _forecast_probe if isinstance(policy, InferCtl) else None
+        self.use = tier_use(policy)
+        self.weight = round(self.model.weight_gib * GIB)
+        self.warm_gpus_n = np.zeros(n_ticks)  # the warm hosts' GPUs charged to this service
+        self.host_bytes_n = np.zeros(n_ticks)  # host memory its replicas on warm hosts hold
+        self.wake_refused = 0
+        self.refused: dict[str, str] = {}  # sleepers whose wake was refused, until their host's GPU is free
+        self.wakes: list[float] = []  # wake durations since the last cycle
 
     @property
     def priority_serving(self) -> int:
@@ -444,7 +486,7 @@ class _ServiceRun:
         self.ready = self.replicas.serving
         self.backlog[t] = self.q
         self.ready_n[t] = self.ready
-        self.q, ongoing_now = _queue_step(self.q, float(self.arrivals[t]), self.ready, dt, self.model)
+        self.q, ongoing_now = queue_step(self.q, float(self.arrivals[t]), self.ready, dt, self.model)
         slot = t % self.ongoing_k
         self.ongoing_sum += ongoing_now - self.ongoing_ring[slot]
         self.ongoing_ring[slot] = ongoing_now
@@ -452,21 +494,24 @@ class _ServiceRun:
     def record(self, t: int) -> None:
         self.desired_n[t] = self.desired
         self.pending_n[t] = len(self.replicas.pending)
-        self.held_n[t] = len(self.replicas.replicas) - len(self.replicas.pending)
+        self.held_n[t] = self.replicas.own_gpus
 
     def result(self, config: SimConfig, wall_s: float) -> SimResult:
         dt, n_ticks = config.tick_s, self.arrivals.size
         w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
         scored = np.concatenate([np.zeros(w), self.arrivals[w:]])
-        attainment, p95, p99 = _latency_stats(scored, self.ready_n, self.backlog, self.model, dt)
+        attainment, p95, p99 = latency_stats(scored, self.ready_n, self.backlog, self.model, dt)
         return SimResult(
             policy=self.policy.name, slo_attainment=attainment,
-            gpu_hours=float(self.held_n[w:].sum()) * dt * self.model.gpus_per_replica / 3600.0,
+            gpu_hours=(float(self.held_n[w:].sum()) * self.model.gpus_per_replica
+                       + float(self.warm_gpus_n[w:].sum())) * dt / 3600.0,
             cold_starts=self.replicas.cold_starts, p95_latency_ms=p95 * 1000.0, p99_latency_ms=p99 * 1000.0,
             scale_events=self.scale_events, wall_s=wall_s, requests=float(scored.sum()),
             times_s=np.arange(n_ticks, dtype=np.float64) * dt, arrivals_rps=self.arrivals / dt,
             desired=self.desired_n.astype(np.float64), ready=self.ready_n.astype(np.float64),
-            alive=self.held_n.astype(np.float64), forecast_upper_rps=self.fc_upper)
+            alive=self.held_n.astype(np.float64), forecast_upper_rps=self.fc_upper,
+            host_memory_gib_hours=float(self.host_bytes_n[w:].sum()) * dt / 3600.0 / GIB,
+            wake_refused=self.wake_refused)
 
 
 # ----------------------------------------------------------------------------------------------- the fleet
@@ -493,18 +538,20 @@ class FleetResult:
     wall_s: float
     allocations: tuple[Allocation, ...] = field(repr=False)
     gpus_held: FloatArray = field(repr=False)  # per tick, the whole fleet
+    wake_refused: int = 0  # wakes that found their warm host's GPUs taken by another awake replica
 
     def row(self) -> dict[str, Any]:
         return {"policy": self.policy, "slo_attainment": round(self.slo_attainment, 6),
                 "worst_service": round(self.worst_attainment, 6), "median_service": round(self.median_attainment, 6),
                 "gpu_hours": round(self.gpu_hours, 3), "host_memory_gib_hours": round(self.host_memory_gib_hours, 3),
                 "pending_replica_hours": round(self.pending_replica_s / 3600.0, 3), "preempted": self.preempted,
-                "cold_starts": self.cold_starts,
+                "cold_starts": self.cold_starts, "wake_refused": self.wake_refused,
                 "wall_s": round(self.wall_s, 1)}
 
 
 class _FleetSim:
-    def __init__(self, runs: list[_ServiceRun], cluster: _Cluster, config: SimConfig) -> None:
+    def __init__(self, runs: list[_ServiceRun], cluster: _Cluster, config: SimConfig,
+                 physics: TierPhysics = DEFAULT_PHYSICS) -> None:
         self.runs, self.cluster, self.config = runs, cluster, config
         # kube-scheduler's queue: (-priority, created at, sequence, service index, replica)
         self.queue: list[tuple[int, float, int, int, str]] = []
@@ -512,6 +559,22 @@ class _FleetSim:
         self.dirty = False  # something the queue waits for changed: a new Pod, freed GPUs
         self.preempted = 0
         self.on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None
+        c = cluster
+        book = GpuBook(free=c.free.__getitem__,
+                       take=lambda host, node, gpus, now: c.bind((-1, WARM_HOSTS), host, node, gpus=gpus,
+                                                                 priority=PRIORITY_SERVING, now=now),
+                       give=lambda host, node, now: c.release(-1, host, node, now), nodes=c.spec.nodes)
+        self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics)
+
+    def record_warm(self, t: int) -> int:
+        """Each service's share of the warm hosts' GPUs and its host memory at tick `t`; the host memory held."""
+        if not self.warm.hosts:
+            return 0
+        shares, held = self.warm.shares()
+        for run in self.runs:
+            run.warm_gpus_n[t] = shares.get(run.index, 0.0)
+            run.host_bytes_n[t] = held.get(run.index, 0)
+        return self.warm.host_bytes
 
     def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float) -> None:
         name = name or run.replicas.new_name()
@@ -520,8 +583,25 @@ class _FleetSim:
         self.seq += 1
         self.dirty = True
 
+    def create_sleeper(self, run: _ServiceRun, name: str | None, now: float) -> bool:
+        """A replica made to sleep goes to a warm host at once (an existing one with room, or a new one on free
+        GPUs), as the controller places it; False, and nothing made, when the cluster has no room for it."""
+        name = name or run.replicas.new_name()
+        host = self.warm.place((run.index, name), run.model.gpus_per_replica, run.weight, now)
+        if host is None:
+            return False
+        run.replicas.add_sleeper(name, now, host.name, host.node, self._cold_start(run, run.use.node_cache),
+                                 cached=run.use.node_cache)
+        return True
+
     def remove(self, run: _ServiceRun, name: str, now: float) -> None:
-        """A deletion: the GPUs go back to the node, which keeps the weights of a replica that was ready."""
+        """A deletion: the GPUs go back to the node, which keeps the weights of a replica that was ready; a
+        replica on a warm host leaves it (the host goes once no replica references it)."""
+        if name in run.replicas.warm:
+            run.replicas.remove(name)
+            self.warm.remove((run.index, name), now)
+            self.dirty = True
+            return
         state, node = run.replicas.remove(name)
         if node is None:
             return
@@ -530,9 +610,31 @@ class _FleetSim:
         if state in (ReplicaState.SERVING, ReplicaState.STANDBY):
             run.cache.append((now, node))
 
+    def wake(self, run: _ServiceRun, name: str, now: float) -> bool:
+        """An asleep replica onto its warm host's GPUs, ready after the wake time; False (and it stays asleep)
+        when another replica is awake on them."""
+        r = run.replicas.replicas[name]
+        if name not in run.replicas.warm or r.state is not ReplicaState.SLEEPING:
+            raise ValueError(f"wake: {run.service.name}/{name} is not asleep on a warm host ({r.state})")
+        if not self.warm.wake((run.index, name)):
+            run.wake_refused += 1
+            run.refused[name] = f"its warm host {r.warm_host} has another replica awake on its GPU"
+            return False
+        wake_s = self.warm.physics.wake_s(run.model.weight_gib)
+        run.replicas.wake(name, now, wake_s)
+        run.wakes.append(wake_s)
+        return True
+
+    def sleep(self, run: _ServiceRun, name: str) -> None:
+        r = run.replicas.replicas[name]
+        if name not in run.replicas.warm or r.state not in (ReplicaState.SERVING, ReplicaState.STANDBY):
+            raise ValueError(f"sleep: {run.service.name}/{name} is not a ready replica on a warm host ({r.state})")
+        run.replicas.sleep(name)
+        self.warm.sleep((run.index, name))
+
     def place_initial(self, run: _ServiceRun, n: int) -> None:
         """The replicas a service runs at t = 0, ready (Pending from t = 0 for those the cluster has no room
-        for)."""
+        for), and a sleeping pool's replicas, asleep."""
         g = run.model.gpus_per_replica
         for _ in range(n):
             name = run.replicas.new_name()
@@ -543,6 +645,12 @@ class _FleetSim:
             self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=run.priority_serving,
                               now=0.0)
             run.replicas.add_ready(name, node)
+        for _ in range(run.use.pool):
+            name = run.replicas.new_name()
+            host = self.warm.place((run.index, name), g, run.weight, 0.0)
+            if host is None:
+                break  # made by the pool's upkeep once there is room
+            run.replicas.add_asleep(name, host.name, host.node)
 
     # -- decisions
 
@@ -550,7 +658,7 @@ class _FleetSim:
         cache = run.cache
         while cache and cache[0][0] < now - run.model.cache_ttl_s:
             cache.popleft()
-        before = len(run.replicas.replicas)
+        before = run.replicas.awake_count
         metric = float(run.metric_a[t - 1]) if t > 0 else math.nan
         policy = run.policy
         if isinstance(policy, InferCtl):
@@ -559,6 +667,13 @@ class _FleetSim:
                                                              arrivals=run.arrivals, ready_n=run.ready_n,
                                                              backlog=run.backlog,
                                                              window_s=self.config.ongoing_window_s))
+            if run.use.sleeping or run.use.node_cache:
+                # a refused wake is told once its host's GPU is free again (the caller clears it)
+                run.refused = {k: why for k, why in run.refused.items() if k in run.replicas.replicas
+                               and not self.warm.can_wake((run.index, k))}
+                observation = replace(observation, slow_tiers=self.slow_tiers(run), wakes=tuple(run.wakes),
+                                      wake_refused=dict(run.refused))
+                run.wakes.clear()
             plan, run.state = policy.plan(observation, now, run.state)
             if self.on_cycle is not None:
                 self.on_cycle(run.service.name, observation, plan)
@@ -570,36 +685,73 @@ class _FleetSim:
             run.fc_upper[t] = run.probe(run.state)
         run.scale_events += run.desired != before
 
+    def slow_tiers(self, run: _ServiceRun) -> SlowTiers:
+        """What the cluster model holds for the service's slow tiers now: the sleepers it could hold and wake at
+        once (`WarmHosts.room`), and the replicas that could start from a node cache (free GPUs of the nodes
+        holding its weights: every node, with the cached tier). The times are left to infer-ctl (measured, else
+        its policy's defaults), as the controller has them."""
+        g, cap = run.model.gpus_per_replica, run.model.max_replicas
+        sleeping = self.warm.room(run.index, g, run.weight, cap) if run.use.sleeping else 0
+        cached = min(cap, sum(f // g for f in self.cluster.free)) if run.use.node_cache else 0
+        return SlowTiers(Room(sleeping=sleeping, cached=cached))
+
     def _decide_count(self, run: _ServiceRun, policy: SimPolicy, t: int, now: float, metric: float) -> int:
         if run.p90_dirty:
             samples = run.cold_samples
             run.p90 = float(np.quantile(np.asarray(samples), 0.9)) if len(samples) >= 3 else math.nan
             run.p90_dirty = False
         reps = run.replicas
-        obs = Observation(now_s=now, ready=run.ready, loading=len(reps.loading) + len(reps.pending),
+        # the Deployment's replicas: not the ones asleep, nor those loading to sleep (a pool's, not the HPA's)
+        awake = [k for k, r in reps.replicas.items() if r.state is not ReplicaState.SLEEPING
+                 and k not in reps.to_sleep]
+        loading = sum(reps.replicas[k].state in (ReplicaState.LOADING, ReplicaState.PENDING) for k in awake)
+        obs = Observation(now_s=now, ready=run.ready, loading=loading,
                           metric_rps=metric, panic_rps=float(run.metric_b[t - 1]) if t > 0 else math.nan,
                           ongoing=run.ongoing_sum / run.ongoing_k, waiting=run.q if run.ready == 0 else 0.0,
                           cold_start_p90_s=run.p90)
         desired, run.state = policy.decide(obs, run.state)
-        alive = len(reps.replicas)
+        alive = len(awake)
         if desired > alive:
-            for _ in range(desired - alive):
+            more = desired - alive
+            for name in sorted(reps.asleep):  # a pool's sleepers first, those whose host's GPUs are free
+                if more and self.warm.can_wake((run.index, name)) and self.wake(run, name, now):
+                    more -= 1
+            for _ in range(more):
                 self.create(run, None, False, now)
         elif desired < alive:
-            for name in reps.shrink_order(alive - desired):
+            fewer = alive - desired
+            ready_warm = sorted((k for k in awake if k in reps.warm and reps.replicas[k].state is
+                                 ReplicaState.SERVING), key=lambda k: reps.replicas[k].created_s or 0.0,
+                                reverse=True)
+            for name in ready_warm[:fewer]:
+                self.sleep(run, name)  # back to the pool
+            fewer -= len(ready_warm[:fewer])
+            for name in reps.shrink_order(fewer, among=set(awake) - reps.warm):
                 self.remove(run, name, now)
+        for _ in range(run.use.pool - len(reps.warm)):
+            if not self.create_sleeper(run, None, now):
+                break
         return int(desired)
 
     def _apply(self, run: _ServiceRun, plan: CyclePlan, now: float) -> None:
-        """infer-ctl's plan, as `infer_ctl.sim.run` applies it: roles, removals, then new replicas by name."""
+        """infer-ctl's plan, as `infer_ctl.sim.run` applies it: roles, removals, sleeps, wakes (a wake that finds
+        its host's GPUs taken is refused: the replica stays asleep, and the next cycle sees it so), then new
+        replicas by name (a sleeper goes to a warm host)."""
         for name in plan.actions.promote:
             run.replicas.set_role(name, False)
         for name in plan.actions.demote:
             run.replicas.set_role(name, True)
         for name in plan.actions.remove:
             self.remove(run, name, now)
+        for name in plan.actions.sleep:
+            self.sleep(run, name)
+        for name in plan.actions.wake:
+            self.wake(run, name, now)
         for replica in plan.create:
-            self.create(run, replica.name, replica.standby, now)
+            if replica.sleeping:
+                self.create_sleeper(run, replica.name, now)
+            else:
+                self.create(run, replica.name, replica.standby, now)
 
     # -- the scheduler
 
@@ -632,15 +784,22 @@ class _FleetSim:
                 self.dirty = True  # the preemption changed what the other Pending Pods see
         if node is None:
             return False
+        cold = self._cold_start(run, cached)
+        self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
+        run.replicas.bind(name, node, now, cold, cached=cached)
+        return True
+
+    def _cold_start(self, run: _ServiceRun, cached: bool) -> float:
         cold = run.model.sample_cold_start_s(run.rng, cached)
         run.cold_samples.append(cold)
         run.p90_dirty = True
-        self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
-        run.replicas.bind(name, node, now, cold, cached)
-        return True
+        return cold
 
     def _node_for(self, run: _ServiceRun, gpus: int, now: float) -> tuple[int | None, bool]:
-        """The node holding the service's weights (the most recent that fits) or the least allocated one."""
+        """The node holding the service's weights (the most recent that fits) or the least allocated one; with a
+        node cache on every node, the least allocated one, cached."""
+        if run.use.node_cache:
+            return self.cluster.least_allocated(gpus), True
         ttl = run.model.cache_ttl_s
         for i in range(len(run.cache) - 1, -1, -1):
             left_s, node = run.cache[i]
@@ -662,6 +821,7 @@ def simulate_fleet(
     name: str | None = None,
     on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None,
     progress: Callable[[float], None] | None = None,
+    physics: TierPhysics = DEFAULT_PHYSICS,
 ) -> FleetResult:
     """Run `policies[i]` for `services[i]`, all at once on `cluster`, each from `initial[i]` ready replicas; see
     the module docstring. `on_cycle(service, observation, plan)` sees each of infer-ctl's cycles."""
@@ -684,7 +844,7 @@ def simulate_fleet(
     n_ticks, dt = lengths.pop(), config.tick_s
     runs = [_ServiceRun(i, s, p, initial=n0, config=config, n_ticks=n_ticks)
             for i, (s, p, n0) in enumerate(zip(services, policies, initial, strict=True))]
-    sim = _FleetSim(runs, _Cluster(cluster), config)
+    sim = _FleetSim(runs, _Cluster(cluster), config, physics)
     sim.on_cycle = on_cycle
     for run, n0 in zip(runs, initial, strict=True):
         sim.place_initial(run, n0)
@@ -702,9 +862,11 @@ def simulate_fleet(
         for run in runs:
             run.record(t)
         gpus_held[t] = cluster.gpus - sim.cluster.free_total
-        host_bytes[t] = sum(sim.cluster.host_used)
+        host_bytes[t] = sim.record_warm(t)
         if progress is not None and t % report_every == 0:
             progress(t / n_ticks)
+    if progress is not None:
+        progress(1.0)
     wall = time.perf_counter() - wall0
     w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
     results = tuple(run.result(config, wall) for run in runs)
@@ -715,11 +877,32 @@ def simulate_fleet(
         policy=name or runs[0].policy.name, cluster=cluster, names=tuple(s.name for s in services), services=results,
         slo_attainment=within / requests if requests > 0 else 1.0,
         worst_attainment=min(with_traffic), median_attainment=float(np.median(with_traffic)),
-        gpu_hours=sum(r.gpu_hours for r in results),
+        gpu_hours=sum(r.gpu_hours for r in results), wake_refused=sim.warm.wake_refused,
         host_memory_gib_hours=float(host_bytes[w:].sum()) * dt / 3600.0 / GIB,
         pending_replica_s=float(sum(run.pending_n[w:].sum() for run in runs)) * dt, preempted=sim.preempted,
         cold_starts=sum(r.cold_starts for r in results), requests=requests, wall_s=wall,
         allocations=tuple(sim.cluster.allocations), gpus_held=gpus_held)
+
+
+def ample_cluster(model: ServiceModel, extra_replicas: int = 0) -> ClusterSpec:
+    """A cluster that never runs short for one service: 8-GPU nodes enough for twice its maximum replicas (its
+    warm hosts included), each with the default host memory."""
+    gpus = 2 * (model.max_replicas + extra_replicas) * model.gpus_per_replica
+    return ClusterSpec(max(1, math.ceil(gpus / 8)) + 1, 8, accelerator=model.accelerator)
+
+
+def simulate_alone(arrivals: FloatArray, policy: SimPolicy | InferCtl, model: ServiceModel, config: SimConfig, *,
+                   initial_replicas: int, progress: Callable[[float], None] | None = None,
+                   on_cycle: Callable[[CycleObservation, CyclePlan], None] | None = None,
+                   physics: TierPhysics = DEFAULT_PHYSICS) -> SimResult:
+    """One service on a cluster with room for all it could hold (`ample_cluster`): what
+    `infer_ctl.sim.run.simulate` runs a policy with warm tiers on, so that the single-service figures charge its
+    warm hosts and report its host memory like the fleet's. Cold starts are drawn from `config.seed`."""
+    service = FleetService("sim", arrivals, ScenarioSettings(model), config.seed)
+    cycle = None if on_cycle is None else (lambda _name, obs, plan: on_cycle(obs, plan))
+    result = simulate_fleet([service], [policy], ample_cluster(model, tier_use(policy).pool), config,
+                            initial=[initial_replicas], on_cycle=cycle, progress=progress, physics=physics)
+    return replace(result.services[0], wall_s=result.wall_s)
 
 
 def run_fleet(services: Sequence[FleetService], policy: str, cluster: ClusterSpec, config: SimConfig, *,

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from infer_ctl.core.api import InferenceService
+from infer_ctl.core.policy import effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle
 from infer_ctl.engine.cycle import Observation as CycleObservation
@@ -263,34 +264,39 @@ def hpa_store_scale_event(
     return tuple(marked)
 
 
+def _hpa_limit(current: int, up: Sequence[ScaleEvent], down: Sequence[ScaleEvent], rules: HpaScalingRules,
+               now: float, *, upward: bool) -> int:
+    """Both directions' limit: each policy's bound from the replicas at the start of its period (current - added
+    + removed in that period); upward, Max takes the largest and Min the smallest, downward the mirror image;
+    Disabled none."""
+    if rules.select_policy == "Disabled":
+        return current
+    proposals = []
+    for p in rules.policies or ():
+        start = current - hpa_replicas_change_per_period(p.period_s, up, now) + hpa_replicas_change_per_period(
+            p.period_s, down, now)
+        if upward:
+            proposals.append(start + p.value if p.kind == "Pods" else math.ceil(start * (1 + p.value / 100)))
+        else:
+            proposals.append(start - p.value if p.kind == "Pods" else int(start * (1 - p.value / 100)))
+    most = (rules.select_policy == "Min") != upward  # upward Max, or downward Min: the largest
+    return max(proposals) if most else min(proposals)
+
+
 def hpa_scale_up_limit(
     current: int, up: Sequence[ScaleEvent], down: Sequence[ScaleEvent], rules: HpaScalingRules, now: float
 ) -> int:
     """`calculateScaleUpLimitWithScalingRules`: each policy's limit from the replicas at the start of its period
     (current - added + removed in that period); Max takes the largest, Min the smallest, Disabled none.
     E.g. Pods 4 and Percent 100 per 15 s from 10 replicas with no recent events: max(14, 20) = 20."""
-    if rules.select_policy == "Disabled":
-        return current
-    proposals = []
-    for p in rules.policies or ():
-        start = current - hpa_replicas_change_per_period(p.period_s, up, now) + hpa_replicas_change_per_period(
-            p.period_s, down, now)
-        proposals.append(start + p.value if p.kind == "Pods" else math.ceil(start * (1 + p.value / 100)))
-    return min(proposals) if rules.select_policy == "Min" else max(proposals)
+    return _hpa_limit(current, up, down, rules, now, upward=True)
 
 
 def hpa_scale_down_limit(
     current: int, up: Sequence[ScaleEvent], down: Sequence[ScaleEvent], rules: HpaScalingRules, now: float
 ) -> int:
     """`calculateScaleDownLimitWithBehaviors`: the mirror image (Percent truncates: int(start x (1 - v/100)))."""
-    if rules.select_policy == "Disabled":
-        return current
-    proposals = []
-    for p in rules.policies or ():
-        start = current - hpa_replicas_change_per_period(p.period_s, up, now) + hpa_replicas_change_per_period(
-            p.period_s, down, now)
-        proposals.append(start - p.value if p.kind == "Pods" else int(start * (1 - p.value / 100)))
-    return max(proposals) if rules.select_policy == "Min" else min(proposals)
+    return _hpa_limit(current, up, down, rules, now, upward=False)
 
 
 def hpa_convert_with_behavior_rate(
@@ -1072,5 +1078,121 @@ class InferCtl:
         plan, cycle_state = plan_cycle(observation, state[0], self.policies, now_s)
         return plan, (cycle_state, plan)
 
+    @property
+    def sleeping_tier(self) -> bool:
+        """The spec lets it hold replicas asleep on warm hosts (`spec.scaling.prewarm.sleep`, else its preset's)."""
+        return effective_scaling(self.service.spec.scaling, self.policies.policies.scaling).sleep
+
+    @property
+    def node_cache(self) -> bool:
+        """The spec keeps its weights on the nodes' disks (`spec.scaling.prewarm.nodeCache`, else its preset's)."""
+        return effective_scaling(self.service.spec.scaling, self.policies.policies.scaling).node_cache
+
     def decide(self, obs: Observation, state: Any) -> tuple[int, Any]:
         raise TypeError("infer-ctl plans replicas by name: the simulator calls InferCtl.plan")
+
+
+# --- the single-tier products ------------------------------------------------------------------------------------
+#
+# Each does one warm tier alone, with a peer's autoscaler above it; the simulator (`infer_ctl.sim.fleet`, which
+# `infer_ctl.sim.run.simulate` runs them on) applies the tier: `tier_use(policy)` says which.
+
+
+@dataclass(frozen=True, slots=True)
+class SleepingPool:
+    """A fixed pool of sleeping replicas, woken on demand, under an HPA: what llm-d's fast model actuation (FMA)
+    offers.
+
+    - FMA (llm-d-incubation/llm-d-fast-model-actuation, README): "vLLM level 1 sleep and wake_up. A vLLM instance
+      in level 1 sleep has its model tensors in main (CPU) memory rather than accelerator (GPU) memory ... waking
+      up the sleeping instance is very fast; for example, taking about 3 seconds for a model with 64 GiB of
+      tensor data"; its dual-pods design keeps server-providing Pods (holding the GPUs, running sleeping vLLM
+      instances) apart from the server-requesting Pods a Deployment and its HPA scale, which are bound to a
+      sleeping instance and wake it. vLLM's own docs (docs.vllm.ai, "Sleep Mode"): "Level 1 sleep will offload
+      the model weights and discard the KV cache ... The model weights are backed up in CPU memory". (Issue 18
+      names AIBrix's ModelClaim for the same idea; no documentation of its behaviour was found to port, so this
+      baseline follows FMA's.)
+    - Here: `pool` replicas of the service always sit on warm hosts (asleep, or awake while the HPA's count needs
+      them); the HPA (`inner`, as ported in this module, its defaults) scales the count; a scale-up wakes pool
+      replicas first (those whose warm host's GPU is free), in the wake time, and starts cold replicas for the
+      rest; a scale-down puts pool replicas back to sleep first, then removes the others (newest first). The pool
+      is created asleep before the trace starts, like the initial replicas. Its size is the operator's: a fixed
+      number, not forecast.
+    """
+
+    inner: Hpa
+    pool: int = 2
+    name: str = "fma-pool"
+
+    def __post_init__(self) -> None:
+        if self.pool < 1:
+            raise ValueError(f"pool: {self.pool} must be at least 1")
+
+    @property
+    def period_s(self) -> float:
+        return self.inner.period_s
+
+    @property
+    def pipelines(self) -> tuple[Pipeline, ...]:
+        return self.inner.pipelines
+
+    def initial_state(self) -> HpaState:
+        return self.inner.initial_state()
+
+    def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
+        return self.inner.decide(obs, state)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCached:
+    """A node model cache under an HPA: KServe's LocalModelCache.
+
+    - KServe (kserve.github.io, "KServe Local Model Cache"): "By caching LLM models locally, the InferenceService
+      startup time can be greatly improved"; a LocalModelCache names a model to download to the local disks of a
+      LocalModelNodeGroup's nodes, ahead of any replica, and replicas scheduled there mount it. KServe's Standard
+      deployment mode, the one its docs recommend for LLM serving, scales an InferenceService with Kubernetes'
+      HPA (kserve.github.io, "Autoscaling with Kubernetes HPA"; no scale to zero in that mode).
+    - Here: every node holds the model's weights, so every start is a cached start (`ServiceModel.cached_factor`
+      of the cold start); the HPA (`inner`) scales as it does alone. The disks are not charged.
+    """
+
+    inner: Hpa
+    name: str = "kserve-cache"
+
+    @property
+    def period_s(self) -> float:
+        return self.inner.period_s
+
+    @property
+    def pipelines(self) -> tuple[Pipeline, ...]:
+        return self.inner.pipelines
+
+    def initial_state(self) -> HpaState:
+        return self.inner.initial_state()
+
+    def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
+        return self.inner.decide(obs, state)
+
+
+@dataclass(frozen=True, slots=True)
+class TierUse:
+    """The warm tiers a policy uses in the simulator: replicas kept on warm hosts (`pool`, a fixed number; or
+    `sleeping` for infer-ctl's own), and every start from a node cache (`node_cache`)."""
+
+    pool: int = 0
+    sleeping: bool = False
+    node_cache: bool = False
+
+    @property
+    def any(self) -> bool:
+        return bool(self.pool or self.sleeping or self.node_cache)
+
+
+def tier_use(policy: SimPolicy | InferCtl) -> TierUse:
+    if isinstance(policy, InferCtl):
+        return TierUse(sleeping=policy.sleeping_tier, node_cache=policy.node_cache)
+    if isinstance(policy, SleepingPool):
+        return TierUse(pool=policy.pool)
+    if isinstance(policy, NodeCached):
+        return TierUse(node_cache=True)
+    return TierUse()

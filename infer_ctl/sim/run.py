@@ -23,6 +23,10 @@ nu = max(mu - lam, 0.02 mu); with no ready replica, W is the time until the firs
 infer-ctl also reads the requests in flight (its burst guard's leading signal), as the controller reads the
 router's and model servers' gauges through Prometheus: the backlog and the requests the ready replicas hold by the
 same latency model, at the last scrape (`ServiceModel.in_flight`).
+
+The warm tiers (sleepers on warm hosts, node caches) are modelled once, in the fleet simulator: `simulate` runs a
+policy that uses one (`policies.tier_use`) there, alone on a cluster with room for all it could hold
+(`infer_ctl.sim.fleet.simulate_alone`), so its warm hosts are charged and its host memory reported.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel, prometheus_rate, window_rate
-from infer_ctl.sim.policies import InferCtl, Observation, Pipeline, SimPolicy
+from infer_ctl.sim.policies import InferCtl, Observation, Pipeline, SimPolicy, tier_use
 from infer_ctl.sim.trace import Trace
 
 
@@ -74,6 +78,10 @@ class SimResult:
     ready: FloatArray = field(repr=False)
     alive: FloatArray = field(repr=False)
     forecast_upper_rps: FloatArray = field(repr=False)
+    # host memory its sleepers' weights held (the fleet simulator's warm hosts), and wakes refused for want of a
+    # free GPU on the sleeper's warm host
+    host_memory_gib_hours: float = 0.0
+    wake_refused: int = 0
 
     def row(self) -> dict[str, Any]:
         return {
@@ -108,7 +116,7 @@ def arrivals_per_tick(trace: Trace, tick_s: float, rate_scale: float, rng: np.ra
     return rng.poisson(summed * rate_scale).astype(np.float64)
 
 
-def _pipeline_values(p: Pipeline, arrivals: FloatArray, tick_s: float) -> FloatArray:
+def pipeline_values(p: Pipeline, arrivals: FloatArray, tick_s: float) -> FloatArray:
     if p.kind == "prometheus":
         return np.asarray(prometheus_rate(arrivals, tick_s, p.scrape_s, p.window_s), dtype=np.float64)
     if p.kind == "direct":
@@ -116,25 +124,28 @@ def _pipeline_values(p: Pipeline, arrivals: FloatArray, tick_s: float) -> FloatA
     raise ValueError(f"unknown metric pipeline {p.kind!r}")
 
 
-class _Fleet:
-    """The simulated replicas. Loading ones by ready time; ready ones serving or standby (standby replicas are
-    warm but out of traffic, as the controller's router keeps them). A count policy's replicas all serve; infer-ctl's
-    are tracked by name, as its plan names them."""
+class Replicas:
+    """One service's simulated replicas, by name in creation order (as the observation lists them): loading ones
+    by ready time; ready ones serving or standby (standby replicas are warm but out of traffic, as the
+    controller's router keeps them). A count policy's replicas all serve; infer-ctl's are tracked by name, as its
+    plan names them. The fleet simulator's replicas (`infer_ctl.sim.fleet`) are these, with Pending Pods, nodes
+    and the sleeping tier added.
 
-    def __init__(self, initial: int, product: str) -> None:
+    What a replica becomes when its load is over: serving or standby by its label; asleep when it was made to
+    sleep (`to_sleep`: its load went to a warm host, then the model server slept); serving again, with its cold
+    start unchanged, when it was woken (`waking`: a wake is not a cold start)."""
+
+    def __init__(self, product: str) -> None:
         self.product = product
         self.loading: list[tuple[float, str]] = []  # (ready-at time, name), sorted
         self.replicas: dict[str, ObservedReplica] = {}
         self.serving = 0  # ready serving replicas: the capacity
         self.cold_starts = 0
+        self.to_sleep: set[str] = set()
+        self.waking: set[str] = set()
         self._ordinal = 0
-        for _ in range(initial):
-            name = self._name()
-            self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
-                                                  accelerator=product)
-            self.serving += 1
 
-    def _name(self) -> str:
+    def new_name(self) -> str:
         self._ordinal += 1
         return f"sim-{self._ordinal}"
 
@@ -143,31 +154,24 @@ class _Fleet:
         return len(self.replicas)
 
     def advance(self, now: float) -> None:
-        """Replicas whose cold start is over become ready (their cold start measured at the tick that sees it)."""
+        """Replicas whose load (or wake) is over become ready, or asleep (a cold start measured at the tick that
+        sees it)."""
         while self.loading and self.loading[0][0] <= now:
             _, name = self.loading.pop(0)
             r = self.replicas[name]
+            if name in self.waking:
+                self.waking.discard(name)
+                self.replicas[name] = replace(r, state=ReplicaState.SERVING, standby=False)
+                self.serving += 1
+                continue
+            cold = now - (r.created_s or 0.0)
+            if name in self.to_sleep:
+                self.to_sleep.discard(name)
+                self.replicas[name] = replace(r, state=ReplicaState.SLEEPING, cold_start_s=cold)
+                continue
             self.replicas[name] = replace(r, state=ReplicaState.STANDBY if r.standby else ReplicaState.SERVING,
-                                          cold_start_s=now - (r.created_s or 0.0))
+                                          cold_start_s=cold)
             self.serving += not r.standby
-
-    def create(self, now: float, name: str | None, standby: bool, cold_start_s: float, cached: bool) -> None:
-        name = name or self._name()
-        # a replica started as standby runs at the standby's PriorityClass for its whole life (the controller's
-        # Pods cannot change priority), promoted or not
-        self.replicas[name] = ObservedReplica(name, ReplicaState.LOADING, standby, created_s=now,
-                                              low_priority=standby, accelerator=self.product, cached=cached)
-        bisect.insort(self.loading, (now + cold_start_s, name))
-        self.cold_starts += 1
-
-    def remove(self, name: str) -> bool:
-        """Remove one replica; True when it was ready (its node then caches the model)."""
-        r = self.replicas.pop(name)
-        if r.state is ReplicaState.LOADING:
-            self.loading = [x for x in self.loading if x[1] != name]
-            return False
-        self.serving -= r.state is ReplicaState.SERVING
-        return True
 
     def set_role(self, name: str, standby: bool) -> None:
         r = self.replicas[name]
@@ -178,6 +182,41 @@ class _Fleet:
         self.replicas[name] = replace(r, standby=standby, state=state)
         if ready:
             self.serving += -1 if standby else 1
+
+    def forget(self, name: str) -> ObservedReplica:
+        """Drop one replica from the books (and from the loading queue); the state it was in is returned."""
+        r = self.replicas.pop(name)
+        if r.state is ReplicaState.LOADING:
+            self.loading = [x for x in self.loading if x[1] != name]
+            self.to_sleep.discard(name)
+            self.waking.discard(name)
+        self.serving -= r.state is ReplicaState.SERVING
+        return r
+
+
+class _Fleet(Replicas):
+    """The single-service simulator's replicas: created where the cluster has room (it has no limit)."""
+
+    def __init__(self, initial: int, product: str) -> None:
+        super().__init__(product)
+        for _ in range(initial):
+            name = self.new_name()
+            self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
+                                                  accelerator=product)
+            self.serving += 1
+
+    def create(self, now: float, name: str | None, standby: bool, cold_start_s: float, cached: bool) -> None:
+        name = name or self.new_name()
+        # a replica started as standby runs at the standby's PriorityClass for its whole life (the controller's
+        # Pods cannot change priority), promoted or not
+        self.replicas[name] = ObservedReplica(name, ReplicaState.LOADING, standby, created_s=now,
+                                              low_priority=standby, accelerator=self.product, cached=cached)
+        bisect.insort(self.loading, (now + cold_start_s, name))
+        self.cold_starts += 1
+
+    def remove(self, name: str) -> bool:
+        """Remove one replica; True when it was ready (its node then caches the model)."""
+        return self.forget(name).state is not ReplicaState.LOADING
 
     def shrink(self, n: int) -> int:
         """A count policy's scale-down, in the ReplicaSet controller's order: loading Pods first, newest first,
@@ -191,7 +230,7 @@ class _Fleet:
         return ready_removed
 
 
-def _queue_step(q: float, arrived: float, ready: int, dt: float, model: ServiceModel) -> tuple[float, float]:
+def queue_step(q: float, arrived: float, ready: int, dt: float, model: ServiceModel) -> tuple[float, float]:
     """One tick of the fluid queue: the backlog after `arrived` requests met `ready` replicas' capacity (requests
     older than the timeout dropped), and the requests in flight (Little's law, plus the backlog beyond a tick)."""
     if ready <= 0:
@@ -216,13 +255,37 @@ def simulate(
     on_cycle: Callable[[CycleObservation, CyclePlan], None] | None = None,
 ) -> SimResult:
     """Run `policy` over the arrivals (per tick). `forecast_probe(state)` extracts a forecast upper rate from
-    the policy state for plotting (infer-ctl); `on_cycle(observation, plan)` sees each of infer-ctl's cycles."""
+    the policy state for plotting (infer-ctl); `on_cycle(observation, plan)` sees each of infer-ctl's cycles.
+
+    A policy that uses a warm tier (`policies.tier_use`: sleepers on warm hosts, a node cache) runs on the fleet
+    simulator instead, alone on a cluster with room for all it could hold (`fleet.simulate_alone`): the tiers'
+    physics (warm hosts charged, host-memory budgets, a wake only onto a free GPU) are modelled there, once."""
+    if tier_use(policy).any:
+        from infer_ctl.sim.fleet import simulate_alone  # fleet builds on this module
+
+        return simulate_alone(trace_arrivals, policy, model, config, initial_replicas=initial_replicas,
+                              progress=progress, on_cycle=on_cycle)
+    return _simulate(trace_arrivals, policy, model, config, initial_replicas=initial_replicas, progress=progress,
+                     forecast_probe=forecast_probe, on_cycle=on_cycle)
+
+
+def _simulate(
+    trace_arrivals: FloatArray,
+    policy: SimPolicy | InferCtl,
+    model: ServiceModel,
+    config: SimConfig,
+    *,
+    initial_replicas: int,
+    progress: Callable[[float], None] | None,
+    forecast_probe: Callable[[Any], float] | None,
+    on_cycle: Callable[[CycleObservation, CyclePlan], None] | None,
+) -> SimResult:
     wall0 = time.perf_counter()
     dt = config.tick_s
     arrivals = trace_arrivals
     n_ticks = arrivals.size
     rng = np.random.default_rng(config.seed)
-    metrics = [_pipeline_values(p, arrivals, dt) for p in policy.pipelines]
+    metrics = [pipeline_values(p, arrivals, dt) for p in policy.pipelines]
     metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
     metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
     period_ticks = max(1, round(policy.period_s / dt))
@@ -263,7 +326,7 @@ def simulate(
         a = float(arrivals[t])
         backlog[t] = q
         ready_n[t] = ready
-        q, ongoing_now = _queue_step(q, a, ready, dt, model)
+        q, ongoing_now = queue_step(q, a, ready, dt, model)
         ongoing_sum += ongoing_now - ongoing_ring[t % ongoing_k]
         ongoing_ring[t % ongoing_k] = ongoing_now
         if t % period_ticks == 0:
@@ -307,7 +370,7 @@ def simulate(
 
     w = min(n_ticks, max(0, math.ceil(config.score_from_s / dt)))
     scored = np.concatenate([np.zeros(w), arrivals[w:]])
-    attainment, p95, p99 = _latency_stats(scored, ready_n, backlog, model, dt)
+    attainment, p95, p99 = latency_stats(scored, ready_n, backlog, model, dt)
     gpu_hours = float(alive_n[w:].sum()) * dt * model.gpus_per_replica / 3600.0
     times = np.arange(n_ticks, dtype=np.float64) * dt
     return SimResult(
@@ -359,7 +422,7 @@ def _apply(plan: CyclePlan, fleet: _Fleet, cache: deque[float], now: float,
         start(now, replica.name, replica.standby)
 
 
-def _latency_stats(
+def latency_stats(
     arrivals: FloatArray, ready_n: np.ndarray[Any, Any], backlog: FloatArray, model: ServiceModel, dt: float
 ) -> tuple[float, float, float]:
     """SLO attainment and p95/p99 over all requests, from each tick's latency distribution."""

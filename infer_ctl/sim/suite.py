@@ -24,15 +24,20 @@ from infer_ctl.sim.policies import (
     InferCtl,
     Keda,
     Kpa,
+    NodeCached,
     Oracle,
     RayServe,
     SimPolicy,
+    SleepingPool,
     oracle_schedule,
 )
 from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.trace import Trace
 
-POLICY_NAMES = ("infer-ctl", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "oracle")
+# infer-ctl (its spec's tiers: none on the balanced preset), infer-ctl+tiers (the sleeping and cached tiers on),
+# the peers, the single-tier products, the oracle
+POLICY_NAMES = ("infer-ctl", "infer-ctl+tiers", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "fma-pool",
+                "kserve-cache", "oracle")
 START_PROTOCOLS = ("warm", "first-minute-mean")
 
 
@@ -111,6 +116,23 @@ def scenario_policies(settings: ScenarioSettings, policies: Policies | None = No
     return CyclePolicies(replace(base, scaling=scaling), metric_source="prometheus")
 
 
+def parse_presets(text: str) -> list[api.Preset]:
+    try:
+        out = [api.Preset(p.strip()) for p in text.split(",") if p.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"--presets: {exc}; expected {', '.join(p.value for p in api.Preset)}") from None
+    if not out:
+        raise SystemExit("--presets: none given")
+    return out
+
+
+def with_preset(settings: ScenarioSettings, preset: api.Preset) -> ScenarioSettings:
+    """The scenario's service on a scaling preset of `policies/scaling.yaml` (quantile, standby, stabilization)."""
+    p = load_policies().scaling.presets[preset]
+    return replace(settings, quantile=p.quantile, standby_replicas=p.standby_replicas,
+                   scale_down_stabilization_s=p.scale_down_stabilization_s)
+
+
 def parse_policy_names(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return POLICY_NAMES
@@ -121,13 +143,30 @@ def parse_policy_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def tiered_service(settings: ScenarioSettings) -> api.InferenceService:
+    """The scenario's InferenceService with the sleeping and the cached tiers on (`spec.scaling.prewarm.sleep`,
+    `.nodeCache`)."""
+    manifest = scenario_manifest(settings)
+    manifest["spec"]["scaling"]["prewarm"].update({"sleep": True, "nodeCache": True})
+    return parse_inference_service(manifest)
+
+
 def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, tick_s: float) -> SimPolicy:
+    """A policy of `POLICY_NAMES` for the scenario. The sleeping pool's size (`fma-pool`) is the operator's fixed
+    choice: here as many sleepers as the service runs at t = 0 (`initial_replicas`, the warm start)."""
     m = settings.model
     c = m.target_rps_per_replica
     zero_ok = settings.scale_to_zero and m.min_replicas == 0
     lo = m.min_replicas if zero_ok else max(1, m.min_replicas)
     if name == "infer-ctl":
         return InferCtl(scenario_service(settings), scenario_policies(settings))
+    if name == "infer-ctl+tiers":
+        return InferCtl(tiered_service(settings), scenario_policies(settings), name=name)
+    if name == "fma-pool":
+        return SleepingPool(Hpa(c, max(1, m.min_replicas), m.max_replicas),
+                            pool=max(1, initial_replicas(arrivals, tick_s, m)))
+    if name == "kserve-cache":
+        return NodeCached(Hpa(c, max(1, m.min_replicas), m.max_replicas))
     if name == "hpa":
         return Hpa(c, max(1, m.min_replicas), m.max_replicas)
     if name == "kpa":
@@ -186,7 +225,7 @@ def run_policies(
                 SimConfig(tick_s=tick_s, seed=seed, score_from_s=score_from_s),
                 initial_replicas=initial,
                 progress=cb,
-                forecast_probe=_forecast_probe if name == "infer-ctl" else None,
+                forecast_probe=_forecast_probe if isinstance(policy, InferCtl) else None,
             )
         )
     return results

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import Preset, ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
-from infer_ctl.sim.bench_autoscaling import with_preset
 from infer_ctl.sim.bench_fleet import auto_nodes, main
 from infer_ctl.sim.fleet import (
     Allocation,
@@ -32,7 +31,7 @@ from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Oracle
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas
+from infer_ctl.sim.suite import build_policy, initial_replicas, with_preset
 from infer_ctl.sim.trace import Trace
 
 TICK = 5.0
@@ -258,13 +257,14 @@ def test_gpu_hours_equal_the_integral_of_the_gpus_held(score_from_s: float) -> N
     assert r.pending_replica_s > 0  # the cluster is short: some replicas waited
     assert r.gpu_hours == pytest.approx(integral)
     assert r.gpu_hours == pytest.approx(r.gpus_held[round(score_from_s / TICK):].sum() * TICK / 3600.0)
-    assert r.host_memory_gib_hours == 0.0  # nothing sleeps in host memory until warm tiers are simulated
+    assert r.host_memory_gib_hours == 0.0  # ray-serve holds nothing asleep in host memory
 
 
 # ------------------------------------------------------------------------------------------------ against simulate
 
 
-@pytest.mark.parametrize("policy", ["infer-ctl", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "oracle"])
+@pytest.mark.parametrize("policy", ["infer-ctl", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "oracle",
+                                    "infer-ctl+tiers", "fma-pool", "kserve-cache"])
 def test_a_single_service_fleet_with_ample_gpus_reproduces_the_single_service_simulator(policy: str) -> None:
     arrivals = np.random.default_rng(3).poisson(np.repeat([4.0, 30.0, 2.0, 60.0, 0.0, 12.0], 120) * TICK)
     arrivals = arrivals.astype(np.float64)

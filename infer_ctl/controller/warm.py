@@ -1,0 +1,188 @@
+"""The sleeping tier's cluster side: warm hosts, read from the watch caches, and the claim that makes one.
+
+A warm host is a ResourceClaim of one whole GPU, labelled `infer-ctl.io/warm-host`, that several Pods reference
+(a shared claim: kube-scheduler allocates it once and lists every Pod in `reservedFor`, up to 256). The sleepers
+of any service of its namespace whose model fits the device may sit on it: asleep, their weights are in the
+node's host memory and the device is free; a wake copies the weights back, if the device has the memory free (the
+model server asks its node's agent, which refuses with 409 DeviceMemory when other awake models fill it). Claims
+are namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room, and
+deleted once no Pod has referenced it for two control periods.
+
+What the pure cycle gets (`infer_ctl.engine.cycle.WarmHosts`) for one service: the warm hosts of its namespace
+whose device could take its model awake (a product the service may use, enough memory), the free GPUs a warm host
+could be made on, how much device memory awake models hold on each, and per node the host memory sleepers may
+hold (`hostMemoryFraction` of the Node's `status.capacity.memory`, at most its `infer-ctl.io/host-memory-bytes`
+budget when it publishes one) and hold now (every sleeper on the node, by its `infer-ctl.io/model-bytes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from infer_ctl.actuate.manifests import (
+    ANNOTATION_ASLEEP,
+    ANNOTATION_DEVICE_BYTES,
+    ANNOTATION_WARM_HOST,
+    LABEL_WARM_HOST,
+    warm_host_labels,
+)
+from infer_ctl.controller.snapshot import Snapshot
+from infer_ctl.core import api
+from infer_ctl.core.checks import candidate_products
+from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.core.quantity import parse_bytes
+from infer_ctl.engine.cycle import WarmDevice, WarmHosts
+from infer_ctl.engine.placement import replica_request
+from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
+from infer_ctl.place.claims import pinned_claim
+from infer_ctl.place.framework import Placement
+from infer_ctl.place.inventory import Device, DeviceId
+from infer_ctl.place.request import Sharing
+from infer_ctl.place.state import MILLI
+
+
+def warm_host_name(device: DeviceId) -> str:
+    """The claim name of a warm host on `device` (a DNS subdomain: lower case, '-' for anything else)."""
+    text = re.sub(r"[^a-z0-9-]+", "-", f"warm-{device.pool}-{device.name}".lower()).strip("-")
+    return text[:253].rstrip("-")
+
+
+def is_warm_host(claim: Mapping[str, Any]) -> bool:
+    return ((claim.get("metadata") or {}).get("labels") or {}).get(LABEL_WARM_HOST) == "true"
+
+
+def claim_device(claim: Mapping[str, Any]) -> DeviceId | None:
+    """The device a warm host's claim is allocated (or, before that, pinned) to."""
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or ()
+    for r in results:
+        return DeviceId(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+    return None
+
+
+def referenced_claims(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(c["resourceClaimName"]) for c in (pod.get("spec") or {}).get("resourceClaims") or ()
+                 if isinstance(c, Mapping) and c.get("resourceClaimName"))
+
+
+def _bytes(annotations: Mapping[str, Any], key: str) -> int:
+    try:
+        return max(0, int(str(annotations.get(key, "0"))))
+    except ValueError:
+        return 0
+
+
+def _gone(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or \
+        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot, *,
+               claims: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+               nodes: Sequence[Mapping[str, Any]], host_fraction: float) -> tuple[WarmHosts, dict[str, Device]]:
+    """The warm hosts (and free GPUs) `svc`'s sleepers could use, and the device of each by claim name (for the
+    claim of a new one). `claims`, `pods`, `nodes`: the caches (any namespace)."""
+    ns, spec = svc.meta.namespace, svc.spec
+    by_id = {d.id: d for d in snapshot.inventory.devices}
+    products = {a.name for a in candidate_products(spec, catalog)}
+
+    def product_of(device: Device) -> str:
+        entry = catalog.by_product_name(str(device.attribute("productName", device.id.driver) or ""))
+        return entry.name if entry is not None else ""
+
+    def fits(device: Device) -> bool:
+        return product_of(device) in products and device.memory_bytes >= spec.model.memory_bytes
+
+    hosts: dict[str, Device] = {}
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        if meta.get("namespace") != ns or not is_warm_host(claim) or meta.get("deletionTimestamp"):
+            continue
+        device_id = claim_device(claim)
+        device = by_id.get(device_id) if device_id is not None else None
+        if device is not None:
+            hosts[str(meta.get("name"))] = device
+    awake, used = _usage(ns, pods, {name: d.node_name for name, d in hosts.items()})
+    candidates = {name: d for name, d in sorted(hosts.items()) if fits(d)}
+    devices = [WarmDevice(name, d.node_name, product_of(d), d.memory_bytes, True, awake.get(name, 0))
+               for name, d in candidates.items()]
+    if spec.accelerator.sharing is api.Sharing.EXCLUSIVE and spec.accelerator.count == 1:
+        taken = {d.id for d in hosts.values()}
+        for device in _free_gpus(svc, catalog, snapshot):
+            name = warm_host_name(device.id)
+            if device.id in taken or name in candidates or not fits(device):
+                continue
+            devices.append(WarmDevice(name, device.node_name, product_of(device), device.memory_bytes, False))
+            candidates[name] = device
+    wanted = {d.node for d in devices}
+    budgets = {str(n["metadata"]["name"]): node_host_budget(n, host_fraction) for n in nodes
+               if (n.get("metadata") or {}).get("name") in wanted}
+    return WarmHosts(tuple(devices), budgets, {n: used.get(n, 0) for n in budgets}), candidates
+
+
+def _usage(namespace: str, pods: Sequence[Mapping[str, Any]],
+           host_nodes: Mapping[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Device memory of awake models per warm host of `namespace`, and sleepers' weights per node (every
+    namespace's: host memory is the node's)."""
+    awake: dict[str, int] = defaultdict(int)
+    used: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        host = str(annotations.get(ANNOTATION_WARM_HOST, ""))
+        if not host or _gone(pod):
+            continue
+        local = meta.get("namespace") == namespace
+        if annotations.get(ANNOTATION_ASLEEP) == "true":
+            node = str((pod.get("spec") or {}).get("nodeName") or (host_nodes.get(host, "") if local else ""))
+            used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)
+        elif local:
+            awake[host] += _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations,
+                                                                                ANNOTATION_MODEL_BYTES)
+    return awake, used
+
+
+def _free_gpus(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot) -> list[Device]:
+    """Whole GPUs free on the snapshot (pins included) that match the service's request, on schedulable nodes."""
+    state = snapshot.state
+    eligible = state.eligible(replica_request(svc, catalog, f"{svc.meta.name}-warm"))
+    out: list[Device] = []
+    for n in range(len(state.nodes)):
+        if state.unschedulable[n]:
+            continue
+        for slot, device in enumerate(state.slot_device[n]):
+            if device is not None and eligible.slots[n, slot] and state.free_milli[n, slot] == MILLI \
+                    and not state.partitioned[n, slot]:
+                out.append(device)
+    return out
+
+
+def node_host_budget(node: Mapping[str, Any], fraction: float) -> int:
+    """The host memory sleepers' weights may hold on `node`: `fraction` of its `status.capacity.memory`, at most
+    the budget the node publishes (`infer-ctl.io/host-memory-bytes`); 0 when neither is readable."""
+    capacity = ((node.get("status") or {}).get("capacity") or {}).get("memory")
+    try:
+        budget = int(parse_bytes(str(capacity)) * fraction) if capacity is not None else 0
+    except ValueError:
+        budget = 0
+    published = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HOST_MEMORY_BYTES)
+    if published is not None:
+        with contextlib.suppress(ValueError):
+            budget = min(budget, int(str(published)))
+    return max(0, budget)
+
+
+def warm_host_claim(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot, device: Device,
+                    name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The shared claim of a new warm host pinned to `device` (as a replica's claim is pinned: by the GPU's uuid,
+    else its node and product), and its allocation results for the snapshot's pin. Not owned by a service: the
+    sleepers of every service of the namespace may reference it."""
+    request = replica_request(svc, catalog, name)
+    placement = Placement(request=name, node=device.node_name, devices=(device.id,), sharing=Sharing.EXCLUSIVE)
+    pinned = pinned_claim(placement, request, snapshot.inventory, name=name, namespace=svc.meta.namespace,
+                          labels=warm_host_labels())
+    results = [{"request": "gpu", "driver": device.id.driver, "pool": device.id.pool, "device": device.id.name}]
+    return pinned.claim, results

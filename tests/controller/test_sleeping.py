@@ -1,0 +1,304 @@
+"""The sleeping tier end to end on the sandbox: real traffic through the front door (loadgen in its own process),
+model servers that sleep and wake over HTTP (`infer_ctl.sandbox.modelserver`: weights moved at the node's
+host-to-device bandwidth, memory accounted by the node agent), shared ResourceClaims as warm hosts, and the
+controller's cycles in real time.
+
+A service that may sleep (spec.scaling.prewarm.sleep) scales up for a burst, the burst passes, and the replicas no
+longer needed awake are held asleep on a warm host through the stabilization window; the next burst wakes them
+(not new replicas), serving in seconds where a cold start takes COLD_START_S. A wake the warm host's device
+refuses (409 DeviceMemory: another service's model woke onto it) falls back visibly: an Event, the decision's
+message, `explain`, and a replica created in the same cycle.
+
+The burst is run on both backends (the emulator, and the real control plane: kube-apiserver, kube-scheduler
+allocating the shared claim, kube-controller-manager); the refused wake on the emulator only (what is under test
+there is the controller's fallback against an agent that really refuses, not the API server's behaviour)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST, LABEL_WARM_HOST
+from infer_ctl.controller.explain import explain
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
+from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
+from infer_ctl.sandbox.router import INFLIGHT_METRIC, QUEUE_DEPTH_METRIC
+from infer_ctl.sandbox.runtime import Sandbox
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_reconciler import wait_for
+
+pytestmark = pytest.mark.slow
+
+TARGET_RPS = 10.0  # per replica; a replica serves 20 req/s at most (2 slots of 100 ms)
+COLD_START_S = 20.0
+WINDOW_S = 45  # scale-down stabilization: the awake replicas, then the sleepers, are held this long
+BURST_RPS = 35.0  # 4 replicas' worth
+
+
+def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4) -> dict[str, Any]:
+    return (InferenceServiceBuilder(name)
+            .with_("spec.model", {"name": f"example/{name}", "memory": memory})
+            .with_("spec.accelerator.products", ["H100-80GB"])
+            .with_("spec.scaling.maxReplicas", max_replicas)
+            .with_("spec.scaling.targetRequestsPerReplica", TARGET_RPS)
+            .with_("spec.scaling.scaleDownStabilizationSeconds", WINDOW_S)
+            .with_("spec.scaling.forecast", {"enabled": False})
+            .with_("spec.scaling.prewarm", {"sleep": True})
+            # the burst guard sizes for the requests waiting at the front door at once (not only for the rate the
+            # serving replicas answer): a replica at its SLO holds 10 x 0.3 = 3 in flight
+            .with_("spec.slo", {"latencyP95Ms": 300})
+            .with_("spec.runtime.coldStartSeconds", COLD_START_S).build())
+
+
+@dataclass
+class Cycles:
+    """The controller's cycles for some services, once a second in the background, with what each reported."""
+
+    kube: KubeClient
+    reconciler: Reconciler
+    names: tuple[str, ...]
+    history: list[tuple[float, str, dict[str, Any], str]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        while True:
+            for name in self.names:
+                body = self.kube.get(INFERENCE_SERVICES, name, "default")
+                assert body is not None
+                result = await self.reconciler.cycle(body, datetime.now(UTC))
+                scaling: dict[str, Any] = next((c for c in result.status.get("conditions") or ()
+                                                if c["type"] == "Scaling"), {})
+                moves = {k: v for k, v in vars_of(result.actions).items() if v}
+                self.history.append((time.monotonic() - self.started, name, result.status,
+                                     f"{scaling.get('message', '')} {moves or ''}"))
+            await asyncio.sleep(1.0)
+
+    def __enter__(self) -> Cycles:
+        self._task = asyncio.ensure_future(self.run())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    def table(self, name: str) -> str:
+        return "\n".join(f"{t:6.1f} s  {s.get('replicas')}  desired {s.get('desired')}  {m}"
+                         for t, n, s, m in self.history if n == name)
+
+    async def until(self, what: str, check: Callable[[], Any], timeout_s: float, name: str = "") -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self._task is not None
+            if self._task.done():
+                self._task.result()  # a failed cycle fails the test with its error
+            if value := check():
+                return value
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{self.table(name)}")
+
+
+def vars_of(actions: Any) -> dict[str, Any]:
+    return {f: getattr(actions, f) for f in actions.__dataclass_fields__}
+
+
+def pods(kube: KubeClient, service: str) -> list[dict[str, Any]]:
+    return [p for p in kube.list(PODS, "default", label_selector=f"infer-ctl.io/service={service}")
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def serving(kube: KubeClient, service: str) -> set[str]:
+    return {p["metadata"]["name"] for p in pods(kube, service)
+            if is_ready(p) and p["metadata"]["labels"].get("infer-ctl.io/role") == "serving"}
+
+
+def asleep(kube: KubeClient, service: str) -> set[str]:
+    """Replicas held asleep whose model server says it sleeps (a sleep lets the requests in flight finish first)."""
+    out = set()
+    with httpx.Client(timeout=2) as http:
+        for p in pods(kube, service):
+            annotations = p["metadata"].get("annotations") or {}
+            if is_ready(p) and annotations.get(ANNOTATION_ASLEEP) == "true" and ANNOTATION_ADDRESS in annotations \
+                    and http.get(f"http://{annotations[ANNOTATION_ADDRESS]}/is_sleeping").json()["is_sleeping"]:
+                out.add(p["metadata"]["name"])
+    return out
+
+
+def loadgen(url: str, shape: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+                             "--shape", shape, "--no-progress", "--max-error-ratio", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """At once (a graceful stop waits for the requests in flight, and the test's loop, cycles included, would wait)."""
+    process.kill()
+    process.wait()
+
+
+def at_the_door(metrics_url: str, service: str) -> float:
+    """Requests the front door holds or has forwarded and not yet answered for `service`."""
+    text = httpx.get(metrics_url, timeout=2).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((INFLIGHT_METRIC, QUEUE_DEPTH_METRIC)) and f'service="{service}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def front_door(kube: KubeClient, name: str) -> str:
+    def url() -> str | None:
+        meta = (kube.get(INFERENCE_SERVICES, name, "default") or {}).get("metadata", {})
+        return (meta.get("annotations") or {}).get("sandbox.infer-ctl.io/url")
+
+    return str(wait_for("front door", url))
+
+
+def setup(cluster: Cluster, *services: dict[str, Any]) -> tuple[KubeClient, Reconciler]:
+    sandbox = cluster.sandbox
+    agent = sandbox.agent if isinstance(sandbox, Sandbox) else sandbox.side.agent
+    agent.default_concurrency, agent.default_service_time_ms = 2, 100.0
+    for svc in services:
+        cluster.kube.create(INFERENCE_SERVICES, svc, "default")
+    return cluster.kube, Reconciler(cluster.kube, Settings(cluster.policies,
+                                                           gateway_metrics_url=sandbox.router.metrics_url))
+
+
+async def held_asleep(cycles: Cycles, kube: KubeClient, name: str, url: str, sleepers: int) -> set[str]:
+    """A burst of BURST_RPS until the service serves 4, then a trickle until at least `sleepers` of its replicas
+    are held asleep (loaded) on a warm host: their names. (How many the tier holds follows the warm replicas the
+    stabilization window remembers: up to 3 here, fewer as the window forgets the burst.)"""
+    await cycles.until("the first replica", lambda: serving(kube, name), 60, name)
+    burst = loadgen(url, f"{BURST_RPS:g}@300s")
+    try:
+        await cycles.until("4 serving for the burst", lambda: len(serving(kube, name)) >= 4, 90, name)
+    finally:
+        stop(burst)
+    trickle = loadgen(url, "3@600s")
+    try:
+        found: set[str] = await cycles.until(f"{sleepers} sleepers", lambda: (s := asleep(kube, name))
+                                             and len(s) >= sleepers and s, 3 * WINDOW_S + 3 * COLD_START_S + 30,
+                                             name)
+        return found
+    finally:
+        stop(trickle)
+
+
+@pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
+async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts(cluster: Cluster) -> None:
+    kube, reconciler = setup(cluster, sleepy_service("nap"))
+    url = front_door(kube, "nap")
+    try:
+        with Cycles(kube, reconciler, ("nap",)) as cycles:
+            sleepers = await held_asleep(cycles, kube, "nap", url, sleepers=2)
+            # the sleepers sit on one warm host: a shared claim (one H100 holds three 20 GiB models awake)
+            hosts = {str(p["metadata"]["annotations"][ANNOTATION_WARM_HOST]) for p in pods(kube, "nap")
+                     if p["metadata"]["name"] in sleepers}
+            assert len(hosts) == 1, hosts
+            claim = kube.get(RESOURCE_CLAIMS, next(iter(hosts)), "default")
+            assert claim is not None and claim["metadata"]["labels"][LABEL_WARM_HOST] == "true"
+            assert sleepers <= {r["name"] for r in claim["status"]["reservedFor"]}
+            # the next cycle's status counts them
+            await cycles.until("status.replicas.sleeping", lambda: cycles.history[-1][2]["replicas"]["sleeping"]
+                               >= len(sleepers), 10, "nap")
+
+            burst = loadgen(url, f"{BURST_RPS:g}@60s")
+            metrics_url = cluster.sandbox.router.metrics_url
+            try:
+                # the burst begins when requests wait at the front door (the loadgen process takes a while to start)
+                await cycles.until("the burst at the front door", lambda: at_the_door(metrics_url, "nap") >= 3, 30,
+                                   "nap")
+                started = time.monotonic()
+                # the sleepers when the burst arrives (the tier may have let one go since: the window forgets)
+                sleepers = asleep(kube, "nap")
+                assert len(sleepers) >= 2, cycles.table("nap")
+                uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "nap")
+                        if p["metadata"]["name"] in sleepers}
+                woken = await cycles.until("the sleepers serving", lambda: (s := serving(kube, "nap")) and
+                                           sleepers <= s and s, 30, "nap")
+                took = time.monotonic() - started
+            finally:
+                stop(burst)
+    finally:
+        await reconciler.close()
+    table = cycles.table("nap")
+    assert sleepers <= woken, f"the sleepers {sorted(sleepers)} were not woken ({sorted(woken)}):\n{table}"
+    # woken, not made again: the Pods serving under the sleepers' names are the sleepers' own
+    now_serving = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "nap")
+                   if p["metadata"]["name"] in sleepers}
+    assert now_serving == uids, f"replicas made again for the burst: {now_serving} != {uids}\n{table}"
+    # a cycle sees the burst in its scrape (a second or two), the wake moves 21.5 GB at 12 GB/s (1.8 s), and
+    # the front door sees the serving label: seconds, where a new replica would take the cold start
+    assert took < COLD_START_S / 2, f"{took:.1f} s from the burst to the sleepers serving:\n{table}"
+    print(f"\nfrom the burst to {len(sleepers)} woken sleepers serving: {took:.1f} s (cold start {COLD_START_S:g} s)")
+
+
+@pytest.mark.parametrize("cluster", ["emulator"], indirect=True)
+async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(cluster: Cluster) -> None:
+    # Two services whose 50 GiB models each fill most of an H100: one sleeper each, on one warm host (each could
+    # wake there while the other sleeps). The other service's sleeper is woken behind the controller's back, so
+    # that the device is taken when the controller wakes this one: the agent refuses (409 DeviceMemory).
+    kube, reconciler = setup(cluster, sleepy_service("big", memory="50Gi", max_replicas=2),
+                             sleepy_service("other", memory="50Gi", max_replicas=2))
+    url = front_door(kube, "big")
+    other_url = front_door(kube, "other")
+    try:
+        with Cycles(kube, reconciler, ("big", "other")) as cycles:
+            await cycles.until("first replicas", lambda: serving(kube, "big") and serving(kube, "other"), 60)
+            # 2 replicas' worth for each, then a trickle: one sleeper each
+            bursts = [loadgen(url, "18@300s"), loadgen(other_url, "18@300s")]
+            try:
+                await cycles.until("2 serving each", lambda: len(serving(kube, "big")) >= 2
+                                   and len(serving(kube, "other")) >= 2, 90)
+            finally:
+                for b in bursts:
+                    stop(b)
+            trickles = [loadgen(url, "3@600s"), loadgen(other_url, "3@600s")]
+            try:
+                await cycles.until("a sleeper each", lambda: asleep(kube, "big") and asleep(kube, "other"),
+                                   3 * WINDOW_S + 3 * COLD_START_S + 30, "big")
+            finally:
+                for t in trickles:
+                    stop(t)
+            (mine,) = asleep(kube, "big")
+            (theirs,) = asleep(kube, "other")
+            by_name = {p["metadata"]["name"]: p for p in pods(kube, "big") + pods(kube, "other")}
+            host = by_name[mine]["metadata"]["annotations"][ANNOTATION_WARM_HOST]
+            assert by_name[theirs]["metadata"]["annotations"][ANNOTATION_WARM_HOST] == host
+            async with httpx.AsyncClient(timeout=10) as http:
+                address = by_name[theirs]["metadata"]["annotations"][ANNOTATION_ADDRESS]
+                assert (await http.post(f"http://{address}/wake_up")).status_code == 200
+            before = {p["metadata"]["uid"] for p in pods(kube, "big")}
+            burst = loadgen(url, "18@60s")
+            try:
+                await cycles.until("2 serving for big", lambda: len(serving(kube, "big")) >= 2, 60, "big")
+            finally:
+                stop(burst)
+    finally:
+        await reconciler.close()
+    table = cycles.table("big")
+    created = {p["metadata"]["name"] for p in pods(kube, "big") if p["metadata"]["uid"] not in before}
+    assert created and mine not in serving(kube, "big"), table
+    notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
+             if e.get("reason") == "WakeRefused"]
+    assert len(notes) == 1 and mine in notes[0] and "DeviceMemory" in notes[0], notes
+    assert any(f"the wake of {mine} was refused (DeviceMemory" in m and "created instead" in m
+               for _, n, _, m in cycles.history if n == "big"), table
+    findings = explain(kube, cluster.policies, "default", "big")
+    assert any(f.subject == mine and "DeviceMemory" in f.message for f in findings), findings

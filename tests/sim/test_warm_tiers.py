@@ -1,0 +1,293 @@
+"""The warm tiers in the simulator (infer_ctl.sim.warm, infer_ctl.sim.fleet): warm hosts' physics, the single-tier
+products, and infer-ctl's tiers as plan_cycle decides them."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infer_ctl.core.api import ReplicaState
+from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle
+from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, simulate_fleet
+from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
+from infer_ctl.sim.run import SimConfig, simulate
+from infer_ctl.sim.suite import build_policy, initial_replicas
+from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHosts
+
+TICK = 5.0
+
+
+class Gpus:
+    """A cluster's free GPUs per node, as the fleet's `_Cluster` books them."""
+
+    def __init__(self, nodes: int, per_node: int) -> None:
+        self.free = [per_node] * nodes
+        self.held: dict[str, int] = {}
+
+    def book(self) -> GpuBook:
+        def take(host: str, node: int, gpus: int, _now: float) -> None:
+            assert self.free[node] >= gpus, "a warm host took GPUs that were not free"
+            self.free[node] -= gpus
+            self.held[host] = gpus
+
+        def give(host: str, node: int, _now: float) -> None:
+            self.free[node] += self.held.pop(host)
+
+        return GpuBook(self.free.__getitem__, take, give, len(self.free))
+
+
+# ------------------------------------------------------------------------------------------------ warm hosts
+
+
+def test_a_wake_takes_the_weights_over_the_host_to_device_bandwidth() -> None:
+    assert TierPhysics().wake_s(64.0) == pytest.approx(3.0)  # llm-d FMA: about 3 s for 64 GiB
+    assert TierPhysics(h2d_gib_s=10.0).wake_s(15.0) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="h2d_gib_s"):
+        TierPhysics(h2d_gib_s=0.0)
+
+
+def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share_them() -> None:
+    gpus = Gpus(nodes=1, per_node=4)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0))
+    w = 10 * GIB
+    a1 = warm.place((0, "a1"), 1, w, 0.0)
+    a2 = warm.place((0, "a2"), 1, w, 0.0)
+    b1 = warm.place((1, "b1"), 1, w, 0.0)
+    assert a1 is not None and a2 is not None and b1 is not None
+    assert a1.name != a2.name  # so that both can wake at once
+    assert b1.name in (a1.name, a2.name)  # another service shares an existing host
+    assert warm.gpus_held == 2 and gpus.free == [2]
+    assert warm.shares()[0] == {0: 1.5, 1: 0.5}  # each host's GPU split between the services on it
+    assert warm.host_bytes == 3 * w
+
+
+def test_a_wake_is_refused_while_another_replica_is_awake_on_the_host() -> None:
+    gpus = Gpus(nodes=1, per_node=1)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0))
+    a = warm.place((0, "a"), 1, GIB, 0.0)
+    b = warm.place((1, "b"), 1, GIB, 0.0)
+    assert a is not None and b is not None and a.name == b.name  # one GPU: one host
+    assert warm.wake((0, "a"))
+    assert not warm.can_wake((1, "b")) and not warm.wake((1, "b"))
+    assert warm.wake_refused == 1
+    warm.sleep((0, "a"))
+    assert warm.wake((1, "b"))
+
+
+def test_the_host_memory_budget_bounds_the_sleepers_of_a_node() -> None:
+    gpus = Gpus(nodes=2, per_node=8)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=0.5))  # 50 GiB per node
+    placed = [warm.place((i, f"r{i}"), 1, 20 * GIB, 0.0) for i in range(6)]
+    assert sum(p is not None for p in placed) == 4  # two 20 GiB sleepers per node
+    assert max(warm.used) <= 50 * GIB
+    assert warm.room(9, 1, 20 * GIB, 100) == 0
+
+
+def test_a_warm_host_is_deleted_with_its_last_replica() -> None:
+    gpus = Gpus(nodes=1, per_node=2)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics())
+    warm.place((0, "a"), 1, GIB, 0.0)
+    warm.place((1, "b"), 1, GIB, 0.0)
+    warm.remove((0, "a"), 5.0)
+    assert warm.gpus_held == 1 and gpus.free == [1]
+    warm.remove((1, "b"), 6.0)
+    assert warm.gpus_held == 0 and gpus.free == [2] and warm.host_bytes == 0
+
+
+ops = st.lists(st.tuples(st.sampled_from(["place", "wake", "sleep", "remove"]), st.integers(0, 3),
+                         st.integers(0, 5)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops, st.integers(1, 3), st.integers(1, 4), st.sampled_from([4, 10, 30]))
+def test_warm_hosts_never_exceed_a_budget_nor_wake_onto_a_taken_gpu(
+        steps: list[tuple[str, int, int]], nodes: int, per_node: int, weight_gib: int) -> None:
+    gpus = Gpus(nodes, per_node)
+    warm = WarmHosts(gpus.book(), 64 * GIB, TierPhysics(replicas_per_host=3))
+    awake: set[tuple[int, str]] = set()
+    for op, service, r in steps:
+        key = (service, f"r{r}")
+        if op == "place" and key not in warm.where:
+            warm.place(key, 1, weight_gib * GIB, 0.0)
+        elif key not in warm.where:
+            continue
+        elif op == "wake":
+            host = warm.host_of(key)
+            assert host is not None
+            free = host.awake is None or host.awake == key
+            assert warm.wake(key) == free
+            if free:
+                awake.add(key)
+        elif op == "sleep":
+            warm.sleep(key)
+            awake.discard(key)
+        elif op == "remove":
+            warm.remove(key, 0.0)
+            awake.discard(key)
+        # the invariants, after every step
+        assert all(u <= warm.budget for u in warm.used)
+        assert all(f >= 0 for f in gpus.free)
+        assert warm.gpus_held == sum(h.gpus for h in warm.hosts.values()) == nodes * per_node - sum(gpus.free)
+        for h in warm.hosts.values():
+            assert h.members and len(h.members) <= 3
+            assert len({k[0] for k in h.members}) == len(h.members)  # a service once per host
+            assert h.awake is None or h.awake in h.members
+        assert sum(1 for h in warm.hosts.values() if h.awake is not None) == len(awake)
+
+
+# ------------------------------------------------------------------------------------------------ the simulator
+
+
+def bursty(seed: int = 3) -> np.ndarray:
+    rate = np.repeat([4.0, 30.0, 2.0, 60.0, 0.0, 12.0, 40.0, 1.0], 90)
+    return np.random.default_rng(seed).poisson(rate * TICK).astype(np.float64)
+
+
+def svc(name: str, arrivals: np.ndarray, model: ServiceModel | None = None, seed: int = 0) -> FleetService:
+    return FleetService(name, arrivals, service_settings(name, model or ServiceModel(min_replicas=0)), seed)
+
+
+def test_the_products_declare_their_one_tier() -> None:
+    s = svc("x", bursty())
+    assert tier_use(build_policy("fma-pool", s.settings, s.arrivals, TICK)).pool >= 1
+    assert tier_use(build_policy("kserve-cache", s.settings, s.arrivals, TICK)).node_cache
+    tiers = tier_use(build_policy("infer-ctl+tiers", s.settings, s.arrivals, TICK))
+    assert tiers.sleeping and tiers.node_cache
+    assert not tier_use(build_policy("infer-ctl", s.settings, s.arrivals, TICK)).any  # the balanced preset
+    assert not tier_use(build_policy("hpa", s.settings, s.arrivals, TICK)).any
+
+
+def test_a_sleeping_pool_charges_its_warm_hosts_with_no_traffic_at_all() -> None:
+    arrivals = np.zeros(720)  # an hour of 5 s ticks
+    s = svc("idle", arrivals)
+    pool = SleepingPool(build_policy("hpa", s.settings, arrivals, TICK), pool=3)  # type: ignore[arg-type]
+    r = simulate(arrivals, pool, s.settings.model, SimConfig(tick_s=TICK), initial_replicas=1)
+    # the HPA keeps its one replica, the pool three warm hosts of one GPU each: 4 GPUs for the hour
+    assert r.gpu_hours == pytest.approx(4.0)
+    assert r.host_memory_gib_hours == pytest.approx(3 * s.settings.model.weight_gib)
+
+
+def test_a_node_cache_makes_every_start_a_cached_start() -> None:
+    arrivals = bursty()
+    s = svc("cached", arrivals, ServiceModel(min_replicas=0, cold_start_sigma=0.0))
+    n0 = initial_replicas(arrivals, TICK, s.settings.model)
+    seen: list[float] = []
+    cached = NodeCached(build_policy("hpa", s.settings, arrivals, TICK))  # type: ignore[arg-type]
+    r = simulate(arrivals, cached, s.settings.model, SimConfig(tick_s=TICK), initial_replicas=n0,
+                 progress=seen.append)
+    plain = simulate(arrivals, build_policy("hpa", s.settings, arrivals, TICK), s.settings.model,
+                     SimConfig(tick_s=TICK), initial_replicas=n0)
+    assert r.cold_starts > 0 and seen[-1] == 1.0
+    assert r.slo_attainment > plain.slo_attainment  # the same HPA, loading in 0.35 of the time
+    assert r.host_memory_gib_hours == 0.0
+
+
+def test_the_sleeping_pool_wakes_before_it_starts_cold_replicas() -> None:
+    arrivals = np.concatenate([np.full(60, 8.0 * TICK), np.full(120, 40.0 * TICK)])  # 1 replica, then 5
+    s = svc("pool", arrivals, ServiceModel(min_replicas=0, cold_start_sigma=0.0))
+    pool = SleepingPool(build_policy("hpa", s.settings, arrivals, TICK), pool=4)  # type: ignore[arg-type]
+    r = simulate(arrivals, pool, s.settings.model, SimConfig(tick_s=TICK), initial_replicas=1)
+    # the HPA steps up 1 -> 5; each step is met by a woken sleeper within a tick (a 15 GiB wake: under a second),
+    # never by a cold start
+    assert r.desired.max() == 5
+    steps = np.flatnonzero(np.diff(r.desired) > 0) + 1
+    assert steps.size >= 2
+    for t in steps:
+        assert r.ready[t + 1] >= r.desired[t]
+    assert r.cold_starts == 0
+
+
+def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None
+               ) -> tuple[InferCtl, list[tuple[Observation, CyclePlan]], ServiceModel]:
+    s = svc("tiers", arrivals, model)
+    policy = build_policy("infer-ctl+tiers", s.settings, arrivals, TICK)
+    assert isinstance(policy, InferCtl)
+    cycles: list[tuple[Observation, CyclePlan]] = []
+    simulate(arrivals, policy, s.settings.model, SimConfig(tick_s=TICK), initial_replicas=2,
+             on_cycle=lambda o, p: cycles.append((o, p)))
+    return policy, cycles, s.settings.model
+
+
+def test_infer_ctls_tiers_in_the_simulator_are_plan_cycles_decisions() -> None:
+    policy, cycles, _ = tiered_run(bursty())
+    state = CycleState()
+    for observation, plan in cycles:
+        now = observation.samples[0][0]
+        again, state = plan_cycle(observation, state, policy.policies, now)
+        assert (again.serving, again.standby, again.actions, again.create) == (plan.serving, plan.standby,
+                                                                             plan.actions, plan.create)
+    # the tiers were used: sleepers made, woken and put to sleep, told what the cluster holds for them
+    assert any(p.actions.create_sleeping for _, p in cycles)
+    assert any(p.actions.wake for _, p in cycles)
+    assert any(p.actions.sleep for _, p in cycles)
+    assert all(o.slow_tiers is not None for o, _ in cycles)
+    assert any(r.state is ReplicaState.SLEEPING and r.warm_host for o, _ in cycles for r in o.replicas)
+
+
+def test_a_wake_in_the_simulator_is_ready_after_the_wake_time_not_a_cold_start() -> None:
+    _, cycles, model = tiered_run(bursty())
+    woken = {name for _, p in cycles for name in p.actions.wake}
+    assert woken
+    period = cycles[1][0].samples[0][0] - cycles[0][0].samples[0][0]
+    for (o1, p1), (o2, _) in itertools.pairwise(cycles):
+        after = {r.name: r for r in o2.replicas}
+        for name in p1.actions.wake:
+            r = after.get(name)
+            if r is None:
+                continue
+            # woken at one cycle, serving by the next (a wake of 15 GiB is under a second; a period is 10 s)
+            assert r.state is ReplicaState.SERVING, (name, r.state)
+            assert TierPhysics().wake_s(model.weight_gib) < period
+        # a replica's cold start is measured once, from its creation: a wake never sets it
+        before = {r.name: r for r in o1.replicas}
+        for name, r in after.items():
+            if name in before and before[name].cold_start_s is not None:
+                assert r.cold_start_s == before[name].cold_start_s
+
+
+def tier_fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSpec]]:
+    """1-4 bursty services on a small cluster, each under a policy with a warm tier."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[list[FleetService], list[str], ClusterSpec]:
+        per_node = draw(st.integers(2, 4))
+        cluster = ClusterSpec(draw(st.integers(1, 3)), per_node, host_memory_bytes=draw(st.sampled_from(
+            [40 * GIB, 200 * GIB])))
+        services, names = [], []
+        for i in range(draw(st.integers(1, 4))):
+            seed = draw(st.integers(0, 10_000))
+            rng = np.random.default_rng(seed)
+            rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=12), 30)
+            model = ServiceModel(cold_start_s=draw(st.sampled_from([60.0, 120.0])), min_replicas=0,
+                                 weight_gib=draw(st.sampled_from([15.0, 30.0])))
+            services.append(svc(f"s{i}", rng.poisson(rate * TICK).astype(np.float64), model, seed))
+            names.append(draw(st.sampled_from(["infer-ctl+tiers", "fma-pool", "kserve-cache", "hpa"])))
+        return services, names, cluster
+
+    return build()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tier_fleets())
+def test_a_fleet_with_warm_tiers_holds_no_more_than_its_gpus_and_host_memory(
+        fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> None:
+    services, names, cluster = fleet
+    policies = [build_policy(n, s.settings, s.arrivals, TICK) for s, n in zip(services, names, strict=True)]
+    initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
+    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
+    hours = services[0].arrivals.size * TICK / 3600.0
+    budget_gib = cluster.host_memory_bytes * TierPhysics().host_memory_fraction / GIB * cluster.nodes
+    assert r.host_memory_gib_hours <= budget_gib * hours + 1e-9
+    assert np.all(r.gpus_held <= cluster.gpus)
+    # every GPU held is charged to a service (warm hosts split between the services on them)
+    assert r.gpu_hours == pytest.approx(r.gpus_held.sum() * TICK / 3600.0)
+    for a in r.allocations:  # a node never holds more GPUs than it has, warm hosts included
+        held = sum(b.gpus for b in r.allocations if b.node == a.node and b.start_s <= a.start_s < b.end_s)
+        assert held <= cluster.gpus_per_node
+    assert all(math.isfinite(s.slo_attainment) for s in r.services)
