@@ -694,7 +694,7 @@ def explain_service(svc: Any, policies: Any) -> list[str]:
     for fit in fits:
         mark = "fits" if fit.fits else "no  "
         lines.append(f"  {mark}     {fit.accelerator.name:<11} {fit.why}")
-    eff = effective_scaling(scaling, policies.scaling)
+    eff = effective_scaling(scaling, policies.scaling, spec.slo.attainment)
     capacity = scaling.max_replicas * scaling.target_rps_per_replica
     lines.append(f"scaling    {scaling.min_replicas}..{scaling.max_replicas} replicas at "
                  f"{scaling.target_rps_per_replica:g} req/s each (up to {capacity:g} req/s); preset "
@@ -717,4 +717,8 @@ def explain_service(svc: Any, policies: Any) -> list[str]:
         lines.append(f"paused     autoscaling paused: spec.replicas pins {spec.replicas} serving replicas")
     if spec.slo.latency_p95_ms is not None:
         lines.append(f"slo        p95 latency <= {spec.slo.latency_p95_ms:g} ms")
+    if eff.attainment is not None:
+        own = "" if spec.slo.attainment is not None else f" (preset {scaling.preset.value})"
+        lines.append(f"objective  {eff.attainment:.2%} of requests within the SLO{own}: aims for quantile "
+                     f"{eff.quantile:g}, scale-down stabilization {format_duration(eff.scale_down_stabilization_s)}")
     return lines

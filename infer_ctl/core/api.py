@@ -189,6 +189,9 @@ class ScalingSpec:
 @dataclass(frozen=True, slots=True)
 class SloSpec:
     latency_p95_ms: float | None = None
+    # the share of requests that should finish within latencyP95Ms (the objective); None: the preset's. The
+    # scaling's aim (forecast quantile, scale-down stabilization) is calibrated to it (policies/scaling.yaml: aim)
+    attainment: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,10 @@ class InferenceServiceSpec:
 # ------------------------------------------------------------------------------------------ the wire form
 
 MAX_REPLICAS_LIMIT = 1000
+# the objective's range (spec.slo.attainment, a preset's attainment): below a half it is no objective; above
+# 99.99 % no replay of a few months holds enough requests to check it
+MIN_ATTAINMENT = 0.5
+MAX_ATTAINMENT = 0.9999
 MAX_GPUS_PER_REPLICA = 16
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -390,6 +397,11 @@ SPEC_SCHEMA = Prop(
         "slo": Prop("object", "The service level objective.", properties={
             "latencyP95Ms": Prop("number", "Target 95th percentile request latency in milliseconds.", minimum=0,
                                  exclusive_minimum=True, maximum=3600000),
+            "attainment": Prop("number", "The objective: the share of requests that should finish within "
+                                         "latencyP95Ms, e.g. 0.99 for 99 %. What the scaling aims for (forecast "
+                                         "quantile, scale-down stabilization) is calibrated to it: the least that "
+                                         "reached it in replays (policies/scaling.yaml: aim). Default from the preset.",
+                               minimum=MIN_ATTAINMENT, maximum=MAX_ATTAINMENT),
         }),
         "replicas": _replicas("When set, autoscaling is paused and exactly this many serving replicas run (the "
                               "scale subresource writes it: kubectl scale). Remove it to resume autoscaling."),

@@ -128,8 +128,9 @@ def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceService
     runtime = _parse_runtime(r, spec)
     accelerator = _parse_accelerator(r, spec)
     scaling = _parse_scaling(r, spec)
-    slo = api.SloSpec(latency_p95_ms=r.read(r.sub(spec, SPEC, "slo", "spec"), SPEC["slo"], "latencyP95Ms",
-                                            "spec.slo"))
+    slo_doc = r.sub(spec, SPEC, "slo", "spec")
+    slo = api.SloSpec(latency_p95_ms=r.read(slo_doc, SPEC["slo"], "latencyP95Ms", "spec.slo"),
+                      attainment=r.read(slo_doc, SPEC["slo"], "attainment", "spec.slo"))
     replicas = r.read(spec, SPEC, "replicas", "spec")
     if model is None or runtime is None or accelerator is None or scaling is None:
         return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infer_ctl.core import api
+from infer_ctl.core.api import MAX_ATTAINMENT, MIN_ATTAINMENT
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.fields import FieldReader
 from infer_ctl.core.parse import COMPUTE_CAPABILITY_RE
@@ -73,6 +74,45 @@ class AcceleratorCatalog:
 
 
 @dataclass(frozen=True, slots=True)
+class Aim:
+    """What the scaling aims for to reach an objective (the share of requests within the SLO): one calibrated
+    point of `policies/scaling.yaml`'s `aim` table (`infer_ctl.sim.calibrate` fits it by replays)."""
+
+    attainment: float  # the objective this point was calibrated for
+    quantile: float  # the forecast's upper quantile provisioned for
+    scale_down_stabilization_s: float
+
+
+def aim_for(objective: float, aims: tuple[Aim, ...]) -> Aim:
+    """The aim for an objective: the point calibrated for the lowest objective at or above it (between two
+    calibrated objectives the higher one's aim, never a lower one: an objective is met by aiming as one calibrated
+    to meet more did); above every calibrated objective, the highest point (the most the calibration aims for).
+    `aims` ordered by attainment, each aiming no lower than the one before (`check_aims`)."""
+    if not aims:
+        raise ValueError("no calibrated aim")
+    if not MIN_ATTAINMENT <= objective <= MAX_ATTAINMENT:
+        raise ValueError(f"the objective must be within [{MIN_ATTAINMENT}, {MAX_ATTAINMENT}], got {objective}")
+    return next((a for a in aims if a.attainment >= objective - 1e-12), aims[-1])
+
+
+def check_aims(aims: tuple[Aim, ...]) -> list[tuple[str, str]]:
+    """Problems of an aim table as (field, message), the field by index (`[2].quantile`): objectives strictly
+    rising, and a higher objective never aiming lower (neither a lower quantile nor a shorter stabilization)."""
+    problems = []
+    for i in range(1, len(aims)):
+        prev, cur = aims[i - 1], aims[i]
+        if cur.attainment <= prev.attainment:
+            problems.append((f"[{i}].attainment", f"must be above the previous point's ({prev.attainment:g})"))
+        if cur.quantile < prev.quantile:
+            problems.append((f"[{i}].quantile", f"a higher objective may not aim lower (the previous point's is "
+                                                f"{prev.quantile:g})"))
+        if cur.scale_down_stabilization_s < prev.scale_down_stabilization_s:
+            problems.append((f"[{i}].scaleDownStabilizationSeconds", f"a higher objective may not aim lower (the "
+                             f"previous point's is {prev.scale_down_stabilization_s:g})"))
+    return problems
+
+
+@dataclass(frozen=True, slots=True)
 class ScalingPreset:
     quantile: float
     standby_replicas: int
@@ -81,6 +121,9 @@ class ScalingPreset:
     # the burst guard also sizes for in-flight / per-replica target, as Knative KPA's panic mode does
     panic_on_concurrency: bool = False
     sleep: bool = False  # the sleeping tier: replicas asleep on warm hosts (spec.scaling.prewarm.sleep)
+    # the objective (share of requests within the SLO) the preset stands for; its quantile and stabilization are
+    # the aim calibrated for it unless the preset states them. None: a preset stating its knobs without one
+    attainment: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +142,8 @@ class ScalingPolicy:
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
     host_memory_fraction: float = 0.5
+    # the calibrated aims by objective (`aim_for`); () when the file states none: then only the presets' knobs
+    aims: tuple[Aim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,21 +171,31 @@ class EffectiveScaling:
     cached_start_ratio: float = 0.25
     panic_on_concurrency: bool = False
     sleep: bool = False
+    attainment: float | None = None  # the objective: the spec's slo.attainment, else the preset's
 
 
-def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy) -> EffectiveScaling:
+def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy, attainment: float | None = None
+                      ) -> EffectiveScaling:
+    """The preset applied to what the spec leaves unset. `attainment` (the spec's `slo.attainment`) replaces the
+    preset's objective: the quantile and stabilization the spec leaves unset are then the aim calibrated for it
+    (`aim_for` over the policy's table), not the preset's."""
     preset = policy.presets[spec.preset]
+    quantile, window = preset.quantile, preset.scale_down_stabilization_s
+    if attainment is not None and policy.aims:
+        aim = aim_for(attainment, policy.aims)
+        quantile, window = aim.quantile, aim.scale_down_stabilization_s
     return EffectiveScaling(
-        quantile=spec.forecast.quantile if spec.forecast.quantile is not None else preset.quantile,
+        quantile=spec.forecast.quantile if spec.forecast.quantile is not None else quantile,
         standby_replicas=(spec.prewarm.standby_replicas if spec.prewarm.standby_replicas is not None
                           else preset.standby_replicas),
         scale_down_stabilization_s=(spec.scale_down_stabilization_s if spec.scale_down_stabilization_s is not None
-                                    else preset.scale_down_stabilization_s),
+                                    else window),
         control_period_s=policy.control_period_s,
         node_cache=spec.prewarm.node_cache if spec.prewarm.node_cache is not None else preset.node_cache,
         cached_start_ratio=policy.cached_start_ratio,
         panic_on_concurrency=preset.panic_on_concurrency,
         sleep=spec.prewarm.sleep if spec.prewarm.sleep is not None else preset.sleep,
+        attainment=attainment if attainment is not None else preset.attainment,
     )
 
 
@@ -240,7 +295,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "presets"))
+                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -255,25 +310,34 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if concurrency_query:
         for problem in check_template(concurrency_query):
             r.error(f"{source}: concurrencyQuery", problem)
+    aims = _parse_aims(r, doc, source)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
     for preset in api.Preset:
         p = f"{source}: presets.{preset.value}"
-        item = r.obj(presets_doc, preset.value, p, ("quantile", "standbyReplicas", "scaleDownStabilizationSeconds",
-                                                     "nodeCache", "panicOnConcurrency", "sleep"),
-                     required=bool(presets_doc))
+        item = r.obj(presets_doc, preset.value, p, ("attainment", "quantile", "standbyReplicas",
+                                                     "scaleDownStabilizationSeconds", "nodeCache",
+                                                     "panicOnConcurrency", "sleep"), required=bool(presets_doc))
         if not item:
             continue
-        quantile = r.number(item, "quantile", f"{p}.quantile", default=None, minimum=0.5, maximum=0.999,
-                            required=True)
+        objective = r.number(item, "attainment", f"{p}.attainment", default=None, minimum=MIN_ATTAINMENT,
+                             maximum=MAX_ATTAINMENT)
+        aim = aim_for(objective, aims) if objective is not None and aims else None
+        if objective is not None and not aims and "aim" not in doc:
+            r.error(f"{p}.attainment", "an objective needs the calibrated 'aim' table (or state quantile and "
+                                       "scaleDownStabilizationSeconds instead)")
+        # stated, the preset's knobs override the aim; without an objective they are required
+        quantile = r.number(item, "quantile", f"{p}.quantile", default=None if aim is None else aim.quantile,
+                            minimum=0.5, maximum=0.999, required=objective is None)
         standby = r.integer(item, "standbyReplicas", f"{p}.standbyReplicas", default=None, minimum=0, required=True)
         window = r.number(item, "scaleDownStabilizationSeconds", f"{p}.scaleDownStabilizationSeconds",
-                          default=None, minimum=0, maximum=86_400, required=True)
+                          default=None if aim is None else aim.scale_down_stabilization_s, minimum=0,
+                          maximum=86_400, required=objective is None)
         node_cache = r.boolean(item, "nodeCache", f"{p}.nodeCache", default=False)
         panic = r.boolean(item, "panicOnConcurrency", f"{p}.panicOnConcurrency", default=False)
         sleep = r.boolean(item, "sleep", f"{p}.sleep", default=False)
         if quantile is not None and standby is not None and window is not None:
-            presets[preset] = ScalingPreset(quantile, standby, window, node_cache, panic, sleep)
+            presets[preset] = ScalingPreset(quantile, standby, window, node_cache, panic, sleep, objective)
     if r.errors:
         raise SpecError(r.errors)
     return ScalingPolicy(control_period_s=period or 10.0, presets=presets,
@@ -282,7 +346,39 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
                                             else concurrency_query),
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
-                         host_memory_fraction=0.5 if host_fraction is None else host_fraction)
+                         host_memory_fraction=0.5 if host_fraction is None else host_fraction,
+                         aims=aims)
+
+
+def _parse_aims(r: FieldReader, doc: Mapping[str, Any], source: str) -> tuple[Aim, ...]:
+    """The `aim` table: per calibrated objective, the quantile and stabilization that reached it at the least
+    cost in replays; rising objectives, none aiming lower than the one before."""
+    raw = doc.get("aim")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        r.error(f"{source}: aim", "must be a non-empty list of {attainment, quantile, scaleDownStabilizationSeconds}")
+        return ()
+    out: list[Aim] = []
+    before = len(r.errors)
+    for i, item in enumerate(raw):
+        p = f"{source}: aim[{i}]"
+        if not isinstance(item, Mapping):
+            r.error(p, "must be a mapping")
+            continue
+        r.unknown(item, p, ("attainment", "quantile", "scaleDownStabilizationSeconds"))
+        objective = r.number(item, "attainment", f"{p}.attainment", default=None, minimum=MIN_ATTAINMENT,
+                             maximum=MAX_ATTAINMENT, required=True)
+        quantile = r.number(item, "quantile", f"{p}.quantile", default=None, minimum=0.5, maximum=0.999,
+                            required=True)
+        window = r.number(item, "scaleDownStabilizationSeconds", f"{p}.scaleDownStabilizationSeconds",
+                          default=None, minimum=0, maximum=86_400, required=True)
+        if objective is not None and quantile is not None and window is not None:
+            out.append(Aim(objective, quantile, window))
+    if len(out) == len(raw):
+        for where, problem in check_aims(tuple(out)):
+            r.error(f"{source}: aim{where}", problem)
+    return tuple(out) if len(r.errors) == before else ()
 
 
 PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",

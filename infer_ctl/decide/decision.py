@@ -129,6 +129,9 @@ class DecidePolicy:
     target_concurrency_per_replica: float | None = None
     # the guard also sizes for in-flight / target (Knative KPA's panic mode; the preset's panicOnConcurrency)
     panic_on_concurrency: bool = False
+    # the objective, the share of requests within the SLO (spec.slo.attainment or the preset's); the quantile and
+    # stabilization above are the aim calibrated for it (`infer_ctl.core.policy.aim_for`). None: not stated
+    attainment: float | None = None
 
     def __post_init__(self) -> None:
         if not self.target_rps_per_replica > 0:
@@ -137,6 +140,8 @@ class DecidePolicy:
             raise ValueError(f"target_concurrency_per_replica must be > 0, got {self.target_concurrency_per_replica}")
         if not 0 <= self.min_replicas <= self.max_replicas:
             raise ValueError(f"need 0 <= min_replicas <= max_replicas, got {self.min_replicas}, {self.max_replicas}")
+        if self.attainment is not None and not 0 < self.attainment < 1:
+            raise ValueError(f"attainment must be within (0, 1), got {self.attainment}")
 
     @staticmethod
     def from_spec(spec: ScalingSpec, effective: EffectiveScaling, *, slo_latency_s: float | None = None
@@ -157,6 +162,7 @@ class DecidePolicy:
             keep_alive_s=spec.scale_to_zero.keep_alive_s,
             target_concurrency_per_replica=concurrency_target(spec.target_rps_per_replica, slo_latency_s),
             panic_on_concurrency=effective.panic_on_concurrency,
+            attainment=effective.attainment,
         )
 
 

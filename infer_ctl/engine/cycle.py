@@ -243,7 +243,7 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     query's range window (or, scraping directly, one control period), and the burst guard's concurrency target
     is the target rate times the SLO's p95 objective (`infer_ctl.decide.decision.concurrency_target`)."""
     scaling = spec.scaling
-    effective = effective_scaling(scaling, policies.policies.scaling)
+    effective = effective_scaling(scaling, policies.policies.scaling, spec.slo.attainment)
     slo_s = spec.slo.latency_p95_ms / 1000.0 if spec.slo.latency_p95_ms is not None else None
     decide = DecidePolicy.from_spec(scaling, effective, slo_latency_s=slo_s)
     window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None

@@ -57,6 +57,7 @@ from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.bench_fleet import auto_nodes
 from infer_ctl.sim.bench_fleet import run_policies as fleet_policies
 from infer_ctl.sim.bench_fleet import table as fleet_table
+from infer_ctl.sim.calibrate import objective_report
 from infer_ctl.sim.fleet import ClusterSpec, build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.plot import plot_results
@@ -412,6 +413,7 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
     if name == "bank":
         print("\n".join(no_worse(results)))
     sys.stdout.flush()
+    print("\n".join(objective_report(results, presets[0])), flush=True)  # against the service's objective
     if plot_dir:
         plot_results(
             results,

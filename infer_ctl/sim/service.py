@@ -39,7 +39,7 @@ def settings_from_manifest(
     svc = parse_inference_service(obj)
     spec = svc.spec
     policy = scaling_policy or load_policies().scaling
-    eff = effective_scaling(spec.scaling, policy)
+    eff = effective_scaling(spec.scaling, policy, spec.slo.attainment)
     base = ServiceModel()
     slo_s = spec.slo.latency_p95_ms / 1000.0 if spec.slo.latency_p95_ms is not None else base.slo_latency_s
     model = ServiceModel(

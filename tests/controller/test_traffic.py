@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
@@ -74,6 +75,17 @@ async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stab
     loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
                                 "--shape", "4@6s,45@14s,0.5@30s", "--no-progress", "--max-error-ratio", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the run's clock starts at loadgen's first request at the front door, not at its process start (which takes
+    # seconds of imports on a loaded machine, the surge's 6 s with them)
+    gateway = cluster.sandbox.router.metrics_url
+
+    def requests_seen() -> bool | None:
+        families = text_string_to_metric_families(httpx.get(gateway, timeout=5).text)
+        return any(sample.value > 0 for family in families for sample in family.samples
+                   if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == "step")\
+            or None
+
+    wait_for("loadgen's first request", requests_seen, timeout_s=30)
     started = time.monotonic()
     history: list[tuple[float, int, str]] = []
     try:
