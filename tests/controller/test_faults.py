@@ -138,8 +138,11 @@ def test_a_replica_whose_server_keeps_dying_is_replaced_make_before_break(cluste
         try:
             replacement = wait_for("a ready replacement", lambda: [
                 p for p in live_replicas(cluster, "llm") if ready(p) and p["metadata"]["name"] != name], timeout_s=60)
-            wait_for("the unavailable replica removed", lambda: kube.get(PODS, name, "default") is None
-                     or kube.get(PODS, name, "default")["metadata"].get("deletionTimestamp"), timeout_s=30)
+            def removed() -> bool:  # one read: the Pod may go between two
+                pod = kube.get(PODS, name, "default")
+                return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+            wait_for("the unavailable replica removed", removed, timeout_s=30)
         finally:
             stop.set()
             killer.join(5)

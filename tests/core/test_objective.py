@@ -75,7 +75,7 @@ def test_a_higher_objective_never_aims_lower(table: tuple[Aim, ...], a: float, b
     lo, hi = aim_for(min(a, b), table), aim_for(max(a, b), table)
     assert hi.quantile >= lo.quantile and hi.scale_down_stabilization_s >= lo.scale_down_stabilization_s
     # and the aim is one calibrated for at least the objective, unless the objective is above every point
-    assert hi.attainment >= max(a, b) or hi == table[-1]
+    assert hi.attainment >= max(a, b) - 1e-12 or hi == table[-1]  # aim_for's tolerance for floats read from YAML
 
 
 def test_the_aim_table_is_checked_naming_the_point_and_field() -> None:
