@@ -1099,7 +1099,28 @@ class InferCtl:
 
 
 @dataclass(frozen=True, slots=True)
-class SleepingPool:
+class _ScaledByHpa:
+    """A single-tier baseline whose scaling is an HPA's (`inner`): what differs is where its replicas start."""
+
+    inner: Hpa
+
+    @property
+    def period_s(self) -> float:
+        return self.inner.period_s
+
+    @property
+    def pipelines(self) -> tuple[Pipeline, ...]:
+        return self.inner.pipelines
+
+    def initial_state(self) -> HpaState:
+        return self.inner.initial_state()
+
+    def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
+        return self.inner.decide(obs, state)
+
+
+@dataclass(frozen=True, slots=True)
+class SleepingPool(_ScaledByHpa):
     """A fixed pool of sleeping replicas, woken on demand, under an HPA: what llm-d's fast model actuation (FMA)
     offers.
 
@@ -1120,7 +1141,6 @@ class SleepingPool:
       number, not forecast.
     """
 
-    inner: Hpa
     pool: int = 2
     name: str = "fma-pool"
 
@@ -1128,23 +1148,9 @@ class SleepingPool:
         if self.pool < 1:
             raise ValueError(f"pool: {self.pool} must be at least 1")
 
-    @property
-    def period_s(self) -> float:
-        return self.inner.period_s
-
-    @property
-    def pipelines(self) -> tuple[Pipeline, ...]:
-        return self.inner.pipelines
-
-    def initial_state(self) -> HpaState:
-        return self.inner.initial_state()
-
-    def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
-        return self.inner.decide(obs, state)
-
 
 @dataclass(frozen=True, slots=True)
-class NodeCached:
+class NodeCached(_ScaledByHpa):
     """A node model cache under an HPA: KServe's LocalModelCache.
 
     - KServe (kserve.github.io, "KServe Local Model Cache"): "By caching LLM models locally, the InferenceService
@@ -1156,22 +1162,7 @@ class NodeCached:
       of the cold start); the HPA (`inner`) scales as it does alone. The disks are not charged.
     """
 
-    inner: Hpa
     name: str = "kserve-cache"
-
-    @property
-    def period_s(self) -> float:
-        return self.inner.period_s
-
-    @property
-    def pipelines(self) -> tuple[Pipeline, ...]:
-        return self.inner.pipelines
-
-    def initial_state(self) -> HpaState:
-        return self.inner.initial_state()
-
-    def decide(self, obs: Observation, state: HpaState) -> tuple[int, HpaState]:
-        return self.inner.decide(obs, state)
 
 
 @dataclass(frozen=True, slots=True)
