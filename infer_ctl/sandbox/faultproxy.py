@@ -112,6 +112,8 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._session: aiohttp.ClientSession | None = None
+        # response bodies being copied (watches last minutes) -> the handler that waits for each
+        self._pumps: dict[asyncio.Task[None], asyncio.Task[Any]] = {}
 
     @classmethod
     def for_kubeconfig(cls, kubeconfig: Path, *, seed: int = 0) -> FaultProxy:
@@ -168,18 +170,38 @@ class FaultProxy:
                                          status=fault.status)
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        body = await request.read()
+        try:
+            body = await request.read()
+        except ConnectionResetError:  # the client went while sending (e.g. a controller killed mid-write)
+            return web.Response(status=499, text="client closed the request")
         async with self._session.request(request.method, self.upstream + path_qs, headers=headers,
                                          data=body or None, allow_redirects=False) as upstream:
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
             await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
+            # The body is copied by a task of its own, which stop() cancels (a watch lasts minutes): the handler
+            # then ends its response and returns, so that the runner's cleanup finds no handler to cancel.
+            # (aiohttp 3.14 logs InvalidStateError tracebacks for a handler it cancels at shutdown.)
+            pump = asyncio.create_task(self._pump(upstream, response))
+            handler = asyncio.current_task()
+            assert handler is not None
+            self._pumps[pump] = handler
+            try:
+                await pump
+            except asyncio.CancelledError:
+                if handler.cancelling():
+                    raise  # this handler is cancelled, not only its pump
+            finally:
+                del self._pumps[pump]
             with contextlib.suppress(ConnectionResetError):
                 await response.write_eof()
             return response
+
+    @staticmethod
+    async def _pump(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+        with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[FaultProxy]:
@@ -204,10 +226,17 @@ class FaultProxy:
             await web.SockSite(runner, sock).start()
 
         async def stop() -> None:
-            if runner is not None:
-                await runner.cleanup()
-            if self._session is not None:
-                await self._session.close()
+            try:
+                handlers = set(self._pumps.values())
+                for pump in list(self._pumps):  # their handlers then return (see _handle)
+                    pump.cancel()
+                if handlers:
+                    await asyncio.wait(handlers, timeout=5)
+                if runner is not None:
+                    await runner.cleanup()
+            finally:
+                if self._session is not None:
+                    await self._session.close()
 
         try:
             thread.call(start)
