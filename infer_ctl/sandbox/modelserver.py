@@ -14,9 +14,11 @@ Sleep mode, as vLLM's level 1 (`--enable-sleep-mode`): `POST /sleep?level=1` let
 then moves the weights to host memory (`--model-bytes` / `--d2h-gbps`) and frees the device; `POST /wake_up`
 moves them back (`--model-bytes` / `--h2d-gbps`); `GET /is_sleeping` answers `{"is_sleeping": bool}`. Both are
 idempotent (sleeping when asleep answers 200 at once). With `--start-asleep` the server loads into host memory
-and reports ready asleep (ready means loaded). A request that arrives while the model sleeps is held, at most
-`max-queue` of them and at most `--hold-s` each, then answered 503 with Retry-After: it never wakes the model,
-the controller decides which model is awake on a GPU. With `--agent-url`, each move first asks the node agent
+and reports ready asleep (ready means loaded). A request that arrives while the model sleeps, or is going to
+sleep, is answered 503 at once with Retry-After and `X-Infer-Ctl-Asleep: true` (the front door then sends it to
+another replica: it reached this one before the router saw it leave traffic); one that arrives during a wake is
+held until the wake ends, at most `max-queue` of them and at most `--hold-s` each. A request never wakes the
+model: the controller decides which model is awake on a GPU. With `--agent-url`, each move first asks the node agent
 for the memory it will fill (`POST <agent-url>/reserve/device` before a wake, `.../reserve/host` before a sleep)
 and tells it what it freed (`.../release/host` after a wake, `.../release/device` after a sleep): a refusal is a
 409 with the agent's `{"reason": ..., "message": ...}` (DeviceMemory: the device's memory is taken by other awake
@@ -55,6 +57,7 @@ WAKE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request", 409: "Conflict",
             429: "Too Many Requests", 503: "Service Unavailable"}
 GB = 1e9  # the bandwidths are in GB/s, 10^9 bytes per second
+ASLEEP_HEADER = "X-Infer-Ctl-Asleep"  # on a 503 of a model that sleeps: the front door retries another replica
 
 Answer = tuple[int, str, bytes, dict[str, str]]
 
@@ -79,6 +82,7 @@ class ModelServer:
         self.admitted_idle = asyncio.Event()
         self.admitted_idle.set()
         self.asleep = False
+        self.waking = False  # a wake is under way: requests that arrive are held until it ends
         self.awake = asyncio.Event()  # set while requests pass: loaded, awake and not going to sleep
         self.transition = asyncio.Lock()  # one sleep or wake at a time
         labels = {"namespace": args.namespace, "service": args.service, "pod": args.pod}
@@ -222,7 +226,11 @@ class ModelServer:
             if refused is not None:
                 return refused
             started = time.perf_counter()
-            await asyncio.sleep(self.args.model_bytes / (self.args.h2d_gbps * GB))
+            self.waking = True
+            try:
+                await asyncio.sleep(self.args.model_bytes / (self.args.h2d_gbps * GB))
+            finally:
+                self.waking = False
             self._set_asleep(False)
             self.wake_duration.labels(**self.labels).observe(time.perf_counter() - started)
             self.wakes.labels(**self.labels).inc()
@@ -256,9 +264,14 @@ class ModelServer:
         self.inflight += 1
         self.idle.clear()
         try:
-            if not self.awake.is_set() and (self.held >= self.args.max_queue or not await self._hold()):
+            # Held only while a wake is under way (the controller wakes a replica before it puts it in
+            # traffic); asleep or going to sleep, refused at once with a header the front door retries elsewhere
+            # (a router that sent it here has not seen the replica leave traffic yet).
+            if not self.awake.is_set() and (not self.waking or self.held >= self.args.max_queue
+                                            or not await self._hold()):
                 self.requests.labels(**self.labels, code="503").inc()
-                return _json(503, {"error": "model asleep"}, {"Retry-After": str(self.retry_after_s())})
+                return _json(503, {"error": "model asleep"}, {"Retry-After": str(self.retry_after_s()),
+                                                             ASLEEP_HEADER: "true"})
             if self.waiting >= self.args.max_queue:
                 self.requests.labels(**self.labels, code="429").inc()
                 return _json(429, {"error": "queue full"})

@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from infer_ctl.kube.client import PODS, KubeError, Resource
 from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH, ROLE_SERVING
+from infer_ctl.sandbox.modelserver import ASLEEP_HEADER
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
 from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import ClusterView
@@ -48,6 +49,9 @@ QUEUE_DEPTH_METRIC = "infer_ctl_gateway_queue_depth"
 INFLIGHT_METRIC = "infer_ctl_gateway_inflight"
 _CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
 RETRY_AFTER_S = 1
+# A model server that is asleep (or going to sleep) answers 503 with ASLEEP_HEADER before doing any work: the front
+# door sends the request to another ready endpoint, at most MAX_RETRIES times.
+MAX_RETRIES = 3
 
 
 class GatewayMetrics:
@@ -132,6 +136,7 @@ class FrontDoor:
     outstanding: dict[str, int] = field(default_factory=dict)
     held: int = 0
     forwarded: int = 0
+    retried: int = 0  # requests sent to another endpoint after one answered that it sleeps
     _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when the Pods change
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _runner: aiohttp.web.AppRunner | None = None
@@ -158,8 +163,8 @@ class FrontDoor:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    def pick(self) -> str | None:
-        endpoints = ready_endpoints(self.view, self.namespace, self.service)
+    def pick(self, avoid: frozenset[str] = frozenset()) -> str | None:
+        endpoints = [e for e in ready_endpoints(self.view, self.namespace, self.service) if e not in avoid]
         if not endpoints:
             return None
         least = min(self.outstanding.get(e, 0) for e in endpoints)
@@ -221,12 +226,26 @@ class FrontDoor:
                 return aiohttp.web.json_response(
                     {"error": f"no ready serving endpoint for {self.namespace}/{self.service} within "
                               f"{hold_s:g} s"}, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        tried: set[str] = set()
+        while True:
+            response = await self._send(endpoint, request, body, headers)
+            tried.add(endpoint)
+            # A replica put to sleep since this view last saw it refuses at once, before doing any work ("model
+            # asleep", as Envoy's retry_on 503): the request goes to another ready endpoint, each tried once.
+            if response.status != 503 or response.headers.get(ASLEEP_HEADER) != "true" or \
+                    len(tried) > MAX_RETRIES or (retry := self.pick(frozenset(tried))) is None:
+                return response
+            self.retried += 1
+            endpoint = retry
+
+    async def _send(self, endpoint: str, request: aiohttp.web.Request, body: bytes,
+                    headers: dict[str, str]) -> aiohttp.web.Response:
         self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
         self.forwarded += 1
         self._gauges()
         try:
-            body = await request.read()
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
             async with self.session.request(request.method, f"http://{endpoint}{request.rel_url}", data=body,
                                             headers=headers) as upstream:
                 payload = await upstream.read()
