@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
                         help="folder for the kubeconfig, the timelines (loadgen's, the controller's), its log, the "
                              "summary and the plot")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder")
+    parser.add_argument("--no-sleep", action="store_true",
+                        help="run the chat service without its sleeping tier (spec.scaling.prewarm.sleep false): "
+                             "an unannounced step is then met by cold starts alone")
     parser.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
                         help="emulator (default): the project's fast embedded API server and scheduler; kube: the "
                              "real kube-apiserver, kube-scheduler and kube-controller-manager 1.37 (built from "
@@ -89,6 +92,7 @@ class Sample:
     desired_standby: int
     states: dict[str, int]
     reason: str
+    gpus: int = 0  # GPUs the service's Pods hold: the claims they reference (a warm host's once)
 
     def count(self, state: str) -> int:
         return self.states.get(state, 0)
@@ -145,6 +149,8 @@ class _Demo:
         self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
+        if args.no_sleep:
+            driven["spec"]["scaling"].setdefault("prewarm", {})["sleep"] = False
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
@@ -298,7 +304,7 @@ class _Demo:
                 prometheus.set_targets(p.address for p in replica_pods(pods) if p.address)
             t = time.monotonic() - day0_mono
             views = [self._service_view(kube, name, pods) for name in self._names()]
-            self._record(t, views[0])
+            self._record(t, views[0], held_gpus(pods, DRIVEN))
             phase = self.day.phase_at(t)
             view.update(t, phase.name, "as every day: the forecast knows it" if phase.predictable else
                         "unannounced: the days before had none of it", views)
@@ -326,7 +332,6 @@ class _Demo:
     def _service_view(self, kube: Any, name: str, pods: list[dict[str, Any]]) -> ServiceView:
         from infer_ctl.kube.client import INFERENCE_SERVICES
         from infer_ctl.kube.labels import LABEL_SERVICE
-        from infer_ctl.kube.pods import replica_pods
 
         status = (kube.get(INFERENCE_SERVICES, name, "default") or {}).get("status") or {}
         forecast = status.get("forecast") or {}
@@ -335,7 +340,7 @@ class _Demo:
         # this cycle's reason and message (the Scaling condition); lastDecision keeps the last change's
         scaling: dict[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Scaling"), {})
         mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name]
-        states = Counter(str(r.state) for r in replica_pods(mine))
+        states = Counter(replica_states(mine))
         note = ""
         if forecast:
             note = (f"upper q{float(forecast.get('quantile', 'nan')):g} within {forecast.get('horizonSeconds')} s, "
@@ -345,9 +350,9 @@ class _Demo:
                            str(scaling.get("reason") or decision.get("reason") or ""),
                            str(scaling.get("message") or decision.get("message") or ""))
 
-    def _record(self, t_s: float, svc: ServiceView) -> None:
+    def _record(self, t_s: float, svc: ServiceView, gpus: int) -> None:
         self.recorder.samples.append(Sample(t_s, svc.observed_rps, svc.forecast_rps, svc.desired_serving,
-                                            svc.desired_standby, dict(svc.replicas), svc.reason))
+                                            svc.desired_standby, dict(svc.replicas), svc.reason, gpus))
 
     # ------------------------------------------------------------------------------------------ the end
 
@@ -355,16 +360,16 @@ class _Demo:
         rec = self.recorder
         peak = max((s.count("Serving") for s in rec.samples), default=0)
         dt = [b.t_s - a.t_s for a, b in zip(rec.samples, rec.samples[1:], strict=False)] + [TICK_S]
-        gpu_s = sum(sum(s.states.values()) * d for s, d in zip(rec.samples, dt, strict=True))
+        gpu_s = sum(s.gpus * d for s, d in zip(rec.samples, dt, strict=True))
         slo = f"p95 <= {self.slo_ms:g} ms" if not math.isnan(self.slo_ms) else "none"
         print(f"\nsummary of {DRIVEN} (SLO {slo}; latency from each request's scheduled send time)", flush=True)
         phases = phase_rows(self.day, rec, summary.get("phases") or [], self.slo_ms)
         print(f"  {'phase':<15} {'seconds':>9} {'req/s':>9} {'p50':>8} {'p95':>8} {'SLO':>6} {'errors':>7}  "
-              f"{'serving':>7} {'standby':>7} {'loading':>7}", flush=True)
+              f"{'serving':>7} {'standby':>7} {'asleep':>7} {'loading':>7}", flush=True)
         for row in phases:
             print(f"  {row['name']:<15} {row['window']:>9} {row['rate']:>9} {row['p50']:>8} {row['p95']:>8} "
                   f"{row['slo']:>6} {row['errors']:>7}  {row['serving']:>7} {row['standby']:>7} "
-                  f"{row['loading']:>7}", flush=True)
+                  f"{row['sleeping']:>7} {row['loading']:>7}", flush=True)
         for line in explain(self.day, rec, phases):
             print(f"  {line}", flush=True)
         if summary:
@@ -372,25 +377,50 @@ class _Demo:
             print(f"  traffic     {summary.get('sent', 0)} requests, {summary.get('ok', 0)} ok, "
                   f"{summary.get('errors', 0)} errors{' (' + kinds + ')' if kinds else ''}; p50 "
                   f"{summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms overall", flush=True)
-        print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (loading included)", flush=True)
+        print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (the GPUs its Pods' claims "
+              "hold, loading included; a warm host's GPU once)", flush=True)
         write_samples(rec, self.out / "controller-timeline.csv")
         (self.out / "summary.json").write_text(json.dumps({
             "loadgen": summary, "peak_serving": peak, "gpu_hours": gpu_s / 3600, "day_s": self.day.day_s,
             "rate_scale": self.day.rate_scale, "phases": phases}, indent=2))
 
 
+def replica_states(pods: list[dict[str, Any]]) -> list[str]:
+    """Each replica Pod's state as the controller counts it: a loaded replica held asleep is Sleeping."""
+    from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP
+    from infer_ctl.kube.pods import replica_pod
+
+    out = []
+    for pod in pods:
+        r = replica_pod(pod)
+        asleep = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"
+        out.append("Sleeping" if asleep and r.state in ("Serving", "Standby") else str(r.state))
+    return out
+
+
+def held_gpus(pods: list[dict[str, Any]], name: str) -> int:
+    """GPUs the service's Pods hold: the distinct claims they reference (a warm host's claim, referenced by the
+    sleepers and awake replicas on it, is one GPU; the demo's claims each ask for one device)."""
+    from infer_ctl.kube.labels import LABEL_SERVICE
+
+    claims = {c.get("resourceClaimName") for p in pods
+              if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name
+              for c in (p.get("spec") or {}).get("resourceClaims") or () if c.get("resourceClaimName")}
+    return len(claims)
+
+
 def write_samples(rec: Recorder, path: Path) -> None:
     """What the demo polled each second: the controller's rate, forecast and wanted replicas, the Pods by state."""
     import csv
 
-    states = ["Serving", "Standby", "Loading", "Pending", "Draining", "Unavailable"]
+    states = ["Serving", "Standby", "Sleeping", "Loading", "Pending", "Draining", "Unavailable"]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["t_s", "observed_rps", "forecast_upper_rps", "desired_serving", "desired_standby",
-                         *(s.lower() for s in states), "reason"])
+                         *(s.lower() for s in states), "gpus", "reason"])
         for x in rec.samples:
             writer.writerow([f"{x.t_s:.1f}", f"{x.observed_rps:.1f}", f"{x.forecast_rps:.1f}", x.desired_serving,
-                             x.desired_standby, *(x.count(s) for s in states), x.reason])
+                             x.desired_standby, *(x.count(s) for s in states), x.gpus, x.reason])
 
 
 def scale_capacity(service: dict[str, Any], scale: float) -> None:
@@ -434,7 +464,8 @@ def phase_rows(day: Day, rec: Recorder, loadgen_phases: list[dict[str, Any]], sl
             "p95": _ms(p95), "p95_ms": p95,
             "slo": "-" if math.isnan(p95) or math.isnan(slo_ms) else ("met" if p95 <= slo_ms else "MISSED"),
             "errors": str(lg.get("errors", "-")), "errors_by_kind": lg.get("errors_by_kind", {}),
-            "serving": span("Serving"), "standby": span("Standby"), "loading": span("Loading"),
+            "serving": span("Serving"), "standby": span("Standby"), "sleeping": span("Sleeping"),
+            "loading": span("Loading"),
         })
     return rows
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 HIGHLIGHT_S = 4.0
-STATE_ORDER = ("Serving", "Standby", "Loading", "Pending", "Draining", "Unavailable")
+STATE_ORDER = ("Serving", "Standby", "Sleeping", "Loading", "Pending", "Draining", "Unavailable")
 _BOLD_YELLOW, _DIM, _RESET = "\x1b[1;33m", "\x1b[2m", "\x1b[0m"
 
 

@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 import yaml
 
-from infer_ctl.cli.demo import Recorder, Sample, explain, phase_rows, plot, scale_capacity
+from infer_ctl.cli.demo import (
+    Recorder,
+    Sample,
+    explain,
+    held_gpus,
+    phase_rows,
+    plot,
+    replica_states,
+    scale_capacity,
+)
 from infer_ctl.cli.demoday import DEFAULT_DAY_S, Day
 from infer_ctl.cli.live import LiveView, ServiceView
 from loadgen.shapes import parse_shape
@@ -193,6 +202,26 @@ def test_the_plot_is_drawn_from_the_recorder_and_loadgen_s_timeline(tmp_path: Pa
 
 
 @pytest.mark.slow
+def _pod(name: str, *, claim: str, ready: bool = True, standby: bool = False, asleep: bool = False,
+         service: str = "chat") -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {"infer-ctl.io/service": service, "infer-ctl.io/replica": name,
+                                                   "infer-ctl.io/role": "standby" if standby else "serving"},
+                         "annotations": {"infer-ctl.io/asleep": "true"} if asleep else {}},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_sleepers_are_counted_as_sleeping_and_a_warm_host_s_gpu_once() -> None:
+    pods = [_pod("chat-r0", claim="chat-r0-gpu"),
+            _pod("chat-r1", claim="warm-h100-0-gpu-1"),  # awake on a warm host
+            _pod("chat-r2", claim="warm-h100-0-gpu-1", standby=True, asleep=True),
+            _pod("chat-r3", claim="warm-h100-0-gpu-1", standby=True, ready=False),  # a sleeper still loading
+            _pod("other-r0", claim="other-r0-gpu", service="other")]
+    assert replica_states(pods[:4]) == ["Serving", "Serving", "Sleeping", "Loading"]
+    assert held_gpus(pods, "chat") == 2
+    assert held_gpus(pods, "other") == 1
+
+
 def test_the_demo_runs_the_whole_loop_and_leaves_a_summary_per_phase_and_a_plot(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "infer-ctl"
     result = subprocess.run([str(exe), "demo", "--duration", "40", "--rate-scale", "0.2", "--out", str(tmp_path)],
