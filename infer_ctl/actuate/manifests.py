@@ -16,6 +16,11 @@
   and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
   wake); `infer-ctl.io/start-asleep` asks the model server to load straight into host memory (the sandbox's does;
   one that does not is put to sleep with `POST /sleep?level=1` once ready).
+- The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`, a
+  hostPath) read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
+  (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
+  prefetch Pod, `prefetch_pod`), and from the network otherwise. Pod Security Admission's baseline and restricted
+  levels refuse hostPath volumes: in a namespace enforcing either, replicas need the mounts turned off.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infer_ctl.core import api
+from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
     ANNOTATION_MODEL_BYTES,
@@ -126,10 +132,12 @@ def _canonical(value: Any) -> Any:
 
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
                 node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
-                annotations: Mapping[str, str] | None = None, priority: Role | None = None) -> dict[str, Any]:
+                annotations: Mapping[str, str] | None = None, priority: Role | None = None,
+                model_cache_dir: str = "") -> dict[str, Any]:
     """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node. `priority`: the
     PriorityClass's role when it differs from the label's (a swap's replacement: labelled standby, out of
-    traffic, at the serving priority it will serve at)."""
+    traffic, at the serving priority it will serve at). `model_cache_dir`: the node's model cache directory to
+    mount read-only (policies' modelCacheHostPath; "" mounts none)."""
     spec = svc.spec
     runtime = spec.runtime
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
@@ -151,6 +159,16 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         container["args"] = list(runtime.args)
     if runtime.env:
         container["env"] = [{"name": e.name, "value": e.value} for e in runtime.env]
+    volumes: list[dict[str, Any]] = []
+    if model_cache_dir:
+        # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
+        # writable or not): the server finds its model's directory there, or loads from the network
+        container["volumeMounts"] = [{"name": MODEL_CACHE_VOLUME, "mountPath": model_cache_dir, "readOnly": True}]
+        if not any(e.name == ENV_MODEL_CACHE_DIR for e in runtime.env):
+            container.setdefault("env", []).append({"name": ENV_MODEL_CACHE_DIR,
+                                                    "value": f"{model_cache_dir}/{spec.model.cache_key}"})
+        volumes.append({"name": MODEL_CACHE_VOLUME, "hostPath": {"path": model_cache_dir,
+                                                                 "type": "DirectoryOrCreate"}})
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "resourceClaims": [{"name": CLAIM_NAME_IN_POD, "resourceClaimName": claim_name}],
@@ -158,6 +176,8 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         "terminationGracePeriodSeconds": DRAIN_SECONDS,
         "restartPolicy": "Always",
     }
+    if volumes:
+        pod_spec["volumes"] = volumes
     if tolerations:
         pod_spec["tolerations"] = [dict(t) for t in tolerations]
     if node_selector:
@@ -180,8 +200,11 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
     }
 
 
-# Where prefetch Pods put a model's weights on a node (a hostPath; one directory per model cache key).
-MODEL_CACHE_DIR = "/var/lib/infer-ctl/models"
+# Where prefetch Pods put a model's weights on a node by default (a hostPath; one directory per model cache key):
+# policies' modelCacheHostPath.
+MODEL_CACHE_DIR = DEFAULT_MODEL_CACHE_HOST_PATH
+MODEL_CACHE_VOLUME = "model-cache"
+ENV_MODEL_CACHE_DIR = "INFER_CTL_MODEL_CACHE_DIR"  # a model's directory in its node's cache
 PREFETCH_CONTAINER = "prefetch"
 
 
@@ -189,19 +212,19 @@ def prefetch_pod_name(service: str, node: str) -> str:
     return f"{service}-prefetch-{node}"[:253].rstrip("-.")
 
 
-def prefetch_pod(svc: api.InferenceService, *, node: str,
-                 tolerations: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[Mapping[str, str]] = (),
+                 cache_dir: str = MODEL_CACHE_DIR) -> dict[str, Any]:
     """A Pod that copies the service's model weights into `node`'s model cache and completes (the cached tier).
 
     It runs on the node (`nodeName`: no GPU, nothing to schedule) with the runtime's image and the cache
-    directory (`MODEL_CACHE_DIR`/<cache key>, a hostPath) as `INFER_CTL_MODEL_CACHE_DIR`; the model's name and
-    URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the weights there with the
-    Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates the download (bytes
-    over the node's network bandwidth) and publishes the node's cache on the Node. Owned by the service, so
-    deleting the service deletes it."""
+    directory (`cache_dir`/<cache key>, a hostPath: policies' modelCacheHostPath) as `INFER_CTL_MODEL_CACHE_DIR`;
+    the model's name and URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the
+    weights there with the Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates
+    the download (bytes over the node's network bandwidth) and publishes the node's cache on the Node. Owned by
+    the service, so deleting the service deletes it."""
     spec = svc.spec
     key = spec.model.cache_key
-    directory = f"{MODEL_CACHE_DIR}/{key}"
+    directory = f"{cache_dir}/{key}"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -224,9 +247,9 @@ def prefetch_pod(svc: api.InferenceService, *, node: str,
                                         '--local-dir "$INFER_CTL_MODEL_CACHE_DIR"'],
                 "env": [{"name": "INFER_CTL_MODEL_NAME", "value": spec.model.name},
                         {"name": "INFER_CTL_MODEL_URI", "value": spec.model.uri or ""},
-                        {"name": "INFER_CTL_MODEL_CACHE_DIR", "value": directory}],
-                "volumeMounts": [{"name": "model-cache", "mountPath": directory, "subPath": key}],
+                        {"name": ENV_MODEL_CACHE_DIR, "value": directory}],
+                "volumeMounts": [{"name": MODEL_CACHE_VOLUME, "mountPath": directory, "subPath": key}],
             }],
-            "volumes": [{"name": "model-cache", "hostPath": {"path": MODEL_CACHE_DIR, "type": "DirectoryOrCreate"}}],
+            "volumes": [{"name": MODEL_CACHE_VOLUME, "hostPath": {"path": cache_dir, "type": "DirectoryOrCreate"}}],
         },
     }

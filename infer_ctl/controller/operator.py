@@ -27,6 +27,7 @@ import asyncio
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +63,7 @@ class OperatorConfig:
     # per service (uid): the decision last logged (the body kopf hands a timer may not show the status written
     # by the cycle before it yet, which would log that decision again)
     _logged: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    _last_cycle: float = -float("inf")  # event-loop time of this process's last control cycle (peering: active)
 
 
 def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -96,6 +98,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         async with lock:
             loop = asyncio.get_running_loop()
             started, now = loop.time(), datetime.now(UTC)
+            config._last_cycle = started
             try:
                 result = await reconciler.cycle(body, now)
                 written = body.get("status") or {}
@@ -218,6 +221,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     relay = asyncio.create_task(_relay(started, ready_flag))
     denied: list[str] = []  # what RBAC refuses the controller in the namespaces it manages (readiness says it)
     permissions = asyncio.create_task(_check_permissions(kube, config.namespaces, denied))
+    collector = asyncio.create_task(_collect_warm_hosts(config, reconciler, started))
     readiness = (ReadinessServer(lambda: not_ready(started, reconciler) + denied, config.readiness_port,
                                  config.health_address) if config.readiness_port is not None else None)
     liveness = (liveness_endpoint(config.health_address, config.liveness_port)
@@ -250,6 +254,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     finally:
         relay.cancel()
         permissions.cancel()
+        collector.cancel()
         if readiness is not None:
             readiness.close()
         reconciler.metrics.stop_serving()
@@ -282,6 +287,26 @@ async def _check_permissions(kube: KubeClient, namespaces: tuple[str, ...], deni
         if not found:
             return
         await asyncio.sleep(PERMISSION_RECHECK_S)
+
+
+async def _collect_warm_hosts(config: OperatorConfig, reconciler: Reconciler, started: asyncio.Event) -> None:
+    """Every control period, the idle warm hosts of the namespaces the controller manages are collected
+    (`Reconciler.collect_warm_hosts`): the services' cycles collect them too, but a namespace (or a controller)
+    with no service left has no cycle. With peering, only while this process is the active peer (it ran a cycle
+    within the last 3 periods): a paused peer keeps out, and starts no watches of its own for it. A failure is a
+    log line; the next period tries again."""
+    period = config.settings.period_s
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(period)
+        if not started.is_set():
+            continue
+        if config.peering is not None and loop.time() - config._last_cycle > 3 * period:
+            continue
+        try:
+            await reconciler.collect_warm_hosts(time.time(), config.namespaces or None)
+        except Exception as exc:  # never ends the loop: an API fault is retried next period
+            log.warning("collecting idle warm hosts failed (tried again in %.0f s): %s", period, exc)
 
 
 def not_ready(started: asyncio.Event, reconciler: Reconciler) -> list[str]:

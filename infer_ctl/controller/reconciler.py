@@ -24,7 +24,7 @@ a deadline of its weights over the policies' wakeGbps plus WAKE_TIMEOUT_S) and t
 wake (409 DeviceMemory: the warm host's device is taken) is an Event, is named in the decision's message, is not
 tried again for WAKE_REFUSED_PERIODS, and the cycle plans again without it, creating replicas instead. New
 sleepers reference their warm host (made first when it is new) and start asleep; warm hosts no Pod references are
-deleted after a control period.
+deleted after a control period, in every namespace the controller manages (`collect_warm_hosts`).
 """
 
 from __future__ import annotations
@@ -241,6 +241,7 @@ class Reconciler:
         self._events: dict[tuple[str, str, str], _Posted] = {}  # (object uid, reason, note) -> the Event posted
         # warm hosts (namespace, claim) no Pod referenced when last seen: deleted when seen so a period later
         self._unreferenced: dict[tuple[str, str], float] = {}
+        self._warm_namespaces: set[str] = set()  # namespaces a cycle ran in: their idle warm hosts are collected
         # warm hosts this controller made that the cache may not show yet (with their pinned device as their
         # allocation), and when: so that the next service's cycle puts its sleepers there too, not on a new one
         self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
@@ -689,16 +690,31 @@ class Reconciler:
             self._start_sleep(svc, memory, r.name, r.address)
 
     async def _collect_warm_hosts(self, namespace: str, now_s: float) -> None:
-        """Warm hosts of `namespace` no Pod references, seen so twice at least a control period apart, are deleted
-        (a Pod is written just after its warm host's claim, and a watch-fed cache may show the one before the
-        other; a warm host made this minute is kept until the cache shows it)."""
+        """A service's cycle collects the idle warm hosts of every namespace this controller has run a cycle in
+        (each one it manages), not only its own: the last service of a namespace may be gone, and its warm hosts
+        with no cycle of their namespace to collect them (`collect_warm_hosts`)."""
+        self._warm_namespaces.add(namespace)
+        await self.collect_warm_hosts(now_s, sorted(self._warm_namespaces))
+
+    async def collect_warm_hosts(self, now_s: float, namespaces: Sequence[str] | None = None) -> None:
+        """Warm hosts of `namespaces` (None: every namespace) no Pod references, seen so twice at least a control
+        period apart, are deleted (a Pod is written just after its warm host's claim, and a watch-fed cache may
+        show the one before the other; a warm host made this minute is kept until the cache shows it). Whether a
+        service is left in the namespace does not matter: the operator also calls this every control period for
+        the namespaces it manages, so that a controller with no service left collects them too."""
         claims, pods = await self.view.cached(RESOURCE_CLAIMS, PODS)
-        referenced = {c for p in pods if p["metadata"].get("namespace") == namespace for c in referenced_claims(p)}
-        hosts = {(namespace, str(c["metadata"]["name"])) for c in claims
-                 if c["metadata"].get("namespace") == namespace and is_warm_host(c)
+        wanted = None if namespaces is None else frozenset(namespaces)
+
+        def swept(ns: str) -> bool:
+            return wanted is None or ns in wanted
+
+        referenced = {(str(p["metadata"].get("namespace", "")), c) for p in pods
+                      if swept(str(p["metadata"].get("namespace", ""))) for c in referenced_claims(p)}
+        hosts = {(str(c["metadata"].get("namespace", "")), str(c["metadata"]["name"])) for c in claims
+                 if swept(str(c["metadata"].get("namespace", ""))) and is_warm_host(c)
                  and not c["metadata"].get("deletionTimestamp")}
-        idle = {k for k in hosts if k[1] not in referenced and k not in self._made_hosts}
-        self._unreferenced = {k: t for k, t in self._unreferenced.items() if k in idle or k[0] != namespace}
+        idle = {k for k in hosts if k not in referenced and k not in self._made_hosts}
+        self._unreferenced = {k: t for k, t in self._unreferenced.items() if k in idle or not swept(k[0])}
         for key in sorted(idle):
             first = self._unreferenced.setdefault(key, now_s)
             if now_s - first >= self.settings.period_s:
@@ -723,9 +739,14 @@ class Reconciler:
             else:
                 log.info("%s: node %s holds the model now", svc.meta.key, node)
             await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
+        cache_dir = self.settings.policies.scaling.model_cache_host_path
+        if nodes and not cache_dir:  # modelCacheHostPath: off (no hostPath Pods): the cached tier holds what it has
+            log.debug("%s: no prefetch Pods, the node model cache is off in the policies", svc.meta.key)
+            return
         for node in nodes:
             pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
-                                                              "effect": t.effect} for t in GPU_TOLERATIONS])
+                                                              "effect": t.effect} for t in GPU_TOLERATIONS],
+                               cache_dir=cache_dir)
             if await self._create(PODS, pod, ns, svc.meta.uid):
                 await self._event(body, "Prefetch", f"copying the model's weights to node {node} (the cached "
                                   "tier has less room than the forecast needs)", "Normal", "Prefetch", now)
@@ -801,7 +822,8 @@ class Reconciler:
                           annotations=sleeper_annotations(svc.spec, host, weight_bytes(svc.spec.model)),
                           # a woken sleeper serves at once: at the serving priority (asleep it holds no device of
                           # its own, only a reference to the warm host's)
-                          priority=Role.SERVING)
+                          priority=Role.SERVING,
+                          model_cache_dir=self.settings.policies.scaling.model_cache_host_path)
         if await self._create(PODS, pod, ns, svc.meta.uid):
             await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
                               + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
@@ -824,7 +846,8 @@ class Reconciler:
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
                                        ANNOTATION_CACHED: str(placement.cached).lower()},
-                          priority=Role.SERVING if held else None)
+                          priority=Role.SERVING if held else None,
+                          model_cache_dir=self.settings.policies.scaling.model_cache_host_path)
         if not await self._create(PODS, pod, ns, svc.meta.uid):
             return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)

@@ -5,8 +5,9 @@ A warm host is a ResourceClaim of one whole GPU, labelled `infer-ctl.io/warm-hos
 of any service of its namespace whose model fits the device may sit on it: asleep, their weights are in the
 node's host memory and the device is free; a wake copies the weights back, if the device has the memory free (the
 model server asks its node's agent, which refuses with 409 DeviceMemory when other awake models fill it). Claims
-are namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room, and
-deleted once no Pod has referenced it for two control periods.
+are namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room
+(never on one a pending gang needs: `free_gpus`), and deleted once no Pod has referenced it for a control period
+(two sightings), in any namespace the controller manages, whether or not a service is left there.
 
 What the pure cycle gets (`infer_ctl.engine.cycle.WarmHosts`) for one service: the warm hosts of its namespace
 whose device could take its model awake (a product the service may use, enough memory), the free GPUs a warm host
@@ -36,13 +37,14 @@ from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import parse_bytes
 from infer_ctl.engine.cycle import WarmDevice, WarmHosts
+from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import replica_request
 from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
 from infer_ctl.place.claims import pinned_claim
 from infer_ctl.place.framework import Placement
 from infer_ctl.place.inventory import Device, DeviceId
 from infer_ctl.place.request import Sharing
-from infer_ctl.place.state import MILLI
+from infer_ctl.place.state import MILLI, ClusterState
 
 
 def warm_host_name(device: DeviceId) -> str:
@@ -111,7 +113,7 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
                for name, d in candidates.items()]
     if spec.accelerator.sharing is api.Sharing.EXCLUSIVE and spec.accelerator.count == 1:
         taken = {d.id for d in hosts.values()}
-        for device in _free_gpus(svc, catalog, snapshot):
+        for device in free_gpus(svc, catalog, snapshot.state, snapshot.gang_reservation()):
             name = warm_host_name(device.id)
             if device.id in taken or name in candidates or not fits(device):
                 continue
@@ -145,18 +147,31 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]],
     return awake, used
 
 
-def _free_gpus(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot) -> list[Device]:
-    """Whole GPUs free on the snapshot (pins included) that match the service's request, on schedulable nodes."""
-    state = snapshot.state
+def free_gpus(svc: api.InferenceService, catalog: AcceleratorCatalog, state: ClusterState,
+              gangs: GangReservation) -> list[Device]:
+    """Whole GPUs free on `state` (pins included) that match the service's request, on schedulable nodes, that a
+    new warm host may take: none that pending gangs need. A node keeps free the whole GPUs `gangs` holds on it
+    (placement's GangReservation filter keeps the same count: a gang may take any whole free GPU of the node), and
+    while a gang fits nowhere (`gangs.unplaced_pods`: standby replicas yield their GPUs then, see the engine's
+    `_yield_to_gangs`) no free GPU at all becomes a warm host, as freeing GPUs is what the gang waits for.
+
+    E.g. node a with 4 whole free GPUs, 3 of them held for a gang: one may become a warm host."""
+    if gangs.unplaced_pods:
+        return []
     eligible = state.eligible(replica_request(svc, catalog, f"{svc.meta.name}-warm"))
+    whole_free = (state.exists & (state.free_milli == MILLI)).sum(axis=1)
     out: list[Device] = []
-    for n in range(len(state.nodes)):
+    for n, node in enumerate(state.nodes):
         if state.unschedulable[n]:
             continue
+        room = int(whole_free[n]) - int(gangs.reserved.get(node.name, 0))
         for slot, device in enumerate(state.slot_device[n]):
+            if room <= 0:
+                break
             if device is not None and eligible.slots[n, slot] and state.free_milli[n, slot] == MILLI \
                     and not state.partitioned[n, slot]:
                 out.append(device)
+                room -= 1
     return out
 
 

@@ -21,6 +21,9 @@ from infer_ctl.core.quantity import parse_bytes
 POLICY_VERSION = "v1alpha1"
 # The requests in flight of a service (in service and queued), read through Prometheus every control period: the
 # model servers' gauge, or the requests the front door holds for a replica (disjoint series: `or` adds them).
+# Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
+# service with the cached tier on mount it read-only): scaling.yaml's modelCacheHostPath.
+DEFAULT_MODEL_CACHE_HOST_PATH = "/var/lib/infer-ctl/models"
 DEFAULT_CONCURRENCY_QUERY = (
     'sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}'
     ' or infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"})'
@@ -142,6 +145,9 @@ class ScalingPolicy:
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
     host_memory_fraction: float = 0.5
+    # the cached tier's directory on each node, a hostPath ("" when off: no Pod mounts a host directory, and no
+    # prefetch Pod is made; see policies/scaling.yaml's modelCacheHostPath)
+    model_cache_host_path: str = DEFAULT_MODEL_CACHE_HOST_PATH
     # the calibrated aims by objective (`aim_for`); () when the file states none: then only the presets' knobs
     aims: tuple[Aim, ...] = ()
 
@@ -295,7 +301,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "aim", "presets"))
+                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim",
+                            "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -310,6 +317,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if concurrency_query:
         for problem in check_template(concurrency_query):
             r.error(f"{source}: concurrencyQuery", problem)
+    cache_path = _model_cache_host_path(r, doc, source)
     aims = _parse_aims(r, doc, source)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
@@ -347,7 +355,25 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                                             else concurrency_query),
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
-                         aims=aims)
+                         model_cache_host_path=cache_path, aims=aims)
+
+
+def _model_cache_host_path(r: FieldReader, doc: Mapping[str, Any], source: str) -> str:
+    """`modelCacheHostPath`: an absolute, normalized directory; `off` (YAML's false) or "" turns the mounts off."""
+    path = f"{source}: modelCacheHostPath"
+    value = doc.get("modelCacheHostPath", DEFAULT_MODEL_CACHE_HOST_PATH)
+    if value is False or value == "":
+        return ""
+    if not isinstance(value, str):
+        r.error(path, f"must be an absolute directory path, or off; got {value!r}", "FieldValueTypeInvalid")
+        return ""
+    parts = value.split("/")
+    if not value.startswith("/") or value == "/" or any(p in ("", ".", "..") for p in parts[1:]) \
+            or any(c.isspace() or c in ":,\\" for c in value):
+        r.error(path, f"must be an absolute, normalized directory path other than / (no '.', '..', '//', trailing "
+                      f"'/', whitespace, ':', ',' or '\\'), or off; got {value!r}")
+        return ""
+    return value
 
 
 def _parse_aims(r: FieldReader, doc: Mapping[str, Any], source: str) -> tuple[Aim, ...]:

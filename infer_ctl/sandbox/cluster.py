@@ -17,6 +17,10 @@ A cluster file lists node pools:
           taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
           modelCache: [meta-llama/Llama-3.1-8B-Instruct]   # cache keys (an InferenceService's
                                                          # spec.model.cacheKey: default its uri, else its name)
+          modelCacheBytes: 500Gi  # the disk the node's model cache may fill (default 500Gi, the Node's
+                                  # ephemeral-storage); the Node's annotation infer-ctl.io/model-cache-budget-bytes
+                                  # overrides it. A download that would exceed it evicts the least recently used
+                                  # models no running replica uses (see nodeagent.py)
           gpuMode: whole          # whole | mig | partitionable | shared
           migLayout: [3g.20gb, 2g.10gb, 1g.5gb, 1g.5gb]   # gpuMode mig: the MIG devices on every GPU
 
@@ -43,12 +47,14 @@ import yaml
 
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.policy import AcceleratorCatalog, AcceleratorType, MigProfile
-from infer_ctl.core.quantity import QuantityError, parse_quantity
+from infer_ctl.core.quantity import QuantityError, parse_bytes, parse_quantity
 
 DRIVER = "gpu.nvidia.com"
 DRIVER_VERSION = "580.65.6"  # semver: NVIDIA publishes 580.65.06 without the leading zero
 CUDA_DRIVER_VERSION = "13.0.0"
 GPU_MODES = ("whole", "mig", "partitionable", "shared")
+# A node's model-cache disk budget when its pool states none: the ephemeral-storage every sandbox Node reports.
+DEFAULT_MODEL_CACHE_BYTES = 500 * 2**30
 # At most 64 devices per slice when devices consume counters (ResourceSliceSpec.devices).
 MAX_DEVICES_WITH_COUNTERS = 64
 MAX_DEVICES = 128
@@ -70,6 +76,7 @@ class NodePool:
     model_cache: tuple[str, ...]
     gpu_mode: str
     mig_layout: tuple[str, ...]
+    model_cache_bytes: int = DEFAULT_MODEL_CACHE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,7 @@ class SandboxNode:
     pool: str
     accelerator: str | None
     model_cache: frozenset[str]
+    model_cache_bytes: int = 0  # the disk budget of its model cache (the pool's modelCacheBytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +98,8 @@ class Cluster:
 
     @property
     def nodes(self) -> tuple[SandboxNode, ...]:
-        return tuple(SandboxNode(f"{p.name}-{i}", p.name, p.accelerator, frozenset(p.model_cache))
+        return tuple(SandboxNode(f"{p.name}-{i}", p.name, p.accelerator, frozenset(p.model_cache),
+                                 p.model_cache_bytes)
                      for p in self.pools for i in range(p.count))
 
     def objects(self) -> list[dict[str, Any]]:
@@ -328,6 +337,7 @@ def _parse_pool(raw: Mapping[str, Any], path: str, catalog: AcceleratorCatalog,
             parse_quantity(str(raw.get(field_name, default)))
         except QuantityError as e:
             errors.append(FieldError(f"{path}.{field_name}", f"Invalid value: {e}"))
+    cache_bytes = _model_cache_bytes(raw, path, errors)
     mode = raw.get("gpuMode", "whole")
     if mode not in GPU_MODES:
         errors.append(FieldError(f"{path}.gpuMode", f"Unsupported value: {mode!r}: supported values: "
@@ -354,7 +364,19 @@ def _parse_pool(raw: Mapping[str, Any], path: str, catalog: AcceleratorCatalog,
         cpu=str(raw.get("cpu", "64")), memory=str(raw.get("memory", "512Gi")), pods=int(raw.get("pods", 110)),
         labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
         taints=tuple({str(k): str(v) for k, v in t.items()} for t in taints),
-        model_cache=tuple(str(m) for m in raw.get("modelCache") or ()), gpu_mode=str(mode), mig_layout=layout)
+        model_cache=tuple(str(m) for m in raw.get("modelCache") or ()), gpu_mode=str(mode), mig_layout=layout,
+        model_cache_bytes=cache_bytes)
+
+
+def _model_cache_bytes(raw: Mapping[str, Any], path: str, errors: list[FieldError]) -> int:
+    """The pool's `modelCacheBytes` (default DEFAULT_MODEL_CACHE_BYTES)."""
+    if raw.get("modelCacheBytes") is None:
+        return DEFAULT_MODEL_CACHE_BYTES
+    try:
+        return parse_bytes(str(raw["modelCacheBytes"]))
+    except QuantityError as e:
+        errors.append(FieldError(f"{path}.modelCacheBytes", f"Invalid value: {e}"))
+        return DEFAULT_MODEL_CACHE_BYTES
 
 
 def layout_starts(profiles: Sequence[MigProfile]) -> list[int] | None:

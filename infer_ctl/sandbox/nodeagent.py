@@ -60,7 +60,17 @@ The cached tier. A Pod labelled `infer-ctl.io/role: prefetch` with the annotatio
 and `infer-ctl.io/model-bytes`, bound to a node, needs no GPU and runs no server: the agent downloads the model
 into that node's cache (bytes / network bandwidth; one download at a time per node, its one link; nothing to do
 when the node holds it already), then the Pod Succeeds (phase Succeeded, its container terminated with exit code
-0, as a Job's Pod). A replica that starts there later loads in the warm start time.
+0, as a Job's Pod). A replica that starts there later loads in the warm start time if it mounts the node's cache:
+its container mounts a hostPath volume at a path that holds its `INFER_CTL_MODEL_CACHE_DIR` (as the controller's
+replica Pods do, policies' modelCacheHostPath), else it loads from the network in the cold start time. (A model a
+replica loaded stays in the node's cache too, as if the node kept the weights it pulled.)
+The cache has a disk budget per node: the Node's annotation `infer-ctl.io/model-cache-budget-bytes`, else its pool's
+`modelCacheBytes` in the cluster file (default 500Gi). A model's size is its Pod's `infer-ctl.io/model-bytes`
+(the cluster file's preloaded entries count 0 bytes until a Pod states their size). A download that would exceed
+the budget first evicts the least recently used models (a replica's start or a download is a use) that no running
+replica on the node uses, with an Event `ModelCacheEvicted` on the Pod that made room; if even that cannot make
+room, the prefetch Pod fails (its container terminated `ModelCacheFull`, exit 1, the message naming the budget and
+the models held, and a Warning Event `ModelCacheFull`), and a replica's model is simply not kept.
 The agent publishes what each node holds on its Node (a merge patch of annotations, only when they change):
 `infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted) and `infer-ctl.io/host-memory-used-bytes`.
 A bad annotation (model bytes, a bandwidth, the host budget) leaves the container waiting with
@@ -95,6 +105,7 @@ from typing import Any
 
 import aiohttp.web
 
+from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
@@ -111,7 +122,7 @@ from infer_ctl.kube.labels import (
     ROLE_PREFETCH,
 )
 from infer_ctl.sandbox import controllerpod
-from infer_ctl.sandbox.cluster import SandboxNode
+from infer_ctl.sandbox.cluster import DEFAULT_MODEL_CACHE_BYTES, SandboxNode
 from infer_ctl.sandbox.store import Obj, rfc3339
 from infer_ctl.sandbox.view import ClusterView
 
@@ -120,6 +131,7 @@ log = logging.getLogger(__name__)
 PREFIX = "sandbox.infer-ctl.io/"
 ANNOTATION_ADDRESS = PREFIX + "address"
 ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
+ANNOTATION_MODEL_CACHE_BUDGET = "infer-ctl.io/model-cache-budget-bytes"  # on a Node: its model cache's disk budget
 CORE_EVENTS = Resource("v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io/v1", "leases", "Lease")
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -318,6 +330,7 @@ class _Running:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     restarts: int = 0
+    model: str = ""  # a replica's model cache key: a model a running replica uses is never evicted from the cache
     # Status writes of one pod, in the order they were decided (a READY report must not overtake LISTENING).
     writes: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -344,6 +357,10 @@ class NodeAgent:
     last_error: KubeError | None = None  # of registration or a heartbeat, for `KubeSide` to report
     _running: dict[str, _Running] = field(default_factory=dict)
     _cache: dict[str, set[str]] = field(default_factory=dict)
+    # per node: each cached model's bytes (downloads under way included) and when it was last used (a counter)
+    _cache_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
+    _cache_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    _uses: itertools.count[int] = field(default_factory=itertools.count)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _zygote: Zygote | None = None
     _zygote_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -551,12 +568,13 @@ class NodeAgent:
             await self._run_prefetch(running, pod)
             return
         model = annotations.get(ANNOTATION_CACHE_KEY) or running.name
-        node_cache = self._cache.setdefault(running.node, set())
+        running.model = model
         owner = await self._owner(pod)
         hint = (((owner or {}).get("spec") or {}).get("runtime") or {}).get("coldStartSeconds")
         cold = float(self._knob(pod, "cold-start-seconds", owner) or hint or self.default_cold_start_s)
         warm = float(self._knob(pod, "warm-start-seconds", owner) or cold / 5)
-        start_s = warm if model in node_cache else cold
+        cached = self._cached_start(running, pod, model)
+        start_s = warm if cached else cold
         start_asleep = str(annotations.get(ANNOTATION_START_ASLEEP, "")).lower() == "true"
         try:
             model_bytes = _model_bytes(annotations, required=False)
@@ -566,6 +584,7 @@ class NodeAgent:
         except ValueError as e:
             await self._config_error(running, str(e))
             return
+        cache_budget = await self._cache_budget_or_none(running.node)
         devices = await self._allocated_devices(pod)
         accelerator, relative = self._accelerator(devices, running.node)
         capacities = {key: _device_memory(device) for key, device in devices}
@@ -610,15 +629,13 @@ class NodeAgent:
                     running.port = int(line.split()[1])
                     self._background(self._report(running, started=True, ready=False))
                 elif line == "READY":
-                    if model not in node_cache:
-                        node_cache.add(model)
-                        self._node_changed(running.node)
+                    self._keep_loaded(running, model, model_bytes, cache_budget)
                     self._background(self._report(running, started=True, ready=True))
 
             child = await zygote.spawn(args, on_line)
             running.child = child
             self._event(running, "Started", f"Started model server ({accelerator}, {model}, cold start "
-                                            f"{start_s:.1f} s{' from the node cache' if model in node_cache else ''}"
+                                            f"{start_s:.1f} s{' from the node cache' if cached else ''}"
                                             f"{', then asleep in host memory' if start_asleep else ''})")
             try:
                 code = await asyncio.shield(child.exited)
@@ -669,6 +686,7 @@ class NodeAgent:
                                  "fetch into the node's cache)")
             model_bytes = _model_bytes(annotations, required=True)
             gbps = self._gbps(pod, await self._node(running.node), ANNOTATION_NETWORK_GBPS, self.network_gbps)
+            budget = await self._cache_budget(running.node)
         except ValueError as e:
             await self._config_error(running, str(e))
             return
@@ -679,9 +697,25 @@ class NodeAgent:
                                         + ("already there" if held else
                                            f"{format_bytes(model_bytes)} at {gbps:g} GB/s"))
         async with self._downloads.setdefault(running.node, asyncio.Lock()):
-            if key not in cache:
-                await asyncio.sleep(model_bytes / (gbps * _GB))
+            if key in cache:
+                self._cache_use(running.node, key, model_bytes)
+            else:
+                refused = self._make_room(running, key, model_bytes, budget)
+                if refused is not None:
+                    self._event(running, "ModelCacheFull", refused, "Warning")
+                    now = rfc3339(self.view.now())
+                    await self._report(running, started=False, ready=False, phase="Failed", state={"terminated": {
+                        "exitCode": 1, "reason": "ModelCacheFull", "message": refused, "finishedAt": now}})
+                    return
+                sizes = self._cache_bytes.setdefault(running.node, {})
+                sizes[key] = model_bytes  # counted from now on: a model kept during the download sees it
+                try:
+                    await asyncio.sleep(model_bytes / (gbps * _GB))
+                except BaseException:  # the Pod stopped mid-download: nothing was kept
+                    sizes.pop(key, None)
+                    raise
                 cache.add(key)
+                self._cache_use(running.node, key, model_bytes)
                 self._node_changed(running.node)
         now = rfc3339(self.view.now())
         await self._report(running, started=False, ready=False, phase="Succeeded", state={"terminated": {
@@ -951,6 +985,96 @@ class NodeAgent:
             self._node_changed(holding.node)
         return aiohttp.web.json_response({})
 
+    async def _cache_budget(self, node_name: str) -> int:
+        """The disk budget of the node's model cache: its annotation, else its pool's modelCacheBytes; ValueError
+        naming a bad annotation."""
+        node = await self._node(node_name)
+        text = (node["metadata"].get("annotations") or {}).get(ANNOTATION_MODEL_CACHE_BUDGET)
+        if text is None:
+            known = self.nodes.get(node_name)
+            return known.model_cache_bytes if known is not None else DEFAULT_MODEL_CACHE_BYTES
+        try:
+            return parse_bytes(str(text))
+        except QuantityError as e:
+            raise ValueError(f"node {node_name}: annotation {ANNOTATION_MODEL_CACHE_BUDGET}: {e}") from None
+
+    def _cached_start(self, running: _Running, pod: Obj, model: str) -> bool:
+        """Whether a replica's start loads from its node's cache: the node holds the model and the Pod mounts the
+        cache (`mounts_model_cache`). Held, the model counts as used either way."""
+        if model not in self._cache.setdefault(running.node, set()):
+            return False
+        self._cache_use(running.node, model)
+        return mounts_model_cache(pod)
+
+    async def _cache_budget_or_none(self, node_name: str) -> int | None:
+        """The cache's budget for a replica's start: None (its model is not kept) when the annotation is bad."""
+        try:
+            return await self._cache_budget(node_name)
+        except ValueError as e:
+            log.warning("node agent: %s", e)
+            return None
+
+    def _keep_loaded(self, running: _Running, model: str, model_bytes: int, budget: int | None) -> None:
+        """A model a replica loaded stays in its node's cache, if it fits (evicting as a download does)."""
+        cache = self._cache.setdefault(running.node, set())
+        if model in cache or budget is None or self._make_room(running, model, model_bytes, budget) is not None:
+            return
+        cache.add(model)
+        self._cache_use(running.node, model, model_bytes)
+        self._node_changed(running.node)
+
+    def _cache_use(self, node: str, key: str, model_bytes: int = 0) -> None:
+        """A use of a cached model (a replica's start, a download): the least recently used are evicted first."""
+        self._cache_used.setdefault(node, {})[key] = next(self._uses)
+        if model_bytes:
+            sizes = self._cache_bytes.setdefault(node, {})
+            sizes[key] = max(sizes.get(key, 0), model_bytes)
+
+    def cache_held_bytes(self, node: str) -> int:
+        """The bytes the node's model cache holds (downloads under way included)."""
+        return sum(self._cache_bytes.get(node, {}).values())
+
+    def _make_room(self, running: _Running, key: str, model_bytes: int, budget: int) -> str | None:
+        """Evict the least recently used models of `running`'s node that no running replica there uses until
+        `key` (`model_bytes`) fits the cache's `budget`: None when it fits (the evicted ones named in an Event on
+        `running`'s Pod), else why it cannot (and nothing is evicted).
+
+        E.g. budget 100 GB holding a (40 GB, used first), b (30 GB, a running replica's) and c (20 GB): a 45 GB
+        download evicts a (10 + 40 + 45 > 100, then 50 + 45 <= 100), never b."""
+        node = running.node
+        cache = self._cache.setdefault(node, set())
+        sizes = self._cache_bytes.setdefault(node, {})
+        used_at = self._cache_used.setdefault(node, {})
+        held = sum(size for k, size in sizes.items() if k != key)
+        if held + model_bytes <= budget:
+            return None
+        busy = {r.model for r in self._running.values() if r.node == node and r.model and not r.stopping}
+        # (an entry of unknown size, 0 bytes, frees nothing: it stays)
+        evictable = sorted((k for k in cache if k != key and k not in busy and sizes.get(k, 0) > 0),
+                           key=lambda k: (used_at.get(k, -1), k))
+        evicted: list[str] = []
+        for k in evictable:
+            if held + model_bytes <= budget:
+                break
+            evicted.append(k)
+            held -= sizes.get(k, 0)
+        if held + model_bytes > budget:
+            pinned = sorted(k for k in cache if k in busy)
+            return (f"the model cache of node {node} cannot hold {key} ({format_bytes(model_bytes)}): its budget is "
+                    f"{format_bytes(budget)} and {format_bytes(self.cache_held_bytes(node))} is held"
+                    + (f", {', '.join(pinned)} by running replicas (never evicted)" if pinned else "")
+                    + f" (set the Node's annotation {ANNOTATION_MODEL_CACHE_BUDGET} or the pool's modelCacheBytes)")
+        freed = sum(sizes.get(k, 0) for k in evicted)
+        for k in evicted:
+            cache.discard(k)
+            sizes.pop(k, None)
+            used_at.pop(k, None)
+        self._event(running, "ModelCacheEvicted", f"evicted {', '.join(evicted)} ({format_bytes(freed)}, least "
+                                                  f"recently used) from the model cache of node {node} to fit {key} "
+                                                  f"({format_bytes(model_bytes)}) in its {format_bytes(budget)}")
+        self._node_changed(node)
+        return None
+
     def _node_changed(self, node: str) -> None:
         self._dirty.add(node)
         self._publish_wake.set()
@@ -1104,6 +1228,23 @@ class NodeAgent:
 def _micro_time(moment: datetime.datetime) -> str:
     """metav1.MicroTime, as Lease.spec.renewTime takes it."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def mounts_model_cache(pod: Obj) -> bool:
+    """Whether the Pod's (first) container can read its node's model cache: it names its model's directory there
+    (`INFER_CTL_MODEL_CACHE_DIR`) and mounts a hostPath volume at that directory or above it."""
+    spec = pod.get("spec") or {}
+    container = (spec.get("containers") or [{}])[0]
+    directory = next((str(e.get("value") or "") for e in container.get("env") or ()
+                      if e.get("name") == ENV_MODEL_CACHE_DIR), "")
+    if not directory:
+        return False
+    host_volumes = {v.get("name") for v in spec.get("volumes") or () if v.get("hostPath")}
+    for mount in container.get("volumeMounts") or ():
+        path = str(mount.get("mountPath") or "").rstrip("/")
+        if mount.get("name") in host_volumes and path and (directory == path or directory.startswith(path + "/")):
+            return True
+    return False
 
 
 def _model_bytes(annotations: Mapping[str, Any], *, required: bool) -> int:

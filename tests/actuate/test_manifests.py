@@ -1,22 +1,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from infer_ctl.actuate.manifests import (
+    ENV_MODEL_CACHE_DIR,
     LABEL_ROLE,
+    MODEL_CACHE_DIR,
     PRIORITY_CLASS_SERVING,
     PRIORITY_CLASS_STANDBY,
     Role,
+    prefetch_pod,
     replica_pod,
     selector,
     spec_hash,
 )
 from infer_ctl.core import api
+from infer_ctl.core.errors import SpecError
 from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.core.policy import parse_scaling_policy
 from tests.builders import InferenceServiceBuilder
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def service(**changes: object) -> api.InferenceService:
@@ -116,3 +126,63 @@ def test_a_field_written_at_its_default_hashes_as_the_field_left_out(path: str, 
 )
 def test_a_field_changed_from_its_default_changes_the_hash(path: str, value: object) -> None:
     assert spec_hash(service(**{path: value}).spec) != spec_hash(service().spec)
+
+
+# ------------------------------------------------------------------------------------------ the node model cache
+
+def cached_pod(directory: str = MODEL_CACHE_DIR, **changes: object) -> dict[str, Any]:
+    return replica_pod(service(**changes), replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING,
+                       node_selector={"kubernetes.io/hostname": "gpu-node-1"}, model_cache_dir=directory)
+
+
+def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models_directory() -> None:
+    manifest = cached_pod(spec__runtime__env=[{"name": "HF_HOME", "value": "/cache"}])
+    kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+    container = manifest["spec"]["containers"][0]
+    [mount] = container["volumeMounts"]
+    [volume] = manifest["spec"]["volumes"]
+    assert mount == {"name": volume["name"], "mountPath": MODEL_CACHE_DIR, "readOnly": True}
+    assert volume["hostPath"] == {"path": MODEL_CACHE_DIR, "type": "DirectoryOrCreate"}
+    key = service().spec.model.cache_key
+    assert {"name": ENV_MODEL_CACHE_DIR, "value": f"{MODEL_CACHE_DIR}/{key}"} in container["env"]
+    assert {"name": "HF_HOME", "value": "/cache"} in container["env"]
+
+
+def test_without_a_cache_directory_a_replica_mounts_no_host_path() -> None:
+    manifest: dict[str, Any] = pod()
+    assert "volumes" not in manifest["spec"] and "volumeMounts" not in manifest["spec"]["containers"][0]
+
+
+def test_a_prefetch_pod_writes_where_replicas_read() -> None:
+    prefetch = prefetch_pod(service(), node="gpu-node-1", cache_dir="/mnt/models")
+    kubernetes_validate.validate(prefetch, "1.37.0", strict=True)
+    replica = cached_pod("/mnt/models")
+    written = prefetch["spec"]["containers"][0]["env"]
+    read = replica["spec"]["containers"][0]["env"]
+    assert [e for e in written if e["name"] == ENV_MODEL_CACHE_DIR] == \
+        [e for e in read if e["name"] == ENV_MODEL_CACHE_DIR]
+    assert prefetch["spec"]["volumes"][0]["hostPath"]["path"] == replica["spec"]["volumes"][0]["hostPath"]["path"]
+
+
+POLICY_CASES = [
+    ("left out: the default directory", {}, MODEL_CACHE_DIR),
+    ("another directory", {"modelCacheHostPath": "/mnt/models"}, "/mnt/models"),
+    ("off (YAML's false)", {"modelCacheHostPath": False}, ""),
+    ("an empty string: off", {"modelCacheHostPath": ""}, ""),
+]
+
+
+@pytest.mark.parametrize(("case", "doc", "expected"), POLICY_CASES, ids=[c[0] for c in POLICY_CASES])
+def test_the_policies_name_the_model_cache_directory_or_turn_the_mounts_off(
+        case: str, doc: dict[str, Any], expected: str) -> None:
+    base = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    base.pop("modelCacheHostPath", None)
+    assert parse_scaling_policy({**base, **doc}).model_cache_host_path == expected
+
+
+@pytest.mark.parametrize("value", ["relative/dir", "/a/../b", "/a/", "/", "/a b", 7],
+                         ids=lambda v: f"{v!r} is refused naming the field")
+def test_a_bad_model_cache_directory_is_refused_naming_the_field(value: object) -> None:
+    base = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    with pytest.raises(SpecError, match=r"scaling\.yaml: modelCacheHostPath"):
+        parse_scaling_policy({**base, "modelCacheHostPath": value})

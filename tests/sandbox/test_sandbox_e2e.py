@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME
 from infer_ctl.sandbox.runtime import Sandbox, load, sandbox_in_thread
 from infer_ctl.sandbox.testing import pod
 from infer_ctl.sandbox.validation import SchemaValidator
@@ -185,6 +186,12 @@ def test_a_pod_on_a_node_with_the_model_cached_starts_faster() -> None:
         body = replica("cached", cold_start_s=5)
         body["metadata"]["annotations"]["infer-ctl.io/model-cache-key"] = "meta-llama/Llama-3.1-8B-Instruct"
         body["metadata"]["annotations"]["sandbox.infer-ctl.io/warm-start-seconds"] = "0.2"
+        # the node's cache mounted, as the controller's replicas mount it (without it the load is from the network)
+        main = body["spec"]["containers"][0]
+        main["env"] = [{"name": ENV_MODEL_CACHE_DIR,
+                        "value": f"{MODEL_CACHE_DIR}/meta-llama/Llama-3.1-8B-Instruct"}]
+        main["volumeMounts"] = [{"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR, "readOnly": True}]
+        body["spec"]["volumes"] = [{"name": MODEL_CACHE_VOLUME, "hostPath": {"path": MODEL_CACHE_DIR}}]
         http.post(PODS, json=body)
         ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=cached", is_ready, timeout_s=4)
         assert ready["status"]["containerStatuses"][0]["ready"]

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME
 from infer_ctl.config.policies import load_policies
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
@@ -349,9 +350,14 @@ async def test_a_prefetch_pod_fills_the_nodes_cache_and_the_next_start_there_is_
             n["metadata"].get("annotations") or {}).get(ANNOTATION_MODEL_CACHE, "") and n, what="cache published")
         assert node["metadata"]["annotations"][ANNOTATION_MODEL_CACHE] == "cached-model,llm-16g"
 
-        # Cold start 30 s, warm start 0.2 s: only a warm start is ready within the 5 s waited for.
+        # Cold start 30 s, warm start 0.2 s: only a warm start (the node holds the model and the Pod mounts the
+        # node's cache, as the controller's replicas do) is ready within the 5 s waited for.
         warm = replica("warm", cold_start_s=30, asleep=False)
         warm["metadata"]["annotations"]["sandbox.infer-ctl.io/warm-start-seconds"] = "0.2"
+        main = warm["spec"]["containers"][0]
+        main["env"] = [{"name": ENV_MODEL_CACHE_DIR, "value": f"{MODEL_CACHE_DIR}/llm-16g"}]
+        main["volumeMounts"] = [{"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR, "readOnly": True}]
+        warm["spec"]["volumes"] = [{"name": MODEL_CACHE_VOLUME, "hostPath": {"path": MODEL_CACHE_DIR}}]
         create(box, warm)
         await until(box, ready_pod(box, "warm"), timeout_s=5, what="a warm start")
 
