@@ -393,6 +393,7 @@ class Reconciler:
         orphaned = frozenset(r.name for r in replicas if r.node and self.view.node_problem(r.node) == "deleted")
         addresses = {r.name: r.address for r in replicas}
         woken_refused = await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+        woken = frozenset(plan.actions.wake)
         if woken_refused:
             # A wake was refused (the warm host's device is taken): planned again from the same state, without
             # it, so that this cycle creates replicas instead. The moves already written are repeated by the
@@ -406,8 +407,10 @@ class Reconciler:
             observation = replace(observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
             plan, new_hosts, host_nodes = await self._plan(svc, observation, memory, now_s, sleepy=sleepy)
             await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+            woken |= frozenset(plan.actions.wake)
         refused = await self._write_new(svc, plan, now, new_hosts, host_nodes)
-        self._ensure_asleep(svc, memory, replicas, pods)
+        # (the Pods as this cycle began: the sleepers it woke still carry the asleep annotation there)
+        self._ensure_asleep(svc, memory, replicas, pods, woken=woken)
         await self._collect_warm_hosts(ns, now_s)
         await self._prefetch(body, svc, plan.prefetch, prefetches, now)
         for accelerator, cached, seconds in plan.cold_starts:
@@ -581,25 +584,30 @@ class Reconciler:
         ns = svc.meta.namespace
         actions = plan.actions
         for name in actions.demote:
-            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.STANDBY.value}}},
-                          ns)
+            await self._patch_pod(name, ns, {"metadata": {"labels": {LABEL_ROLE: Role.STANDBY.value}}})
         for name in actions.sleep:
             # out of traffic first (the standby label and the asleep annotation, written now), then the sleep
-            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {
-                "labels": {LABEL_ROLE: Role.STANDBY.value}, "annotations": {ANNOTATION_ASLEEP: "true"}}}, ns)
+            await self._patch_pod(name, ns, {"metadata": {
+                "labels": {LABEL_ROLE: Role.STANDBY.value}, "annotations": {ANNOTATION_ASLEEP: "true"}}})
             self._start_sleep(svc, memory, name, addresses.get(name, ""))
         for name in actions.remove:
             # graceful: the Pod's grace period drains it (but for a Pod whose Node is gone)
             await self._k(self.kube.delete, PODS, name, ns, grace_period_s=0 if name in orphaned else None)
         for name in actions.promote:
-            await self._k(self.kube.merge_patch, PODS, name, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}},
-                          ns)
+            await self._patch_pod(name, ns, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}})
         refused: list[str] = []
         if actions.wake:
             woken = await asyncio.gather(*(self._wake(body, svc, memory, name, addresses.get(name, ""), now)
                                            for name in actions.wake))
             refused = [name for name, ok in zip(actions.wake, woken, strict=True) if not ok]
         return refused
+
+    async def _patch_pod(self, name: str, namespace: str, patch: Mapping[str, Any]) -> None:
+        """A replica's labels or annotations, as the cache shows them from now on (`ClusterView.wrote`): the
+        next cycle must not see a woken replica asleep, or a demoted one serving, because its watch lags."""
+        patched = await self._k(self.kube.merge_patch, PODS, name, patch, namespace)
+        if isinstance(patched, Mapping):
+            self.view.wrote(PODS, patched)
 
     async def _write_new(self, svc: api.InferenceService, plan: CyclePlan, now: datetime,
                          new_hosts: Mapping[str, Mapping[str, Any]], host_nodes: Mapping[str, str]) -> str:
@@ -642,8 +650,8 @@ class Reconciler:
             return False
         memory.wakes.append(time.perf_counter() - started)
         memory.asleep.discard(name)
-        await self._k(self.kube.merge_patch, PODS, name, {"metadata": {
-            "labels": {LABEL_ROLE: Role.SERVING.value}, "annotations": {ANNOTATION_ASLEEP: None}}}, ns)
+        await self._patch_pod(name, ns, {"metadata": {
+            "labels": {LABEL_ROLE: Role.SERVING.value}, "annotations": {ANNOTATION_ASLEEP: None}}})
         return True
 
     def _start_sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
@@ -677,15 +685,16 @@ class Reconciler:
                         _refusal(answer))
 
     def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
-                             replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]]) -> None:
+                       replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]], *,
+                       woken: frozenset[str] = frozenset()) -> None:
         """Sleepers held asleep whose model server has not answered a sleep yet (a new one, once ready: a server
         that does not start asleep; one whose sleep failed; any after a controller restart) are put to sleep
         (idempotent: a sleeping server answers at once)."""
         held = {str(p["metadata"]["name"]) for p in pods
                 if ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"}
         memory.asleep &= held
-        due = [r for r in replicas if r.name in held and r.name not in memory.asleep and r.address
-               and r.state in (api.ReplicaState.STANDBY, api.ReplicaState.SERVING)]
+        due = [r for r in replicas if r.name in held and r.name not in memory.asleep and r.name not in woken
+               and r.address and r.state in (api.ReplicaState.STANDBY, api.ReplicaState.SERVING)]
         for r in due:
             self._start_sleep(svc, memory, r.name, r.address)
 

@@ -81,6 +81,17 @@ PIN_UNSEEN_S = 30.0  # a created claim the cache has not shown for this long was
 WRITTEN_TTL_S = 30.0  # the same for any object the controller created (`ClusterView.wrote`)
 
 
+def caught_up(cached: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the cache's version of an object is the written one or newer. Resource versions are compared as
+    the integers kube-apiserver and the emulator give them (as client-go's MutationCache does); any other
+    version only by equality."""
+    have = str((cached.get("metadata") or {}).get("resourceVersion") or "")
+    wrote = str((written.get("metadata") or {}).get("resourceVersion") or "")
+    if have.isdigit() and wrote.isdigit():
+        return int(have) >= int(wrote)
+    return have == wrote
+
+
 @dataclass
 class Snapshot:
     """One listing of the cluster, and the placements made on it since."""
@@ -132,10 +143,12 @@ class ClusterView:
     _apis: dict[str, bool] = field(default_factory=dict)
     _apis_checked_at: float = -float("inf")
     _gangs: tuple[float, tuple[GangDemand, ...]] = (-float("inf"), ())
-    # Objects this controller created that its cache has not shown yet, and when (as client-go's MutationCache):
-    # `owned` returns them too, until the watch delivers them or WRITTEN_TTL_S passes, so that a cycle on a cache
-    # that lags the controller's own writes neither creates a replica again nor collects the claim of a Pod it
-    # cannot see yet (seen on the emulator under load: three replicas for a minimum of one, their claims deleted).
+    # Objects this controller created or patched that its cache has not shown yet, and when (as client-go's
+    # MutationCache): `owned` returns them (in place of the older cached version) until the watch delivers them or
+    # WRITTEN_TTL_S passes, so that a cycle on a cache that lags the controller's own writes neither creates a
+    # replica again nor collects the claim of a Pod it cannot see yet (seen on the emulator under load: three
+    # replicas for a minimum of one, their claims deleted), nor puts back to sleep a replica it has just woken
+    # (seen in the demo: woken replicas labelled serving with their model asleep).
     _written: dict[tuple[Resource, str, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
 
     async def _k(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -237,7 +250,7 @@ class ClusterView:
         service's replicas and their claims: equality requirements `k=v,k2=v2`), from the cache."""
         wanted = equality_selector(label_selector)
         (objects,) = await self._watched(resource)
-        objects += self._not_seen_yet(resource)
+        objects = self._with_writes(resource, objects)
         return [obj for obj in objects
                 if (obj.get("metadata") or {}).get("namespace") == namespace
                 and all(((obj.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
@@ -247,23 +260,33 @@ class ClusterView:
         return await self._watched(*resources)
 
     def wrote(self, resource: Resource, obj: Mapping[str, Any]) -> None:
-        """`obj` (as the API server answered its create) exists: `owned` shows it until the cache does."""
+        """`obj` (as the API server answered its create or patch) exists so: `owned` shows it until the cache
+        does."""
         meta = obj.get("metadata") or {}
         key = (resource, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         self._written[key] = (dict(obj), asyncio.get_running_loop().time())
 
-    def _not_seen_yet(self, resource: Resource) -> list[dict[str, Any]]:
+    def _with_writes(self, resource: Resource, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`objects` (the cache's) with this controller's writes the cache has not shown yet: a created object
+        added, a patched one in place of its older version."""
         informer = self._informers.get(resource)
         now = asyncio.get_running_loop().time()
-        out = []
+        newer: dict[tuple[str, str], dict[str, Any]] = {}
         for key, (obj, at) in list(self._written.items()):
             if key[0] != resource:
                 continue
-            if (informer is not None and (key[1], key[2]) in informer.objects) or now - at > WRITTEN_TTL_S:
+            cached = informer.objects.get((key[1], key[2])) if informer is not None else None
+            if now - at > WRITTEN_TTL_S or (cached is not None and caught_up(cached, obj)):
                 del self._written[key]  # the cache has it, or it is too old to trust (deleted before its event)
             else:
-                out.append(obj)
-        return out
+                newer[(key[1], key[2])] = obj
+        if not newer:
+            return objects
+        out = []
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            out.append(newer.pop((str(meta.get("namespace") or ""), str(meta.get("name") or "")), obj))
+        return out + list(newer.values())
 
     def pin(self, namespace: str, claim: str, results: list[dict[str, Any]]) -> None:
         """A claim this controller is about to create pins `results` (allocation results: request, driver, pool,

@@ -140,6 +140,18 @@ def asleep(kube: KubeClient, service: str) -> set[str]:
     return out
 
 
+def servers_asleep(kube: KubeClient, service: str, names: set[str]) -> set[str]:
+    """Of `names`, the replicas whose model server says it sleeps, whatever their labels say."""
+    out = set()
+    with httpx.Client(timeout=2) as http:
+        for p in pods(kube, service):
+            address = (p["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
+            if p["metadata"]["name"] in names and address and \
+                    http.get(f"http://{address}/is_sleeping").json()["is_sleeping"]:
+                out.add(p["metadata"]["name"])
+    return out
+
+
 def loadgen(url: str, shape: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
                              "--shape", shape, "--no-progress", "--max-error-ratio", "1"],
@@ -233,6 +245,13 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
                 woken = await cycles.until("the sleepers serving", lambda: (s := serving(kube, "nap")) and
                                            sleepers <= s and s, 30, "nap")
                 took = time.monotonic() - started
+                # and they stay awake: the cycle that woke them, and the next ones, do not put them back to sleep
+                # (the cycle that woke them once did, from the Pods it had read before the wake: serving replicas
+                # whose model slept, every request refused)
+                seen = len(cycles.history)
+                await cycles.until("two more cycles", lambda: len(cycles.history) >= seen + 2, 30, "nap")
+                relapsed = servers_asleep(kube, "nap", sleepers)
+                assert not relapsed, f"woken sleepers asleep again while serving: {sorted(relapsed)}"
             finally:
                 stop(burst)
     finally:

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.controller.snapshot import PIN_UNSEEN_S, ClusterView, equality_selector, fragmentation_ratio
+from infer_ctl.controller.snapshot import (
+    PIN_UNSEEN_S,
+    ClusterView,
+    caught_up,
+    equality_selector,
+    fragmentation_ratio,
+)
 from infer_ctl.kube.client import PODS, RESOURCE_CLAIMS
 from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.inventory import Inventory
@@ -122,6 +129,37 @@ async def test_a_pin_holds_its_devices_until_the_cache_shows_its_claim_allocated
     view.pin("default", "b-gpu", result)
     view.unpin("default", "b-gpu")  # refused by the API server: released at once
     assert pinned_devices([], now) == []
+
+
+def _pod(name: str, version: str, role: str, asleep: bool = False) -> dict[str, Any]:
+    return {"metadata": {"namespace": "default", "name": name, "resourceVersion": version, "labels": {"role": role},
+                         "annotations": {"infer-ctl.io/asleep": "true"} if asleep else {}}}
+
+
+async def test_the_controllers_own_writes_show_until_its_cache_catches_up() -> None:
+    """As client-go's MutationCache: a Pod the controller patched (a sleeper woken: serving, no longer asleep)
+    is shown as patched while the watch still delivers the older version, and a created one before the watch
+    delivers it at all; the cache's own version is used again once it is as new."""
+    view = ClusterView(kube=None)  # type: ignore[arg-type]  # _with_writes makes no call
+    asleep = _pod("r0", "9", "standby", asleep=True)
+    informer = SimpleNamespace(objects={("default", "r0"): asleep})
+    view._informers[PODS] = informer  # type: ignore[assignment]
+    woken = _pod("r0", "10", "serving")
+    view.wrote(PODS, woken)
+    created = _pod("r1", "11", "standby")
+    view.wrote(PODS, created)
+    assert view._with_writes(PODS, [asleep]) == [woken, created]
+    assert view._with_writes(RESOURCE_CLAIMS, []) == []  # per resource
+    informer.objects = {("default", "r0"): woken, ("default", "r1"): created}
+    assert view._with_writes(PODS, [woken, created]) == [woken, created]
+    assert view._written == {}
+
+
+def test_a_resource_version_is_caught_up_as_kube_apiserver_s_integers_are_ordered() -> None:
+    assert caught_up(_pod("r", "10", "x"), _pod("r", "9", "x"))  # not as strings: "10" < "9"
+    assert not caught_up(_pod("r", "9", "x"), _pod("r", "10", "x"))
+    assert caught_up(_pod("r", "a1", "x"), _pod("r", "a1", "x")) and not caught_up(_pod("r", "a2", "x"),
+                                                                                   _pod("r", "a1", "x"))
 
 
 def test_owned_objects_are_selected_by_equality_requirements_only() -> None:
