@@ -384,7 +384,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
 
         actions = plan_tiers(planned, serving, standby, sleeping, on_warm_host=on_warm_host,
                              removal_cost=removal_cost, stuck=stuck, reseat=reseat, budget=budget,
-                             can_wake=can_wake, starting=starting)
+                             can_wake=can_wake, starting=starting, hold_starting=spec.replicas is None)
         if refused:
             fallback = "; ".join(f"the wake of {name} was refused ({why})" for name, why in sorted(refused.items()))
             fallback += f": {actions.create_serving} replica(s) created instead" if actions.create_serving else \
@@ -628,7 +628,7 @@ class _WarmLedger:
     def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int]) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
         free GPUs, then the one whose device is most free."""
-        fits = [d for d in self.devices.values() if sleepers[d.claim] < self._slots(d)
+        fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
                 and host_free.get(d.node, 0) >= self.weights]
         if not fits:
             return None
@@ -645,8 +645,12 @@ class _WarmLedger:
 
     def room(self, limit: int) -> int:
         """Sleepers this service could hold now (at most `limit`): those it holds that a wake could find room for,
-        and the new ones the warm hosts (and free GPUs) could take."""
-        held = sum(min(n, self._slots(self.devices[c])) for c, n in self.own_sleepers.items() if c in self.devices)
+        and the new ones the warm hosts (and free GPUs) could take. A device's slots taken by this service's own
+        awake replicas on it are not room: a sleeper there could not wake in a burst (it adds no capacity)."""
+        # a sleeper adds serving capacity in a burst only where a slot is left once this service's own awake
+        # replicas on that host are counted: those slots are taken already
+        held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
+                   for c, n in self.own_sleepers.items() if c in self.devices)
         sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)
         more = 0
         while held + more < limit and (device := self._candidate(sleepers, host_free)) is not None:

@@ -225,7 +225,7 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
                *, on_warm_host: Callable[[str], bool], removal_cost: Callable[[str], float] | None = None,
                stuck: frozenset[str] = frozenset(), reseat: bool = True, budget: int | None = None,
                can_wake: Callable[[str], bool] | None = None,
-               starting: frozenset[str] = frozenset()) -> ReplicaActions:
+               starting: frozenset[str] = frozenset(), hold_starting: bool = True) -> ReplicaActions:
     """`plan_replicas` with the sleeping tier around it: the awake replicas are planned as without it; then a
     serving shortfall is covered by waking sleepers before anything is created (seconds instead of a cold
     start), an awake replica the plan would remove goes to sleep instead while sleepers are short (demotion one
@@ -237,7 +237,10 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
     weights); `can_wake(name)`: whether the sleeper's warm host has the device memory free to wake it now (None:
     always). Both are asked once per replica they allow, in the order the plan takes them, so a caller may count
     what each allowed one takes. `starting`: sleepers still loading (passed with state SLEEPING): they count as
-    sleepers but are never woken (a wake needs a loaded model), and are the last of a surplus to go.
+    sleepers but are never woken (a wake needs a loaded model), and are not surplus within their first load
+    (`hold_starting`; False while the service is paused: then they go last of a surplus): their load is paid,
+    and removing them a cycle after they were made, when the forecast moves, only makes the next burst pay it
+    again. An out-of-date one is replaced all the same.
 
     E.g. desired 4 serving / 0 standby / 2 sleeping; have serving [a, b], sleeping [s1, s2, s3]: wake s3 and s2
     (serving 4), keep s1, create one sleeper."""
@@ -273,7 +276,8 @@ def plan_tiers(replicas: Sequence[Replica], desired_serving: int, desired_standb
             woken.append(r.name)
     left = [r for r in current if r.name not in woken]
     short = desired_sleeping - len(left) - len(sleep)
-    surplus = [r.name for r in left[:max(0, -short)]]
+    removable = [r for r in left if not hold_starting or r.name not in starting]
+    surplus = [r.name for r in removable[:max(0, -short)]]
     return replace(actions, create_serving=actions.create_serving - len(woken),
                    remove=(*remove, *outdated, *surplus), wake=tuple(woken), sleep=tuple(sleep),
                    create_sleeping=max(0, short))

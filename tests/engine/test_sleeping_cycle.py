@@ -267,3 +267,15 @@ def test_plans_keep_host_memory_and_device_memory_and_the_awake_replicas_the_dec
     sleepers_after = sum(r.state is S.SLEEPING and r.name not in actions.remove and r.name not in actions.wake
                          for r in obs.replicas) + len(actions.sleep) + sum(r.sleeping for r in p.create)
     assert sleepers_after <= max(p.sleeping, sum(r.state is S.SLEEPING for r in obs.replicas))
+
+
+def test_a_warm_host_whose_slots_this_service_s_awake_replicas_take_has_no_room_for_its_sleepers() -> None:
+    # three 20 GiB replicas of the service awake on warm-a fill its device's three slots: a sleeper there could
+    # not wake in a burst (its slot is taken by its own service), so it adds no serving capacity: no room
+    svc = sleepy()
+    awake = [ObservedReplica(f"llm-r{i}", S.SERVING, False, created_s=T0 - 3600, spec_hash=HASH, warm_host="warm-a")
+             for i in range(3)]
+    obs = replace(observe(svc, *awake, rate=25.0),
+                  warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=3 * 20 * GIB)))
+    p = plan(obs, held_warm(6))
+    assert p.sleeping == 0 and not p.actions.create_sleeping and not any(r.sleeping for r in p.create), p.message

@@ -81,3 +81,47 @@ def test_invariants(replicas: list[Replica], want_serving: int, want_standby: in
     # a wake replaces a creation, never adds to it: serving short by as much as without sleepers, or less
     base = plan_replicas([r for r in replicas if r.state is not S.SLEEPING], want_serving, want_standby)
     assert actions.create_serving + len(actions.wake) == base.create_serving
+
+
+def test_a_sleeper_within_its_first_load_is_not_surplus() -> None:
+    # the forecast moved one cycle after the sleepers were made: 3 loading, 1 wanted; the old code removed 2 of
+    # them (their load paid), now they are kept until loaded, and no sleeper is created meanwhile
+    replicas = [serving("a"), asleep("s1"), asleep("s2"), asleep("s3")]
+    starting = frozenset({"s1", "s2", "s3"})
+    actions = plan_tiers(replicas, 1, 0, 1, on_warm_host=everywhere, starting=starting)
+    assert actions == ReplicaActions()
+    # a loaded sleeper is surplus before a loading one
+    actions = plan_tiers([*replicas, asleep("s4")], 1, 0, 1, on_warm_host=everywhere, starting=starting)
+    assert actions == ReplicaActions(remove=("s4",))
+
+
+def test_a_loading_sleeper_goes_when_out_of_date_or_paused() -> None:
+    replicas = [serving("a"), asleep("s1"), asleep("old", up_to_date=False)]
+    starting = frozenset({"s1", "old"})
+    assert plan_tiers(replicas, 1, 0, 1, on_warm_host=everywhere, starting=starting).remove == ("old",)
+    paused = plan_tiers(replicas, 1, 0, 0, on_warm_host=everywhere, starting=starting, hold_starting=False)
+    assert set(paused.remove) == {"old", "s1"}
+
+
+NAMES = st.sets(st.text("abcdefgh", max_size=3))
+
+
+@given(replica_lists_of(list(S)), st.integers(0, 6), st.integers(0, 3), st.integers(0, 4), st.tuples(NAMES, NAMES))
+def test_loading_sleepers_stay_and_the_sleepers_wanted_are_kept(replicas: list[Replica], want_serving: int,
+                                                                want_standby: int, want_sleeping: int,
+                                                                warm_and_loading: tuple[set[str], set[str]]) -> None:
+    warm, loading = warm_and_loading
+    starting = frozenset(r.name for r in replicas if r.state is S.SLEEPING and r.name in loading)
+    actions = plan_tiers(replicas, want_serving, want_standby, want_sleeping, on_warm_host=warm.__contains__,
+                         starting=starting)
+    by_name = {r.name: r for r in replicas}
+    assert not set(actions.wake) & starting, "a sleeper still loading is never woken"
+    assert all(not by_name[n].up_to_date for n in actions.remove if n in starting), \
+        "a sleeper within its first load is removed only when out of date"
+    sleepers = [r for r in replicas if r.state is S.SLEEPING]
+    after = (len(sleepers) - len(actions.wake) - sum(by_name[n].state is S.SLEEPING for n in actions.remove)
+             + len(actions.sleep) + actions.create_sleeping)
+    held = sum(by_name[n].up_to_date for n in starting)
+    # never fewer sleepers than wanted (demotion never below the forecast's need); more only by loading ones
+    assert want_sleeping <= after <= max(want_sleeping, held + len(actions.sleep))
+    assert actions.create_sleeping == 0 or after == want_sleeping
