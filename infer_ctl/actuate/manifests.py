@@ -83,6 +83,19 @@ def warm_host_labels() -> dict[str, str]:
     return {LABEL_WARM_HOST: "true", LABEL_MANAGED_BY: MANAGER}
 
 
+def held_asleep(pod: Mapping[str, Any]) -> bool:
+    """Whether the controller holds this replica asleep (its Pod's asleep annotation)."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"
+
+
+def replica_state(pod: Mapping[str, Any], state: api.ReplicaState) -> api.ReplicaState:
+    """A replica's state as the controller counts it: `state` (from the Pod's labels and conditions), but Sleeping
+    for a loaded replica held asleep."""
+    if held_asleep(pod) and state in (api.ReplicaState.STANDBY, api.ReplicaState.SERVING):
+        return api.ReplicaState.SLEEPING
+    return state
+
+
 def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_bytes: int) -> dict[str, str]:
     """The annotations of a new sleeper's Pod on `warm_host`."""
     return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true", ANNOTATION_START_ASLEEP: "true",

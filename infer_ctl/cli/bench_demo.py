@@ -22,7 +22,7 @@ from typing import Any
 RUNS = {"no-sleep": ["--no-sleep"], "sleep": []}
 
 
-def _demo(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], float]:
+def _demo(name: str, args: argparse.Namespace) -> dict[str, Any]:
     out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "infer_ctl.cli.main", "demo", "--duration", str(args.duration),
@@ -36,7 +36,8 @@ def _demo(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], float]:
     if result.returncode != 0:
         raise SystemExit(f"[{name}] the demo failed (exit {result.returncode}): see {out / 'demo.out'}")
     print(f"[{name}] done in {took:.0f} s", flush=True)
-    return json.loads((out / "summary.json").read_text()), took
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
 
 
 def table(summaries: dict[str, dict[str, Any]]) -> list[str]:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--runs: {', '.join(unknown) or 'nothing'} not among {', '.join(RUNS)}")
     summaries = {}
     for name in order:
-        summaries[name], _ = _demo(name, args)
+        summaries[name] = _demo(name, args)
     print(f"\nthe demo's day ({args.duration:g} s, rate scale {args.rate_scale:g}, {args.control_plane}), "
           "one run each on this machine:")
     for line in table(summaries):

@@ -386,27 +386,21 @@ class _Demo:
 
 
 def replica_states(pods: list[dict[str, Any]]) -> list[str]:
-    """Each replica Pod's state as the controller counts it: a loaded replica held asleep is Sleeping."""
-    from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP
+    """Each replica Pod's state as the controller counts it (`actuate.manifests.replica_state`)."""
+    from infer_ctl.actuate.manifests import replica_state
     from infer_ctl.kube.pods import replica_pod
 
-    out = []
-    for pod in pods:
-        r = replica_pod(pod)
-        asleep = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"
-        out.append("Sleeping" if asleep and r.state in ("Serving", "Standby") else str(r.state))
-    return out
+    return [str(replica_state(pod, replica_pod(pod).state)) for pod in pods]
 
 
 def held_gpus(pods: list[dict[str, Any]], name: str) -> int:
     """GPUs the service's Pods hold: the distinct claims they reference (a warm host's claim, referenced by the
     sleepers and awake replicas on it, is one GPU; the demo's claims each ask for one device)."""
+    from infer_ctl.controller.warm import referenced_claims
     from infer_ctl.kube.labels import LABEL_SERVICE
 
-    claims = {c.get("resourceClaimName") for p in pods
-              if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name
-              for c in (p.get("spec") or {}).get("resourceClaims") or () if c.get("resourceClaimName")}
-    return len(claims)
+    return len({c for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name
+                for c in referenced_claims(p)})
 
 
 def write_samples(rec: Recorder, path: Path) -> None:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST, selector
+from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, held_asleep, selector
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
@@ -82,7 +82,7 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or ())]
     cold = {(c.get("accelerator"), c.get("cached")): c for c in status.get("coldStarts") or ()}
     asleep = {str(p["metadata"]["name"]): str((p["metadata"].get("annotations") or {}).get(ANNOTATION_WARM_HOST, ""))
-              for p in pods if (p["metadata"].get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"}
+              for p in pods if held_asleep(p)}
     for replica in replica_pods(pods):
         state = replica.state
         if replica.name in asleep and state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):

@@ -48,9 +48,11 @@ from infer_ctl.actuate.manifests import (
     ANNOTATION_WARM_HOST,
     PRIORITY_CLASS_STANDBY,
     Role,
+    held_asleep,
     owner_reference,
     prefetch_pod,
     replica_pod,
+    replica_state,
     selector,
     selector_labels,
     sleeper_annotations,
@@ -690,8 +692,7 @@ class Reconciler:
         """Sleepers held asleep whose model server has not answered a sleep yet (a new one, once ready: a server
         that does not start asleep; one whose sleep failed; any after a controller restart) are put to sleep
         (idempotent: a sleeping server answers at once)."""
-        held = {str(p["metadata"]["name"]) for p in pods
-                if ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ASLEEP) == "true"}
+        held = {str(p["metadata"]["name"]) for p in pods if held_asleep(p)}
         memory.asleep &= held
         due = [r for r in replicas if r.name in held and r.name not in memory.asleep and r.name not in woken
                and r.address and r.state in (api.ReplicaState.STANDBY, api.ReplicaState.SERVING)]
@@ -1089,10 +1090,8 @@ def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]],
     for pod in pods:
         r = kube_pods.replica_pod(pod)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        asleep = annotations.get(ANNOTATION_ASLEEP) == "true" and r.state in (api.ReplicaState.STANDBY,
-                                                                            api.ReplicaState.SERVING)
         replicas.append(ObservedReplica(
-            r.name, api.ReplicaState.SLEEPING if asleep else r.state, r.standby,
+            r.name, replica_state(pod, r.state), r.standby,
             created_s=r.created.timestamp() if r.created else None, node=_node_of(pod),
             spec_hash=r.spec_hash, low_priority=r.priority_class == PRIORITY_CLASS_STANDBY,
             accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s,
