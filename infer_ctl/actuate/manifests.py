@@ -96,10 +96,13 @@ def replica_state(pod: Mapping[str, Any], state: api.ReplicaState) -> api.Replic
     return state
 
 
-def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_bytes: int) -> dict[str, str]:
-    """The annotations of a new sleeper's Pod on `warm_host`."""
+def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_bytes: int,
+                        device_bytes: int = 0) -> dict[str, str]:
+    """The annotations of a new sleeper's Pod on `warm_host`: the weights it holds asleep, and the device memory
+    it takes awake (`device_bytes`, the engine's `awake_device_bytes`; 0: its model's memory)."""
     return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true", ANNOTATION_START_ASLEEP: "true",
-            ANNOTATION_MODEL_BYTES: str(weight_bytes), ANNOTATION_DEVICE_BYTES: str(spec.model.memory_bytes)}
+            ANNOTATION_MODEL_BYTES: str(weight_bytes),
+            ANNOTATION_DEVICE_BYTES: str(device_bytes or spec.model.memory_bytes)}
 
 
 def selector(meta: api.ObjectMeta) -> str:

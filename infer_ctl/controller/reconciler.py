@@ -829,7 +829,8 @@ class Reconciler:
                           node_selector={HOSTNAME_LABEL: selector_node} if selector_node else {},
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
-                          annotations=sleeper_annotations(svc.spec, host, weight_bytes(svc.spec.model)),
+                          annotations=sleeper_annotations(svc.spec, host, weight_bytes(svc.spec.model),
+                                                                replica.device_bytes),
                           # a woken sleeper serves at once: at the serving priority (asleep it holds no device of
                           # its own, only a reference to the warm host's)
                           priority=Role.SERVING,

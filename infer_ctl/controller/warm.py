@@ -3,11 +3,15 @@
 A warm host is a ResourceClaim of one whole GPU, labelled `infer-ctl.io/warm-host`, that several Pods reference
 (a shared claim: kube-scheduler allocates it once and lists every Pod in `reservedFor`, up to 256). The sleepers
 of any service of its namespace whose model fits the device may sit on it: asleep, their weights are in the
-node's host memory and the device is free; a wake copies the weights back, if the device has the memory free (the
-model server asks its node's agent, which refuses with 409 DeviceMemory when other awake models fill it). Claims
-are namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room
-(never on one a pending gang needs: `free_gpus`), and deleted once no Pod has referenced it for a control period
-(two sightings), in any namespace the controller manages, whether or not a service is left there.
+node's host memory and the device is free; a wake copies the weights back, if the device has the memory its
+replica takes awake free (the engine's `awake_device_bytes`: the whole device for an `Exclusive` service, its
+memory share for a `Shared` one; written on the Pod as `infer-ctl.io/device-memory-bytes`, which the model server's
+node agent reserves and refuses with 409 DeviceMemory when other awake models fill the device). Claims are
+namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room and the
+GPU could hold two of its service's replicas awake (the engine's rule: a host for one whole-device replica costs
+what a standby does; never on a GPU a pending gang needs: `free_gpus`), and deleted once no Pod has referenced it
+for a control period (two sightings), in any namespace the controller manages, whether or not a service is left
+there.
 
 What the pure cycle gets (`infer_ctl.engine.cycle.WarmHosts`) for one service: the warm hosts of its namespace
 whose device could take its model awake (a product the service may use, enough memory), the free GPUs a warm host
@@ -111,7 +115,7 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
     candidates = {name: d for name, d in sorted(hosts.items()) if fits(d)}
     devices = [WarmDevice(name, d.node_name, product_of(d), d.memory_bytes, True, awake.get(name, 0))
                for name, d in candidates.items()]
-    if spec.accelerator.sharing is api.Sharing.EXCLUSIVE and spec.accelerator.count == 1:
+    if spec.accelerator.sharing is not api.Sharing.MIG and spec.accelerator.count == 1:
         taken = {d.id for d in hosts.values()}
         for device in free_gpus(svc, catalog, snapshot.state, snapshot.gang_reservation()):
             name = warm_host_name(device.id)

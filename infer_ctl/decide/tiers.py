@@ -16,7 +16,10 @@ Why sleepers live on a warm host: a Pod's resource claims are fixed for its life
 can never get one. A sleeping replica is therefore a Pod that references a shared ResourceClaim (one GPU of a
 node, referenced by several Pods, up to 256) whose model server loaded the weights into host memory and
 released the device memory (vLLM's level-1 sleep mode); a wake copies them back in seconds, if the device has
-the memory free (one awake model per GPU for large models, several for small ones).
+the memory free that the replica takes awake: what the service's replicas take, the whole GPU for an `Exclusive`
+service (one awake per GPU), its memory share for a `Shared` one (several). So a sleeper is cheaper than a standby
+only where its warm host's GPU is shared: a warm host made for one whole-GPU replica would cost what a standby
+does, and is not made (`infer_ctl.engine.cycle.awake_device_bytes` and its ledger).
 
 The rule. Let N(h) be the replicas the forecast's upper quantile needs within a horizon h (non-decreasing in h),
 and let each tier k below the awake ones be ready after t_k (plus a control period to act). Whatever is needed

@@ -280,6 +280,7 @@ class NewReplica:
     held: bool = False  # a swap's replacement: labelled standby, at the serving priority
     sleeping: bool = False  # made to sleep: its model server starts asleep on a warm host
     warm_host: str = ""  # the warm host (shared claim) the cycle chose for a sleeper ("" when it had no cluster)
+    device_bytes: int = 0  # a sleeper's: the device memory it takes awake on its warm host (`awake_device_bytes`)
 
     @property
     def placed(self) -> bool:
@@ -465,9 +466,9 @@ def _new_replicas(observation: Observation, actions: ReplicaActions, policies: C
     warm hosts (`_WarmLedger.place`: a sleeper with no warm host to go to is not made)."""
     wanted = [False] * actions.create_serving + [True] * (actions.create_standby + actions.create_held)
     held = [False] * (actions.create_serving + actions.create_standby) + [True] * actions.create_held
-    hosts: list[str] = []
+    hosts: list[tuple[str, int]] = []
     for _ in range(actions.create_sleeping):
-        host = ledger.place() if ledger is not None else ""
+        host = ledger.place() if ledger is not None else ("", 0)
         if host is None:
             break
         hosts.append(host)
@@ -477,8 +478,8 @@ def _new_replicas(observation: Observation, actions: ReplicaActions, policies: C
     taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims} | observation.foreign
     names = new_names(svc.meta.name, taken, len(wanted) + len(hosts))
     names, sleeper_names = names[:len(wanted)], names[len(wanted):]
-    sleepers = tuple(NewReplica(n, True, sleeping=True, warm_host=h) for n, h in zip(sleeper_names, hosts,
-                                                                                      strict=True))
+    sleepers = tuple(NewReplica(n, True, sleeping=True, warm_host=h, device_bytes=b)
+                     for n, (h, b) in zip(sleeper_names, hosts, strict=True))
     cluster = observation.cluster
     if not wanted:
         return sleepers
@@ -578,77 +579,96 @@ def starting_sleepers(replicas: Sequence[ObservedReplica]) -> frozenset[str]:
                      and r.state in (api.ReplicaState.LOADING, api.ReplicaState.PENDING))
 
 
+def awake_device_bytes(spec: api.InferenceServiceSpec, device_memory_bytes: int) -> int:
+    """The device memory a replica of `spec` takes awake on a warm host's device of `device_memory_bytes`: what an
+    ordinary replica of the service takes, so that a woken replica serves as one does. An `Exclusive` service's
+    replica has a GPU to itself: awake, it takes the whole device (one awake model per GPU, as llm-d's fast model
+    actuation and AIBrix run their shared hosts); a `Shared` service's takes its memory share (its model's
+    memory), as its replicas share a GPU. E.g. an 8B model of 24 GiB on an H100 (80 GiB): 80 GiB exclusive, one
+    awake at a time; 24 GiB shared, three."""
+    if spec.accelerator.sharing is api.Sharing.EXCLUSIVE:
+        return max(device_memory_bytes, spec.model.memory_bytes)
+    return spec.model.memory_bytes
+
+
 class _WarmLedger:
-    """The warm hosts' memory for one cycle: device memory free per warm host (a wake takes the model's memory,
-    a sleep gives it back) and host memory free per node (a sleeper holds its weights). Each allowed wake, sleep
-    or new sleeper takes what it needs, so that the cycle never wakes onto a device without the memory free nor
-    puts sleepers over a node's budget."""
+    """The warm hosts' memory for one cycle: device memory free per warm host (a wake takes what the service's
+    replica takes awake, `awake_device_bytes`; a sleep gives it back) and host memory free per node (a sleeper
+    holds its weights). Each allowed wake, sleep or new sleeper takes what it needs, so that the cycle never wakes
+    onto a device without the memory free nor puts sleepers over a node's budget. The simulator hands the cycle
+    the same `WarmHosts` (from its cluster model) and applies what this decides, so both run this one model."""
 
     def __init__(self, observation: Observation, replicas: Sequence[ObservedReplica]) -> None:
         warm = observation.warm_hosts
         assert warm is not None
         svc = observation.service
-        self.model = svc.spec.model.memory_bytes
+        self.spec = svc.spec
         self.weights = weight_bytes(svc.spec.model)
         self.devices = {d.claim: d for d in warm.devices}
         self.device_free = {d.claim: d.memory_bytes - d.awake_bytes for d in warm.devices}
         self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
         self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}
         asleep = {r.name for r in replicas if r.state is api.ReplicaState.SLEEPING} | starting_sleepers(replicas)
-        self.own_awake = Counter[str]()  # device memory this service's awake replicas hold, per warm host
+        self.own_awake = Counter[str]()  # this service's awake replicas, per warm host
         self.own_sleepers = Counter[str]()
         for r in replicas:
             if r.warm_host and r.state is not api.ReplicaState.DRAINING:
                 (self.own_sleepers if r.name in asleep else self.own_awake)[r.warm_host] += 1
 
+    def need(self, device: WarmDevice) -> int:
+        """The device memory one of this service's replicas takes awake on `device`."""
+        return awake_device_bytes(self.spec, device.memory_bytes)
+
     def wake(self, name: str) -> bool:
-        host = self.host_of.get(name, "")
-        if self.device_free.get(host, 0) < self.model:
+        device = self.devices.get(self.host_of.get(name, ""))
+        if device is None or self.device_free[device.claim] < self.need(device):
             return False
-        self.device_free[host] -= self.model
+        self.device_free[device.claim] -= self.need(device)
         return True
 
     def sleep(self, name: str) -> bool:
-        host = self.host_of.get(name, "")
-        device = self.devices.get(host)
+        device = self.devices.get(self.host_of.get(name, ""))
         if device is None or self.host_free.get(device.node, 0) < self.weights:
             return False
         self.host_free[device.node] -= self.weights
-        self.device_free[host] += self.model
+        self.device_free[device.claim] += self.need(device)
         return True
 
     def _slots(self, device: WarmDevice) -> int:
-        """This service's sleepers the device could have awake at once (what other services' awake models leave
+        """This service's replicas the device could have awake at once (what other services' awake models leave
         of its memory)."""
-        if self.model <= 0:
+        need = self.need(device)
+        if need <= 0:
             return 0
-        others = device.awake_bytes - self.own_awake[device.claim] * self.model
-        return max(0, (device.memory_bytes - max(0, others)) // self.model)
+        others = device.awake_bytes - self.own_awake[device.claim] * need
+        return max(0, (device.memory_bytes - max(0, others)) // need)
 
     def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int]) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
-        free GPUs, then the one whose device is most free."""
+        free GPUs, then the one whose device is most free. A free GPU only where it could hold two of this
+        service's replicas awake: a new warm host for one replica that takes the whole device awake (an
+        `Exclusive` service's) costs a GPU, what an awake standby costs, and would only be slower to serve; such a
+        service's sleepers go to warm hosts that exist (shared with other sleepers)."""
         fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
-                and host_free.get(d.node, 0) >= self.weights]
+                and host_free.get(d.node, 0) >= self.weights and (d.exists or self._slots(d) >= 2)]
         if not fits:
             return None
         return min(fits, key=lambda d: (not d.exists, -self.device_free.get(d.claim, 0), d.claim))
 
-    def place(self) -> str | None:
-        """The warm host a new sleeper goes to (its memory taken), or None when none has room."""
+    def place(self) -> tuple[str, int] | None:
+        """The warm host a new sleeper goes to (its memory taken) and the device memory it takes awake there, or
+        None when none has room."""
         device = self._candidate(self.own_sleepers, self.host_free)
         if device is None:
             return None
         self.own_sleepers[device.claim] += 1
         self.host_free[device.node] -= self.weights
-        return device.claim
+        return device.claim, self.need(device)
 
     def room(self, limit: int) -> int:
         """Sleepers this service could hold now (at most `limit`): those it holds that a wake could find room for,
         and the new ones the warm hosts (and free GPUs) could take. A device's slots taken by this service's own
         awake replicas on it are not room: a sleeper there could not wake in a burst (it adds no capacity)."""
-        # a sleeper adds serving capacity in a burst only where a slot is left once this service's own awake
-        # replicas on that host are counted: those slots are taken already
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
                    for c, n in self.own_sleepers.items() if c in self.devices)
         sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)

@@ -230,9 +230,12 @@ def resource_slices(node: str, pool: NodePool, accel: AcceleratorType) -> list[d
         elif pool.gpu_mode == "shared":
             whole["allowMultipleAllocations"] = True
             step = 1024 ** 3
+            # shares in whole GiB from 1 GiB: the largest one (and the default, what a request without an amount
+            # takes: the whole device) is the device's memory rounded down to that grid, so that the default is
+            # itself a valid request (an H100's 79.6 GiB: 79 GiB)
+            top = accel.memory_bytes // step * step
             whole["capacity"]["memory"]["requestPolicy"] = {
-                "default": _bytes(accel.memory_bytes),
-                "validRange": {"min": "1Gi", "max": _bytes(accel.memory_bytes), "step": _bytes(step)}}
+                "default": _bytes(top), "validRange": {"min": "1Gi", "max": _bytes(top), "step": _bytes(step)}}
             devices.append(whole)
         elif pool.gpu_mode == "mig":
             profiles = [next(p for p in accel.mig_profiles if p.name == n) for n in pool.mig_layout]

@@ -105,7 +105,7 @@ from typing import Any
 
 import aiohttp.web
 
-from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR
+from infer_ctl.actuate.manifests import ANNOTATION_DEVICE_BYTES, ENV_MODEL_CACHE_DIR
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
@@ -262,10 +262,14 @@ class Holding:
     devices: Mapping[str, int]  # device key (driver/pool/device) -> the device's memory capacity in bytes
     host: bool = False
     device: bool = False
+    device_bytes: int = 0  # what the Pod says it takes of a device awake (`infer-ctl.io/device-memory-bytes`)
 
     @property
     def per_device_bytes(self) -> int:
-        """The weights are split evenly over the Pod's devices (tensor parallelism)."""
+        """The device memory it takes awake per device: its annotation's (a sleeper of an exclusive service takes
+        its whole warm host), else the weights split evenly over the Pod's devices (tensor parallelism)."""
+        if self.device_bytes > 0:
+            return self.device_bytes
         return -(-self.model_bytes // max(len(self.devices), 1))
 
 
@@ -578,6 +582,7 @@ class NodeAgent:
         start_asleep = str(annotations.get(ANNOTATION_START_ASLEEP, "")).lower() == "true"
         try:
             model_bytes = _model_bytes(annotations, required=False)
+            device_bytes = _model_bytes(annotations, required=False, key=ANNOTATION_DEVICE_BYTES)
             node = await self._node(running.node)
             h2d = self._gbps(pod, node, ANNOTATION_H2D_GBPS, self.h2d_gbps)
             d2h = self._gbps(pod, node, ANNOTATION_D2H_GBPS, self.d2h_gbps)
@@ -606,7 +611,7 @@ class NodeAgent:
         backoff_s = 1.0
         while not running.stopping:
             self.ledger.holdings[running.pod_uid] = Holding(f"{running.namespace}/{running.name}", running.node,
-                                                            model_bytes, capacities)
+                                                            model_bytes, capacities, device_bytes=device_bytes)
             try:
                 refused = await self._reserve_start(running, start_asleep)
             except ValueError as e:
@@ -1247,17 +1252,18 @@ def mounts_model_cache(pod: Obj) -> bool:
     return False
 
 
-def _model_bytes(annotations: Mapping[str, Any], *, required: bool) -> int:
-    """The Pod's `infer-ctl.io/model-bytes` (0 when absent and not required); ValueError naming the problem."""
-    text = annotations.get(ANNOTATION_MODEL_BYTES)
+def _model_bytes(annotations: Mapping[str, Any], *, required: bool, key: str = ANNOTATION_MODEL_BYTES) -> int:
+    """The Pod's `infer-ctl.io/model-bytes` (or another byte count, `key`; 0 when absent and not required);
+    ValueError naming the problem."""
+    text = annotations.get(key)
     if text is None:
         if required:
-            raise ValueError(f"annotation {ANNOTATION_MODEL_BYTES}: required (the model's size in bytes)")
+            raise ValueError(f"annotation {key}: required (the model's size in bytes)")
         return 0
     try:
         return parse_bytes(str(text))
     except QuantityError as e:
-        raise ValueError(f"annotation {ANNOTATION_MODEL_BYTES}: {e}") from None
+        raise ValueError(f"annotation {key}: {e}") from None
 
 
 def _device_memory(device: Mapping[str, Any]) -> int:

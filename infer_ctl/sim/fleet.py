@@ -21,19 +21,20 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
   none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
   to their deletion, split evenly between the services with a replica on them. Host-memory GiB-hours are
-  integrated beside them over what each node's host memory holds for the services (the weights of replicas on warm
-  hosts).
-- The warm tiers (`infer_ctl.sim.warm`): replicas asleep on warm hosts (a GPU held by a shared claim, several
-  sleepers of different services on it, one awake at a time; a wake needs the host's GPU free and takes the weight
-  bytes over the host-to-device bandwidth; per-node host-memory budgets), and node caches: a policy whose tier is
-  a node cache (`policies.tier_use`: infer-ctl with `nodeCache`, KServe's LocalModelCache) has the service's
-  weights on every node's disk, so each of its starts is a cached start (the disks are not charged).
-  infer-ctl, with the sleeping or cached tier, is told what the cluster model holds for them
-  (`Observation.slow_tiers`: `WarmHosts.room`, free GPUs on the nodes holding its weights); its plan's wakes,
-  sleeps and new sleepers (`CyclePlan.actions.wake / .sleep`, `NewReplica.sleeping`) are applied as written, a
-  wake refused when another replica is awake on the host (it stays asleep; the next cycle sees it so). The
-  single-tier products (`policies.SleepingPool`, `policies.NodeCached`) run their autoscaler's count with their
-  one tier under it.
+  integrated beside them over what each node's host memory holds for the services (the weights of sleepers).
+- The warm tiers (`infer_ctl.sim.warm`): replicas asleep on warm hosts (a GPU held by a shared claim, sleepers of
+  any services on it; an awake replica takes the device memory the engine's `awake_device_bytes` gives its
+  service, the whole GPU for an `Exclusive` one; a wake needs that free and takes the weight bytes over the
+  host-to-device bandwidth; per-node host-memory budgets), and node caches: a policy whose tier is a node cache
+  (`policies.tier_use`: infer-ctl with `nodeCache`, KServe's LocalModelCache) has the service's weights on every
+  node's disk, so each of its starts is a cached start (the disks are not charged). infer-ctl, with the sleeping
+  tier, is given the warm hosts as the controller gives them (`Observation.warm_hosts`: `WarmHosts.observe`, for a
+  one-GPU service, as the controller makes warm hosts of one GPU) and decides by the engine's own ledger which
+  sleepers to wake, which replicas to put to sleep and where new sleepers go; with the cached tier it is told the
+  free GPUs (`Observation.slow_tiers`). Its plan's wakes, sleeps and new sleepers (`CyclePlan.actions.wake /
+  .sleep`, `NewReplica.warm_host`) are applied as written (a wake the device cannot take is refused: it stays
+  asleep; the next cycle sees it so). The single-tier products (`policies.SleepingPool`, `policies.NodeCached`)
+  run their autoscaler's count with their one tier under it.
 - A node caches a service's weights for `cache_ttl_s` after one of its ready replicas left it: the next replica
   of that service bound there starts `cached_factor` faster (one cached start per replica that left, as in the
   single-service simulator, which has one such cache for its service).
@@ -60,8 +61,8 @@ time-shifted and scaled segments. Service i draws from numpy's generator seeded 
   07:00; a segment running past 21:00 goes quiet), rate x `scale` uniform in [15, 60] (peaks of 20-90 req/s);
 - `azure-loop`: offset uniform in whole seconds over the trace's length; `azure-burst`: offset uniform in whole
   seconds over [0, horizon - trace length]; both at rate x `scale` uniform in [1, 4];
-- size by i mod 5: 4 is a large model (a 70B: 2 GPUs per replica, 130 GiB of weights, 360 s cold start, 4 req/s
-  per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B: 15 GiB) take 1 GPU,
+- size by i mod 5: 4 is a large model (a 70B: 2 GPUs per replica, 360 s cold start, 4 req/s
+  per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B) take 1 GPU,
   8 req/s per replica at a 2 s SLO (0.8 s base), and a 120 s (i even) or 240 s (i odd) cold start;
 - `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.run.arrivals_per_tick`) and,
   in every run, its cold-start samples (`SimConfig.seed` is not used: each service has its own).
@@ -82,11 +83,13 @@ from typing import Any
 
 import numpy as np
 
+from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.decide.tiers import Room
-from infer_ctl.engine.cycle import CyclePlan, ObservedReplica, SlowTiers
+from infer_ctl.engine.cycle import CyclePlan, ObservedReplica, SlowTiers, awake_device_bytes, weight_bytes
 from infer_ctl.engine.cycle import Observation as CycleObservation
+from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy, tier_use
@@ -100,9 +103,9 @@ from infer_ctl.sim.run import (
     pipeline_values,
     queue_step,
 )
-from infer_ctl.sim.suite import ScenarioSettings, _forecast_probe, build_policy, initial_replicas
+from infer_ctl.sim.suite import ScenarioSettings, _forecast_probe, build_policy, initial_replicas, scenario_service
 from infer_ctl.sim.trace import Trace
-from infer_ctl.sim.warm import DEFAULT_PHYSICS, GpuBook, TierPhysics, WarmHosts
+from infer_ctl.sim.warm import DEFAULT_PHYSICS, GpuBook, TierPhysics, WarmHost, WarmHosts
 
 SOURCES = ("bank", "azure-loop", "bank", "azure-burst")  # by service index mod 4
 BANK_WEEKS = 32
@@ -263,7 +266,7 @@ def fleet_recipe(n: int = 24, horizon_s: float = 6 * 3600.0, seed: int = 0,
             scale = round(float(rng.uniform(*AZURE_SCALE)), 2)
         if i % 5 == 4:
             model = ServiceModel(target_rps_per_replica=4.0, slo_latency_s=4.0, base_latency_s=1.6,
-                                 cold_start_s=360.0, gpus_per_replica=2, min_replicas=0, weight_gib=130.0)
+                                 cold_start_s=360.0, gpus_per_replica=2, min_replicas=0)
             scale = round(scale / 2, 2)
         else:
             model = ServiceModel(cold_start_s=120.0 if i % 2 == 0 else 240.0, min_replicas=0)
@@ -464,7 +467,11 @@ class _ServiceRun:
         self.fc_upper = np.full(n_ticks, np.nan)
         self.probe = _forecast_probe if isinstance(policy, InferCtl) else None
         self.use = tier_use(policy)
-        self.weight = round(self.model.weight_gib * GIB)
+        # the service's InferenceService (infer-ctl's own; for the others, the one infer-ctl would run): what its
+        # replicas hold asleep and take awake on a warm host are the engine's (`weight_bytes`,
+        # `awake_device_bytes`), so that the cluster model and infer-ctl's ledger count the same bytes
+        self.spec = policy.service.spec if isinstance(policy, InferCtl) else scenario_service(service.settings).spec
+        self.weight = weight_bytes(self.spec.model)
         self.warm_gpus_n = np.zeros(n_ticks)  # the warm hosts' GPUs charged to this service
         self.host_bytes_n = np.zeros(n_ticks)  # host memory its replicas on warm hosts hold
         self.wake_refused = 0
@@ -564,7 +571,11 @@ class _FleetSim:
                        take=lambda host, node, gpus, now: c.bind((-1, WARM_HOSTS), host, node, gpus=gpus,
                                                                  priority=PRIORITY_SERVING, now=now),
                        give=lambda host, node, now: c.release(-1, host, node, now), nodes=c.spec.nodes)
-        self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics)
+        accelerator = load_policies().catalog.get(c.spec.accelerator)
+        if accelerator is None:
+            raise ValueError(f"cluster.accelerator: {c.spec.accelerator!r} is not in the accelerator catalog")
+        self.product = accelerator.name
+        self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, accelerator.memory_bytes)
 
     def record_warm(self, t: int) -> int:
         """Each service's share of the warm hosts' GPUs and its host memory at tick `t`; the host memory held."""
@@ -583,11 +594,19 @@ class _FleetSim:
         self.seq += 1
         self.dirty = True
 
-    def create_sleeper(self, run: _ServiceRun, name: str | None, now: float) -> bool:
-        """A replica made to sleep goes to a warm host at once (an existing one with room, or a new one on free
-        GPUs), as the controller places it; False, and nothing made, when the cluster has no room for it."""
+    def create_sleeper(self, run: _ServiceRun, name: str | None, now: float, *, claim: str = "",
+                       device_bytes: int = 0) -> bool:
+        """A replica made to sleep goes to a warm host at once: infer-ctl's to the one its plan names (`claim`,
+        taking `device_bytes` awake), a baseline pool's to one `WarmHosts.place` picks (an existing one with room,
+        or a new one on free GPUs); False, and nothing made, when the cluster has no room for it."""
         name = name or run.replicas.new_name()
-        host = self.warm.place((run.index, name), run.model.gpus_per_replica, run.weight, now)
+        key = (run.index, name)
+        host: WarmHost | None
+        if claim:
+            host = self.warm.place_on(key, claim, run.weight, device_bytes, now)
+        else:
+            host = self.warm.place(key, run.model.gpus_per_replica, run.weight,
+                                   awake_device_bytes(run.spec, self.warm.device_memory), now)
         if host is None:
             return False
         run.replicas.add_sleeper(name, now, host.name, host.node, self._cold_start(run, run.use.node_cache),
@@ -618,19 +637,23 @@ class _FleetSim:
             raise ValueError(f"wake: {run.service.name}/{name} is not asleep on a warm host ({r.state})")
         if not self.warm.wake((run.index, name)):
             run.wake_refused += 1
-            run.refused[name] = f"its warm host {r.warm_host} has another replica awake on its GPU"
+            run.refused[name] = f"its warm host {r.warm_host} has not the device memory free (other awake models)"
             return False
-        wake_s = self.warm.physics.wake_s(run.model.weight_gib)
+        wake_s = self.warm.physics.wake_s(run.weight / GIB)
         run.replicas.wake(name, now, wake_s)
         run.wakes.append(wake_s)
         return True
 
-    def sleep(self, run: _ServiceRun, name: str) -> None:
+    def sleep(self, run: _ServiceRun, name: str, now: float) -> None:
+        """A ready replica on a warm host to sleep; removed instead when its node's host-memory budget cannot hold
+        its weights (infer-ctl's ledger never asks for such a sleep; a baseline's pool may)."""
         r = run.replicas.replicas[name]
         if name not in run.replicas.warm or r.state not in (ReplicaState.SERVING, ReplicaState.STANDBY):
             raise ValueError(f"sleep: {run.service.name}/{name} is not a ready replica on a warm host ({r.state})")
+        if not self.warm.sleep((run.index, name)):
+            self.remove(run, name, now)
+            return
         run.replicas.sleep(name)
-        self.warm.sleep((run.index, name))
 
     def place_initial(self, run: _ServiceRun, n: int) -> None:
         """The replicas a service runs at t = 0, ready (Pending from t = 0 for those the cluster has no room
@@ -647,7 +670,8 @@ class _FleetSim:
             run.replicas.add_ready(name, node)
         for _ in range(run.use.pool):
             name = run.replicas.new_name()
-            host = self.warm.place((run.index, name), g, run.weight, 0.0)
+            host = self.warm.place((run.index, name), g, run.weight, awake_device_bytes(run.spec,
+                                                                                     self.warm.device_memory), 0.0)
             if host is None:
                 break  # made by the pool's upkeep once there is room
             run.replicas.add_asleep(name, host.name, host.node)
@@ -672,7 +696,7 @@ class _FleetSim:
                 run.refused = {k: why for k, why in run.refused.items() if k in run.replicas.replicas
                                and not self.warm.can_wake((run.index, k))}
                 observation = replace(observation, slow_tiers=self.slow_tiers(run), wakes=tuple(run.wakes),
-                                      wake_refused=dict(run.refused))
+                                      wake_refused=dict(run.refused), warm_hosts=self.warm_hosts(run))
                 run.wakes.clear()
             plan, run.state = policy.plan(observation, now, run.state)
             if self.on_cycle is not None:
@@ -686,14 +710,22 @@ class _FleetSim:
         run.scale_events += run.desired != before
 
     def slow_tiers(self, run: _ServiceRun) -> SlowTiers:
-        """What the cluster model holds for the service's slow tiers now: the sleepers it could hold and wake at
-        once (`WarmHosts.room`), and the replicas that could start from a node cache (free GPUs of the nodes
-        holding its weights: every node, with the cached tier). The times are left to infer-ctl (measured, else
-        its policy's defaults), as the controller has them."""
+        """What the cluster model holds for the service's cached tier now: the replicas that could start from a
+        node cache (free GPUs of the nodes holding its weights: every node, with the cached tier). The sleeping
+        tier's are the warm hosts (`warm_hosts`), as the controller's. The times are left to infer-ctl
+        (measured, else its policy's defaults), as the controller has them."""
         g, cap = run.model.gpus_per_replica, run.model.max_replicas
-        sleeping = self.warm.room(run.index, g, run.weight, cap) if run.use.sleeping else 0
         cached = min(cap, sum(f // g for f in self.cluster.free)) if run.use.node_cache else 0
-        return SlowTiers(Room(sleeping=sleeping, cached=cached))
+        return SlowTiers(Room(sleeping=0, cached=cached))
+
+    def warm_hosts(self, run: _ServiceRun) -> WarmHostsView | None:
+        """The warm hosts as the controller gives them to a service with the sleeping tier
+        (`infer_ctl.controller.warm.warm_hosts`): only to a one-GPU `Exclusive` or `Shared` service, as the
+        controller makes warm hosts of one GPU; up to its maximum replicas' worth of free GPUs."""
+        spec = run.spec
+        if not run.use.sleeping or spec.accelerator.count != 1 or spec.accelerator.sharing is api.Sharing.MIG:
+            return None
+        return self.warm.observe(spec.model.memory_bytes, self.product, free_gpus=spec.scaling.max_replicas)
 
     def _decide_count(self, run: _ServiceRun, policy: SimPolicy, t: int, now: float, metric: float) -> int:
         if run.p90_dirty:
@@ -724,7 +756,7 @@ class _FleetSim:
                                  ReplicaState.SERVING), key=lambda k: reps.replicas[k].created_s or 0.0,
                                 reverse=True)
             for name in ready_warm[:fewer]:
-                self.sleep(run, name)  # back to the pool
+                self.sleep(run, name, now)  # back to the pool
             fewer -= len(ready_warm[:fewer])
             for name in reps.shrink_order(fewer, among=set(awake) - reps.warm):
                 self.remove(run, name, now)
@@ -744,12 +776,12 @@ class _FleetSim:
         for name in plan.actions.remove:
             self.remove(run, name, now)
         for name in plan.actions.sleep:
-            self.sleep(run, name)
+            self.sleep(run, name, now)
         for name in plan.actions.wake:
             self.wake(run, name, now)
         for replica in plan.create:
             if replica.sleeping:
-                self.create_sleeper(run, replica.name, now)
+                self.create_sleeper(run, replica.name, now, claim=replica.warm_host, device_bytes=replica.device_bytes)
             else:
                 self.create(run, replica.name, replica.standby, now)
 

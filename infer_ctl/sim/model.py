@@ -27,7 +27,8 @@ Cold starts: lognormal around `cold_start_s` (sigma `cold_start_sigma`, clipped 
 in the node's page cache or local disk). GPU-hours run from creation (loading counts) to deletion.
 
 The warm tiers (sleepers on warm hosts, node caches) are modelled by the fleet simulator (`infer_ctl.sim.warm`,
-`infer_ctl.sim.fleet`); `weight_gib` is what a sleeper holds in host memory and a wake copies back.
+`infer_ctl.sim.fleet`); what a sleeper holds in host memory and a wake copies back are the weights of the
+service's InferenceService (`infer_ctl.engine.cycle.weight_bytes`, as the controller counts them).
 """
 
 from __future__ import annotations
@@ -55,13 +56,8 @@ class ServiceModel:
     min_replicas: int = 1
     max_replicas: int = 200
     accelerator: str = "H100-80GB"  # the catalog product a replica runs on (its cold starts are measured per product)
-    # the model's weights (bf16: 2 bytes per parameter; 15 GiB for an 8B model): what a sleeper holds in host
-    # memory and a wake copies to the GPU (`infer_ctl.sim.warm`)
-    weight_gib: float = 15.0
 
     def __post_init__(self) -> None:
-        if self.weight_gib < 0:
-            raise ValueError(f"weight_gib: {self.weight_gib} must not be negative")
         if not self.slo_latency_s > self.base_latency_s:
             raise ValueError(
                 f"the SLO latency ({self.slo_latency_s} s) must exceed the base latency ({self.base_latency_s} s)"

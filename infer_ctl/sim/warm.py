@@ -2,29 +2,34 @@
 
 A warm host is a Pod that holds `gpus` GPUs of one node (a shared ResourceClaim, as in the controller and the
 sandbox's node agent) and whose model servers sleep with their weights in the node's host memory (vLLM's level-1
-sleep mode, as llm-d's fast model actuation uses it). What the simulator holds to:
+sleep mode, as llm-d's fast model actuation uses it). It follows the controller's model of one (the sandbox's node
+agent enforces the same; `infer_ctl.controller.warm`):
 
 - A warm host's GPUs are held, and charged, from its creation to its deletion, whether any of its replicas is awake
   or not; it is deleted as soon as no replica references it.
-- Several replicas per warm host (at most `TierPhysics.replicas_per_host`), of any services whose replicas take
-  that many GPUs; one awake at a time (one awake model per GPU): a wake needs the host's GPUs free (no other
-  replica awake on it) and takes the weight bytes over the host-to-device bandwidth.
-- Host memory: a replica on a warm host keeps its weights in the node's host memory from its placement to its
-  removal (awake or not: so that it can always go back to sleep), and the replicas on a node's warm hosts never
-  hold more than the node's budget (`TierPhysics.host_memory_fraction` x its host memory). Host-memory GiB-hours
-  are that reservation, integrated.
-- A service's replicas go to different warm hosts (so that they can wake at once), the fullest one that has room
-  first (so that warm hosts are shared between services); a new warm host goes on the node with the most free
-  GPUs whose budget holds the weights.
+- Device memory: an awake replica takes what the engine's `awake_device_bytes` says for its service on the host's
+  device (an `Exclusive` service's the whole device: one awake at a time per GPU, as llm-d FMA and AIBrix run
+  them; a `Shared` service's its memory share); a wake needs that much free (else it is refused) and takes the
+  weight bytes over the host-to-device bandwidth.
+- Host memory: a sleeper (from its placement, while it loads to sleep, and whenever asleep) holds its weights in
+  its node's host memory; an awake one does not. The sleepers on a node never hold more than its budget
+  (`TierPhysics.host_memory_fraction` x its host memory, the controller's `hostMemoryFraction`). Host-memory
+  GiB-hours are those bytes, integrated.
 
-`WarmHosts.room(service, ...)` is what the simulator tells infer-ctl (`engine.cycle.SlowTiers.room.sleeping`):
-the sleepers the cluster could hold for the service and wake at once now.
+infer-ctl is told the warm hosts as the controller tells it (`observe`: the engine's `WarmHosts`, the warm hosts
+whose device could take the model and the free GPUs one could be made on), and its cycle decides wakes, sleeps and
+where new sleepers go by the engine's own ledger; the simulator applies that (`place_on`). The single-tier
+baselines place their pools themselves (`place`: a service's replicas on different hosts, the fullest host with
+room first, a new host on the node with the most free GPUs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from infer_ctl.engine.cycle import WarmDevice
+from infer_ctl.engine.cycle import WarmHosts as ObservedWarmHosts
 
 GIB = 1024**3
 
@@ -36,19 +41,15 @@ Key = tuple[int, str]  # (service index, replica name)
 
 @dataclass(frozen=True, slots=True)
 class TierPhysics:
-    """The simulated cluster's warm-tier parameters: the host-to-device bandwidth of a wake, the replicas one warm
-    host may hold, and the share of a node's host memory sleepers' weights may take (the controller's
-    `hostMemoryFraction` default)."""
+    """The simulated cluster's warm-tier parameters: the host-to-device bandwidth of a wake and the share of a
+    node's host memory sleepers' weights may take (the controller's `hostMemoryFraction` default)."""
 
     h2d_gib_s: float = DEFAULT_H2D_GIB_S
-    replicas_per_host: int = 8
     host_memory_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         if self.h2d_gib_s <= 0:
             raise ValueError(f"h2d_gib_s: {self.h2d_gib_s} must be positive")
-        if self.replicas_per_host < 1:
-            raise ValueError(f"replicas_per_host: {self.replicas_per_host} must be at least 1")
         if not 0 < self.host_memory_fraction <= 1:
             raise ValueError(f"host_memory_fraction: {self.host_memory_fraction} must be in (0, 1]")
 
@@ -65,11 +66,20 @@ class WarmHost:
     name: str
     node: int
     gpus: int
-    members: dict[Key, int] = field(default_factory=dict)  # replica -> bytes of weights it holds in host memory
-    awake: Key | None = None  # the replica awake on its GPUs
+    memory_bytes: int  # of each of its devices
+    members: dict[Key, int] = field(default_factory=dict)  # replica -> bytes of weights
+    need: dict[Key, int] = field(default_factory=dict)  # replica -> device bytes it takes awake
+    awake: set[Key] = field(default_factory=set)
 
     def services(self) -> set[int]:
         return {k[0] for k in self.members}
+
+    @property
+    def awake_bytes(self) -> int:
+        return sum(self.need[k] for k in self.awake)
+
+    def fits_awake(self, key: Key) -> bool:
+        return key in self.awake or self.awake_bytes + self.need[key] <= self.memory_bytes
 
 
 class GpuBook:
@@ -80,77 +90,106 @@ class GpuBook:
         self.free, self.take, self.give, self.nodes = free, take, give, nodes
 
 
+def node_name(node: int) -> str:
+    """The simulator's name of node `node` (as its replicas' `ObservedReplica.node` carries it)."""
+    return f"node-{node}"
+
+
 class WarmHosts:
     """The warm hosts of a cluster (see the module docstring)."""
 
-    def __init__(self, gpus: GpuBook, host_memory_bytes: int, physics: TierPhysics) -> None:
+    def __init__(self, gpus: GpuBook, host_memory_bytes: int, physics: TierPhysics,
+                 device_memory_bytes: int = 80 * GIB) -> None:
         self.gpus = gpus
         self.physics = physics
+        self.device_memory = device_memory_bytes
         self.budget = int(host_memory_bytes * physics.host_memory_fraction)
-        self.used = [0] * gpus.nodes  # host-memory bytes reserved per node
+        self.used = [0] * gpus.nodes  # host-memory bytes sleepers hold per node
         self.hosts: dict[str, WarmHost] = {}
         self.where: dict[Key, str] = {}  # replica -> its warm host
         self.gpus_held = 0
-        self.wake_refused = 0  # wakes that found the host's GPUs taken
+        self.wake_refused = 0  # wakes that found the host's device memory taken
+        self.sleep_refused = 0  # sleeps that found the node's host-memory budget full
         self._ordinal = 0
+        self._free_names: dict[str, int] = {}  # the free GPUs the last `observe` offered, by name -> node
+        self._made: dict[str, WarmHost] = {}  # hosts made on them since
         self._shares: tuple[dict[int, float], dict[int, int]] | None = None
 
-    # -- what the cluster could hold
+    # -- what infer-ctl is told (the controller's `infer_ctl.controller.warm.warm_hosts`)
 
-    def _fits(self, host: WarmHost, service: int, gpus: int, weight: int) -> bool:
-        return (host.gpus == gpus and len(host.members) < self.physics.replicas_per_host
-                and service not in host.services() and self.used[host.node] + weight <= self.budget)
+    def observe(self, model_bytes: int, product: str, *, free_gpus: int) -> ObservedWarmHosts:
+        """The engine's view for a one-GPU service whose model takes `model_bytes` awake at least: the warm hosts
+        of one GPU whose device could take it, and up to `free_gpus` free GPUs a warm host could be made on (the
+        nodes with the most free first, as many per node as it has), with the nodes' budgets and what sleepers
+        hold. Claim names as the controller's: a host's name, or a free GPU's (made into a host by `place_on`)."""
+        devices = [WarmDevice(h.name, node_name(h.node), product, h.memory_bytes, True, h.awake_bytes)
+                   for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
+        self._free_names, self._made = {}, {}
+        if self.device_memory >= model_bytes:
+            order = sorted(range(self.gpus.nodes), key=lambda n: (-self.gpus.free(n), n))
+            for node in order:
+                for slot in range(self.gpus.free(node)):
+                    if len(self._free_names) >= free_gpus:
+                        break
+                    name = f"free-{node:04d}-{slot}"
+                    self._free_names[name] = node
+                    devices.append(WarmDevice(name, node_name(node), product, self.device_memory, False))
+        nodes = {d.node for d in devices}
+        budget = {node_name(n): self.budget for n in range(self.gpus.nodes) if node_name(n) in nodes}
+        used = {node_name(n): self.used[n] for n in range(self.gpus.nodes) if node_name(n) in nodes}
+        return ObservedWarmHosts(tuple(devices), budget, used)
 
-    def room(self, service: int, gpus: int, weight: int, limit: int) -> int:
-        """Sleepers of `service` the cluster could hold and wake at once now (at most `limit`): its replicas on
-        warm hosts whose GPUs are free, more on other warm hosts with free GPUs and room, and more on new warm
-        hosts (free GPUs of nodes whose host-memory budget holds the weights)."""
-        mine = sum(1 for h in self.hosts.values() if h.awake is None and any(k[0] == service for k in h.members))
-        if mine >= limit:
-            return limit
-        spare = dict.fromkeys(range(self.gpus.nodes), 0)
-        for node in spare:
-            spare[node] = self.budget - self.used[node]
-        more = 0
-        for h in self.hosts.values():
-            if h.awake is None and self._fits(h, service, gpus, weight) and spare[h.node] >= weight:
-                spare[h.node] -= weight
-                more += 1
-        for node in range(self.gpus.nodes):
-            if weight > 0:
-                more += min(self.gpus.free(node) // gpus, max(0, spare[node]) // weight)
-            else:
-                more += self.gpus.free(node) // gpus
-            if mine + more >= limit:
-                return limit
-        return mine + more
+    def place_on(self, key: Key, claim: str, weight: int, need: int, now: float) -> WarmHost:
+        """A new sleeper onto the warm host the engine chose (`claim`: an existing host, or a free GPU from the
+        last `observe`, made into a host once). ValueError when the cluster cannot hold it: the engine and the
+        cluster model disagree."""
+        host = self.hosts.get(claim) or self._made.get(claim)
+        if host is None:
+            node = self._free_names.get(claim)
+            if node is None or self.gpus.free(node) < 1:
+                raise ValueError(f"place_on: {claim} is neither a warm host nor a free GPU of the last observe")
+            host = self._new_host(node, 1, now)
+            self._made[claim] = host
+        if self.used[host.node] + weight > self.budget:
+            raise ValueError(f"place_on: node-{host.node}'s host-memory budget cannot hold {key}'s weights")
+        self._join(host, key, weight, need)
+        return host
 
-    # -- changes
+    # -- the baselines' pools
 
-    def place(self, key: Key, gpus: int, weight: int, now: float) -> WarmHost | None:
-        """A replica onto a warm host (an existing one with room, the fullest first; else a new one); None when
-        the cluster has no room."""
-        fits = [h for h in self.hosts.values() if h.awake is None and self._fits(h, key[0], gpus, weight)]
-        if not fits:
-            fits = [h for h in self.hosts.values() if self._fits(h, key[0], gpus, weight)]
+    def place(self, key: Key, gpus: int, weight: int, need: int, now: float) -> WarmHost | None:
+        """A sleeper onto a warm host of `gpus` GPUs: an existing one with no replica of its service and host
+        memory for it (those where it could wake now first, then the fullest); else a new one on the node with the
+        most free GPUs whose budget holds the weights; None when the cluster has no room."""
+        fits = [h for h in self.hosts.values() if h.gpus == gpus and key[0] not in h.services()
+                and self.used[h.node] + weight <= self.budget]
         if fits:
-            host = max(fits, key=lambda h: (len(h.members), h.awake is None, h.name))
+            host = max(fits, key=lambda h: (h.awake_bytes + need <= h.memory_bytes, len(h.members), h.name))
         else:
             nodes = [n for n in range(self.gpus.nodes)
                      if self.gpus.free(n) >= gpus and self.used[n] + weight <= self.budget]
             if not nodes:
                 return None
-            node = max(nodes, key=lambda n: (self.gpus.free(n), -n))
-            self._ordinal += 1
-            host = WarmHost(f"warm-{self._ordinal}", node, gpus)
-            self.gpus.take(host.name, node, gpus, now)
-            self.hosts[host.name] = host
-            self.gpus_held += gpus
+            host = self._new_host(max(nodes, key=lambda n: (self.gpus.free(n), -n)), gpus, now)
+        self._join(host, key, weight, need)
+        return host
+
+    def _new_host(self, node: int, gpus: int, now: float) -> WarmHost:
+        self._ordinal += 1
+        host = WarmHost(f"warm-{self._ordinal}", node, gpus, self.device_memory)
+        self.gpus.take(host.name, node, gpus, now)
+        self.hosts[host.name] = host
+        self.gpus_held += gpus
+        return host
+
+    def _join(self, host: WarmHost, key: Key, weight: int, need: int) -> None:
         host.members[key] = weight
-        self.used[host.node] += weight
+        host.need[key] = need
+        self.used[host.node] += weight  # a new sleeper: its weights go to host memory as it loads
         self.where[key] = host.name
         self._shares = None
-        return host
+
+    # -- changes
 
     def host_of(self, key: Key) -> WarmHost | None:
         name = self.where.get(key)
@@ -158,26 +197,37 @@ class WarmHosts:
 
     def can_wake(self, key: Key) -> bool:
         host = self.host_of(key)
-        return host is not None and host.awake is None
+        return host is not None and host.fits_awake(key)
 
     def wake(self, key: Key) -> bool:
-        """The replica takes its host's GPUs; False (a refused wake, counted) when another replica is awake on
-        them."""
+        """The replica onto its host's device (its weights leave host memory); False (a refused wake, counted)
+        when the device has not the memory free."""
         host = self.host_of(key)
         if host is None:
             raise KeyError(f"{key} is on no warm host")
-        if host.awake is not None and host.awake != key:
+        if not host.fits_awake(key):
             self.wake_refused += 1
             return False
-        host.awake = key
+        if key not in host.awake:
+            host.awake.add(key)
+            self.used[host.node] -= host.members[key]
+            self._shares = None
         return True
 
-    def sleep(self, key: Key) -> None:
+    def sleep(self, key: Key) -> bool:
+        """The replica off its host's device, its weights into host memory; False (counted, and it stays awake)
+        when the node's budget cannot hold them."""
         host = self.host_of(key)
         if host is None:
             raise KeyError(f"{key} is on no warm host")
-        if host.awake == key:
-            host.awake = None
+        if key in host.awake:
+            if self.used[host.node] + host.members[key] > self.budget:
+                self.sleep_refused += 1
+                return False
+            host.awake.discard(key)
+            self.used[host.node] += host.members[key]
+            self._shares = None
+        return True
 
     def remove(self, key: Key, now: float) -> None:
         """The replica leaves its warm host; a host no replica references is deleted (its GPUs given back)."""
@@ -185,9 +235,12 @@ class WarmHosts:
         if name is None:
             return
         host = self.hosts[name]
-        self.used[host.node] -= host.members.pop(key)
-        if host.awake == key:
-            host.awake = None
+        weight = host.members.pop(key)
+        host.need.pop(key)
+        if key in host.awake:
+            host.awake.discard(key)
+        else:
+            self.used[host.node] -= weight
         if not host.members:
             del self.hosts[name]
             self.gpus.give(name, host.node, now)
@@ -202,7 +255,7 @@ class WarmHosts:
 
     def shares(self) -> tuple[dict[int, float], dict[int, int]]:
         """Per service, the warm hosts' GPUs charged to it (each host's GPUs split evenly between the services with
-        a replica on it) and the host-memory bytes its replicas hold."""
+        a replica on it) and the host-memory bytes its sleepers hold."""
         if self._shares is None:
             gpus: dict[int, float] = {}
             held: dict[int, int] = {}
@@ -211,6 +264,7 @@ class WarmHosts:
                 for s in services:
                     gpus[s] = gpus.get(s, 0.0) + h.gpus / len(services)
                 for k, w in h.members.items():
-                    held[k[0]] = held.get(k[0], 0) + w
+                    if k not in h.awake:
+                        held[k[0]] = held.get(k[0], 0) + w
             self._shares = (gpus, held)
         return self._shares

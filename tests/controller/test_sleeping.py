@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +39,7 @@ from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster_file(Path(__file__).with_name("sleeping-cluster.yaml"))]
 
 TARGET_RPS = 10.0  # per replica; a replica serves 20 req/s at most (2 slots of 100 ms)
 COLD_START_S = 20.0
@@ -46,13 +47,16 @@ WINDOW_S = 45  # scale-down stabilization: the awake replicas, then the sleepers
 BURST_RPS = 35.0  # 4 replicas' worth
 
 
-def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4) -> dict[str, Any]:
+def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4, window_s: int = WINDOW_S
+                   ) -> dict[str, Any]:
+    """Its replicas take memory shares of the cluster's H100s (`Shared`): awake on a warm host too, several to a
+    GPU (three of 20 GiB in an H100's 79.6 GiB), which is what makes a warm host worth a GPU."""
     return (InferenceServiceBuilder(name)
             .with_("spec.model", {"name": f"example/{name}", "memory": memory})
-            .with_("spec.accelerator.products", ["H100-80GB"])
+            .with_("spec.accelerator", {"products": ["H100-80GB"], "sharing": "Shared"})
             .with_("spec.scaling.maxReplicas", max_replicas)
             .with_("spec.scaling.targetRequestsPerReplica", TARGET_RPS)
-            .with_("spec.scaling.scaleDownStabilizationSeconds", WINDOW_S)
+            .with_("spec.scaling.scaleDownStabilizationSeconds", window_s)
             .with_("spec.scaling.forecast", {"enabled": False})
             .with_("spec.scaling.prewarm", {"sleep": True})
             # the burst guard sizes for the requests waiting at the front door at once (not only for the rate the
@@ -219,7 +223,7 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
     try:
         with Cycles(kube, reconciler, ("nap",)) as cycles:
             sleepers = await held_asleep(cycles, kube, "nap", url, sleepers=2)
-            # the sleepers sit on one warm host: a shared claim (one H100 holds three 20 GiB models awake)
+            # the sleepers sit on one warm host: a shared claim (one H100 holds three 20 GiB shares awake)
             hosts = {str(p["metadata"]["annotations"][ANNOTATION_WARM_HOST]) for p in pods(kube, "nap")
                      if p["metadata"]["name"] in sleepers}
             assert len(hosts) == 1, hosts
@@ -270,11 +274,14 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
 
 @pytest.mark.parametrize("cluster", ["emulator"], indirect=True)
 async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(cluster: Cluster) -> None:
-    # Two services whose 50 GiB models each fill most of an H100: one sleeper each, on one warm host (each could
-    # wake there while the other sleeps). The other service's sleeper is woken behind the controller's back, so
-    # that the device is taken when the controller wakes this one: the agent refuses (409 DeviceMemory).
-    kube, reconciler = setup(cluster, sleepy_service("big", memory="50Gi", max_replicas=2),
-                             sleepy_service("other", memory="50Gi", max_replicas=2))
+    # Two services with large models on memory shares: big's 35 GiB (two fit awake on an H100's 79.6 GiB: its
+    # sleeper gets a warm host of its own making) and other's 45 GiB (one fits: it makes no warm host, but its
+    # sleeper joins big's: its longer window lets it scale down once big's warm host is there). One sleeper each,
+    # on that warm host; each could wake there while the other sleeps. The other service's sleeper is woken behind
+    # the controller's back, so that 34.6 GiB are left when the controller wakes big's: the agent refuses (409
+    # DeviceMemory).
+    kube, reconciler = setup(cluster, sleepy_service("big", memory="35Gi", max_replicas=2),
+                             sleepy_service("other", memory="45Gi", max_replicas=2, window_s=WINDOW_S + 30))
     url = front_door(kube, "big")
     other_url = front_door(kube, "other")
     try:

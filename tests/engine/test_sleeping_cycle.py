@@ -26,6 +26,7 @@ from infer_ctl.engine.cycle import (
     SlowTiers,
     WarmDevice,
     WarmHosts,
+    awake_device_bytes,
     plan_cycle,
     weight_bytes,
 )
@@ -37,11 +38,13 @@ GPU = 80 * 10**9  # an H100's memory
 
 
 def sleepy(**fields: object) -> api.InferenceService:
-    """20 GiB per replica (its weights: no KV cache is stated): three fit awake on one 80 GB device."""
+    """20 GiB per replica (its weights: no KV cache is stated), its replicas on memory shares (`Shared`): three
+    fit awake on one 80 GB device (an `Exclusive` service's replica takes the whole device awake: `exclusive`)."""
     return service(**{"spec__scaling__prewarm__sleep": True, "spec__runtime__coldStartSeconds": 120,
                       "spec__scaling__maxReplicas": 8, "spec__scaling__targetRequestsPerReplica": 10,
                       "spec__scaling__forecast": {"enabled": False}, "spec__model__memory": "20Gi",
-                      "spec__accelerator__products": ["H100-80GB"], **fields})
+                      "spec__accelerator__products": ["H100-80GB"], "spec__accelerator__sharing": "Shared",
+                      **fields})
 
 
 def asleep(name: str, host: str = "warm-a") -> ObservedReplica:
@@ -75,6 +78,41 @@ def test_warm_replicas_no_longer_needed_awake_are_held_asleep_on_a_warm_host() -
                                                                                                   "warm-a"),
                                                                      ("llm-r3", True, "warm-a")]
     assert "tiers: 1 awake, 3 sleeping" in p.message
+
+
+def exclusive(**fields: object) -> api.InferenceService:
+    return sleepy(spec__accelerator__sharing="Exclusive", **fields)
+
+
+def test_an_exclusive_service_s_sleepers_go_one_per_existing_warm_host_and_never_make_one() -> None:
+    assert awake_device_bytes(exclusive().spec, GPU) == GPU
+    assert awake_device_bytes(sleepy().spec, GPU) == 20 * GIB
+    existing = (WarmDevice("warm-a", "h100-0", "H100-80GB", GPU), WarmDevice("warm-b", "h100-1", "H100-80GB", GPU))
+    free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),
+            WarmDevice("warm-h100-0-gpu-2", "h100-0", "H100-80GB", GPU, exists=False))
+    p = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*existing, *free)),
+             held_warm(4))
+    # one sleeper per device (each could wake at once), each taking it whole awake; on the warm hosts that exist
+    # only: a new one for one whole-device replica would cost a GPU, as much as an awake standby
+    assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
+    assert p.sleeping == 2
+    # with memory shares a free GPU holds three awake: it is made a warm host
+    shared = plan(replace(observe(sleepy(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*free)), held_warm(4))
+    assert Counter(r.warm_host for r in shared.create if r.sleeping) == {"warm-h100-0-gpu-1": 3}
+
+
+def test_an_exclusive_service_neither_wakes_nor_places_sleepers_where_another_model_is_awake() -> None:
+    busy = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=20 * GIB)  # another service's, awake
+    obs = replace(observe(exclusive(), ready("llm-r0"), asleep("llm-r1"), rate=18.0), warm_hosts=hosts(busy))
+    p = plan(obs, held_warm(2))
+    assert p.actions.wake == () and p.actions.create_serving == 1
+    # the same service with memory shares: 60 GiB are free, its 20 GiB replica wakes
+    shared = plan(replace(observe(sleepy(), ready("llm-r0"), asleep("llm-r1"), rate=18.0), warm_hosts=hosts(busy)),
+                  held_warm(2))
+    assert shared.actions.wake == ("llm-r1",) and shared.actions.create_serving == 0
+    # a new sleeper is not put there either: no room, so no tier
+    lone = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(busy)), held_warm(4))
+    assert not lone.actions.create_sleeping and lone.output.tiers is None
 
 
 def test_a_warm_host_holds_only_the_sleepers_its_device_could_have_awake_then_a_free_gpu_is_taken() -> None:

@@ -211,6 +211,21 @@ def test_consumable_capacity_shares_one_gpu_until_its_memory_is_used() -> None:
     assert "not enough memory left" in unschedulable_message(store, "c")
 
 
+def test_a_claim_with_no_amount_takes_a_shared_gpu_whole_even_where_its_memory_is_not_whole_gib() -> None:
+    # an H100's 79.6 GiB: the request policy's default and maximum are on its 1 GiB grid (79 GiB), so that a claim
+    # that names no amount (a warm host's) is a valid request that leaves no share for anyone else
+    store, scheduler = cluster_store(pool("h100", "H100-80GB", gpus=1, gpuMode="shared"))
+    create(store, claim("whole", exactly("gpu")))
+    gpu_pod(store, "a", gpu="whole")
+    create(store, claim("share", exactly("gpu", capacity={"requests": {"memory": "1Gi"}})))
+    gpu_pod(store, "b", gpu="share")
+    scheduler.cycle()
+    results = store.get(store.type("resource.k8s.io", "v1", "resourceclaims"), "default", "whole")[
+        "status"]["allocation"]["devices"]["results"][0]
+    assert node_of(store, "a") == "h100-0" and results["consumedCapacity"] == {"memory": "79Gi"}
+    assert node_of(store, "b") is None and "not enough memory left" in unschedulable_message(store, "b")
+
+
 def test_an_unsatisfiable_claim_says_which_request_fails_and_why() -> None:
     store, scheduler = cluster_store(pool("l4", "L4"))
     create(store, claim("big", exactly("gpu", cel="device.capacity['gpu.nvidia.com'].memory.compareTo("

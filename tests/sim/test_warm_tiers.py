@@ -3,8 +3,10 @@ products, and infer-ctl's tiers as plan_cycle decides them."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
-from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle
+from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle, weight_bytes
 from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, simulate_fleet
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
 from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas
+from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service
 from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHosts
 
 TICK = 5.0
@@ -52,13 +54,17 @@ def test_a_wake_takes_the_weights_over_the_host_to_device_bandwidth() -> None:
         TierPhysics(h2d_gib_s=0.0)
 
 
+DEVICE = 80 * GIB
+WHOLE = DEVICE  # what an Exclusive service's replica takes awake
+
+
 def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share_them() -> None:
     gpus = Gpus(nodes=1, per_node=4)
-    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0))
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
     w = 10 * GIB
-    a1 = warm.place((0, "a1"), 1, w, 0.0)
-    a2 = warm.place((0, "a2"), 1, w, 0.0)
-    b1 = warm.place((1, "b1"), 1, w, 0.0)
+    a1 = warm.place((0, "a1"), 1, w, WHOLE, 0.0)
+    a2 = warm.place((0, "a2"), 1, w, WHOLE, 0.0)
+    b1 = warm.place((1, "b1"), 1, w, WHOLE, 0.0)
     assert a1 is not None and a2 is not None and b1 is not None
     assert a1.name != a2.name  # so that both can wake at once
     assert b1.name in (a1.name, a2.name)  # another service shares an existing host
@@ -67,33 +73,61 @@ def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share
     assert warm.host_bytes == 3 * w
 
 
-def test_a_wake_is_refused_while_another_replica_is_awake_on_the_host() -> None:
+def test_a_wake_needs_the_device_memory_its_replica_takes_awake() -> None:
     gpus = Gpus(nodes=1, per_node=1)
-    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0))
-    a = warm.place((0, "a"), 1, GIB, 0.0)
-    b = warm.place((1, "b"), 1, GIB, 0.0)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
+    a = warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
+    b = warm.place((1, "b"), 1, GIB, WHOLE, 0.0)
     assert a is not None and b is not None and a.name == b.name  # one GPU: one host
     assert warm.wake((0, "a"))
-    assert not warm.can_wake((1, "b")) and not warm.wake((1, "b"))
+    assert not warm.can_wake((1, "b")) and not warm.wake((1, "b"))  # exclusive: one awake per GPU
     assert warm.wake_refused == 1
-    warm.sleep((0, "a"))
+    assert warm.sleep((0, "a"))
     assert warm.wake((1, "b"))
+    # memory shares: three replicas of 24 GiB fit awake on the 80 GiB device, a fourth does not
+    shared = WarmHosts(Gpus(nodes=1, per_node=1).book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
+    host = shared.place((0, "s0"), 1, GIB, 24 * GIB, 0.0)
+    assert host is not None
+    for i in range(1, 4):
+        shared.place_on((i, f"s{i}"), host.name, GIB, 24 * GIB, 0.0)
+    assert [shared.wake((i, f"s{i}")) for i in range(4)] == [True, True, True, False]
 
 
-def test_the_host_memory_budget_bounds_the_sleepers_of_a_node() -> None:
+def test_the_host_memory_budget_bounds_the_sleepers_of_a_node_and_a_wake_gives_it_back() -> None:
     gpus = Gpus(nodes=2, per_node=8)
-    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=0.5))  # 50 GiB per node
-    placed = [warm.place((i, f"r{i}"), 1, 20 * GIB, 0.0) for i in range(6)]
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=0.5), DEVICE)  # 50 GiB per node
+    placed = [warm.place((i, f"r{i}"), 1, 20 * GIB, WHOLE, 0.0) for i in range(6)]
     assert sum(p is not None for p in placed) == 4  # two 20 GiB sleepers per node
     assert max(warm.used) <= 50 * GIB
-    assert warm.room(9, 1, 20 * GIB, 100) == 0
+    view = warm.observe(20 * GIB, "H100-80GB", free_gpus=4)
+    assert all(view.host_used[n] == view.host_budget[n] - 10 * GIB for n in view.host_budget)
+    assert warm.wake((0, "r0"))  # awake, its weights leave host memory ...
+    assert warm.used[warm.hosts[warm.where[(0, "r0")]].node] == 20 * GIB
+    warm.place((9, "r9"), 1, 20 * GIB, WHOLE, 0.0)  # ... and another sleeper takes the room
+    assert not warm.sleep((0, "r0")) and warm.sleep_refused == 1  # so it cannot go back to sleep there
+
+
+def test_the_engine_is_shown_the_warm_hosts_its_model_fits_and_free_gpus_and_places_on_them() -> None:
+    gpus = Gpus(nodes=2, per_node=2)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(), DEVICE)
+    warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
+    view = warm.observe(20 * GIB, "H100-80GB", free_gpus=8)
+    assert [(d.claim, d.exists) for d in view.devices] == [("warm-1", True), ("free-0001-0", False),
+                                                           ("free-0001-1", False), ("free-0000-0", False)]
+    assert warm.observe(90 * GIB, "H100-80GB", free_gpus=8).devices == ()  # a model no device holds
+    warm.observe(20 * GIB, "H100-80GB", free_gpus=8)  # the engine places on what the last view offered
+    host = warm.place_on((1, "b"), "free-0001-0", GIB, WHOLE, 0.0)
+    assert host.node == 1 and gpus.free == [1, 1]
+    assert warm.place_on((1, "c"), "free-0001-0", GIB, WHOLE, 0.0) is host  # the same free GPU: the host made on it
+    with pytest.raises(ValueError, match="free-0000-9"):
+        warm.place_on((1, "d"), "free-0000-9", GIB, WHOLE, 0.0)
 
 
 def test_a_warm_host_is_deleted_with_its_last_replica() -> None:
     gpus = Gpus(nodes=1, per_node=2)
-    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics())
-    warm.place((0, "a"), 1, GIB, 0.0)
-    warm.place((1, "b"), 1, GIB, 0.0)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(), DEVICE)
+    warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
+    warm.place((1, "b"), 1, GIB, WHOLE, 0.0)
     warm.remove((0, "a"), 5.0)
     assert warm.gpus_held == 1 and gpus.free == [1]
     warm.remove((1, "b"), 6.0)
@@ -105,40 +139,37 @@ ops = st.lists(st.tuples(st.sampled_from(["place", "wake", "sleep", "remove"]), 
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops, st.integers(1, 3), st.integers(1, 4), st.sampled_from([4, 10, 30]))
-def test_warm_hosts_never_exceed_a_budget_nor_wake_onto_a_taken_gpu(
-        steps: list[tuple[str, int, int]], nodes: int, per_node: int, weight_gib: int) -> None:
+@given(ops, st.integers(1, 3), st.integers(1, 4), st.sampled_from([4, 10, 30]), st.sampled_from([24, 80]))
+def test_warm_hosts_never_exceed_a_budget_nor_a_device_s_memory(
+        steps: list[tuple[str, int, int]], nodes: int, per_node: int, weight_gib: int, need_gib: int) -> None:
     gpus = Gpus(nodes, per_node)
-    warm = WarmHosts(gpus.book(), 64 * GIB, TierPhysics(replicas_per_host=3))
-    awake: set[tuple[int, str]] = set()
+    warm = WarmHosts(gpus.book(), 64 * GIB, TierPhysics(), DEVICE)
     for op, service, r in steps:
         key = (service, f"r{r}")
         if op == "place" and key not in warm.where:
-            warm.place(key, 1, weight_gib * GIB, 0.0)
+            warm.place(key, 1, weight_gib * GIB, need_gib * GIB, 0.0)
         elif key not in warm.where:
             continue
         elif op == "wake":
             host = warm.host_of(key)
             assert host is not None
-            free = host.awake is None or host.awake == key
-            assert warm.wake(key) == free
-            if free:
-                awake.add(key)
+            fits = key in host.awake or host.awake_bytes + need_gib * GIB <= DEVICE
+            assert warm.wake(key) == fits
         elif op == "sleep":
             warm.sleep(key)
-            awake.discard(key)
         elif op == "remove":
             warm.remove(key, 0.0)
-            awake.discard(key)
         # the invariants, after every step
         assert all(u <= warm.budget for u in warm.used)
         assert all(f >= 0 for f in gpus.free)
         assert warm.gpus_held == sum(h.gpus for h in warm.hosts.values()) == nodes * per_node - sum(gpus.free)
+        for n in range(nodes):  # host memory holds exactly the sleepers' weights
+            assert warm.used[n] == sum(w for h in warm.hosts.values() if h.node == n
+                                       for k, w in h.members.items() if k not in h.awake)
         for h in warm.hosts.values():
-            assert h.members and len(h.members) <= 3
-            assert len({k[0] for k in h.members}) == len(h.members)  # a service once per host
-            assert h.awake is None or h.awake in h.members
-        assert sum(1 for h in warm.hosts.values() if h.awake is not None) == len(awake)
+            assert h.members
+            assert len({k[0] for k in h.members}) == len(h.members)  # a service once per host (the pools' rule)
+            assert h.awake <= set(h.members) and h.awake_bytes <= DEVICE
 
 
 # ------------------------------------------------------------------------------------------------ the simulator
@@ -170,7 +201,8 @@ def test_a_sleeping_pool_charges_its_warm_hosts_with_no_traffic_at_all() -> None
     r = simulate(arrivals, pool, s.settings.model, SimConfig(tick_s=TICK), initial_replicas=1)
     # the HPA keeps its one replica, the pool three warm hosts of one GPU each: 4 GPUs for the hour
     assert r.gpu_hours == pytest.approx(4.0)
-    assert r.host_memory_gib_hours == pytest.approx(3 * s.settings.model.weight_gib)
+    weights = weight_bytes(scenario_service(s.settings).spec.model) / GIB
+    assert r.host_memory_gib_hours == pytest.approx(3 * weights)
 
 
 def test_a_node_cache_makes_every_start_a_cached_start() -> None:
@@ -203,9 +235,19 @@ def test_the_sleeping_pool_wakes_before_it_starts_cold_replicas() -> None:
     assert r.cold_starts == 0
 
 
-def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None
+def shared_svc(name: str, arrivals: np.ndarray, model: ServiceModel | None = None, seed: int = 0) -> FleetService:
+    """A service whose replicas take memory shares (`sharing: Shared`): its 8B model's replicas fit four to an
+    H100 awake, so a warm host of one GPU holds several of them."""
+    model = model or ServiceModel(min_replicas=0)
+    settings = service_settings(name, model)
+    manifest = copy.deepcopy(dict(settings.manifest or {}))
+    manifest["spec"]["accelerator"] = {"sharing": "Shared"}
+    return FleetService(name, arrivals, replace(settings, manifest=manifest), seed)
+
+
+def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None, *, shared: bool = True
                ) -> tuple[InferCtl, list[tuple[Observation, CyclePlan]], ServiceModel]:
-    s = svc("tiers", arrivals, model)
+    s = (shared_svc if shared else svc)("tiers", arrivals, model)
     policy = build_policy("infer-ctl+tiers", s.settings, arrivals, TICK)
     assert isinstance(policy, InferCtl)
     cycles: list[tuple[Observation, CyclePlan]] = []
@@ -230,8 +272,17 @@ def test_infer_ctls_tiers_in_the_simulator_are_plan_cycles_decisions() -> None:
     assert any(r.state is ReplicaState.SLEEPING and r.warm_host for o, _ in cycles for r in o.replicas)
 
 
+def test_a_lone_service_whose_replica_takes_a_whole_gpu_makes_no_warm_host_in_the_simulator() -> None:
+    # the engine's rule, in the simulator as in the controller: a warm host for one whole-GPU replica costs a GPU,
+    # as a standby does, so such a service's sleepers go only to warm hosts that exist (none here)
+    _, cycles, _ = tiered_run(bursty(), shared=False)
+    assert all(o.warm_hosts is not None for o, _ in cycles)
+    assert not any(p.actions.create_sleeping for _, p in cycles)
+    assert all(p.output.tiers is None or p.output.tiers.sleeping == 0 for _, p in cycles)
+
+
 def test_a_wake_in_the_simulator_is_ready_after_the_wake_time_not_a_cold_start() -> None:
-    _, cycles, model = tiered_run(bursty())
+    policy, cycles, _ = tiered_run(bursty())
     woken = {name for _, p in cycles for name in p.actions.wake}
     assert woken
     period = cycles[1][0].samples[0][0] - cycles[0][0].samples[0][0]
@@ -243,7 +294,7 @@ def test_a_wake_in_the_simulator_is_ready_after_the_wake_time_not_a_cold_start()
                 continue
             # woken at one cycle, serving by the next (a wake of 15 GiB is under a second; a period is 10 s)
             assert r.state is ReplicaState.SERVING, (name, r.state)
-            assert TierPhysics().wake_s(model.weight_gib) < period
+            assert TierPhysics().wake_s(weight_bytes(policy.service.spec.model) / GIB) < period
         # a replica's cold start is measured once, from its creation: a wake never sets it
         before = {r.name: r for r in o1.replicas}
         for name, r in after.items():
@@ -252,7 +303,8 @@ def test_a_wake_in_the_simulator_is_ready_after_the_wake_time_not_a_cold_start()
 
 
 def tier_fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSpec]]:
-    """1-4 bursty services on a small cluster, each under a policy with a warm tier."""
+    """1-4 bursty services on a small cluster, each under a policy with a warm tier, its replicas on memory shares
+    or whole GPUs."""
 
     @st.composite
     def build(draw: st.DrawFn) -> tuple[list[FleetService], list[str], ClusterSpec]:
@@ -264,9 +316,9 @@ def tier_fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], Clus
             seed = draw(st.integers(0, 10_000))
             rng = np.random.default_rng(seed)
             rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=12), 30)
-            model = ServiceModel(cold_start_s=draw(st.sampled_from([60.0, 120.0])), min_replicas=0,
-                                 weight_gib=draw(st.sampled_from([15.0, 30.0])))
-            services.append(svc(f"s{i}", rng.poisson(rate * TICK).astype(np.float64), model, seed))
+            model = ServiceModel(cold_start_s=draw(st.sampled_from([60.0, 120.0])), min_replicas=0)
+            make = shared_svc if draw(st.booleans()) else svc  # memory shares, or a whole GPU per replica
+            services.append(make(f"s{i}", rng.poisson(rate * TICK).astype(np.float64), model, seed))
             names.append(draw(st.sampled_from(["infer-ctl+tiers", "fma-pool", "kserve-cache", "hpa"])))
         return services, names, cluster
 
