@@ -71,9 +71,6 @@ def register(sub: Any) -> None:
                         help="folder for the kubeconfig, the timelines (loadgen's, the controller's), its log, the "
                              "summary and the plot")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder")
-    parser.add_argument("--no-sleep", action="store_true",
-                        help="run the chat service without its sleeping tier (spec.scaling.prewarm.sleep false): "
-                             "an unannounced step is then met by cold starts alone")
     parser.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
                         help="emulator (default): the project's fast embedded API server and scheduler; kube: the "
                              "real kube-apiserver, kube-scheduler and kube-controller-manager 1.37 (built from "
@@ -149,8 +146,6 @@ class _Demo:
         self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
-        if args.no_sleep:
-            driven["spec"]["scaling"].setdefault("prewarm", {})["sleep"] = False
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
