@@ -604,8 +604,10 @@ class _WarmLedger:
         svc = observation.service
         self.spec = svc.spec
         self.weights = weight_bytes(svc.spec.model)
-        self.devices = {d.claim: d for d in warm.devices}
-        self.device_free = {d.claim: d.memory_bytes - d.awake_bytes for d in warm.devices}
+        # a free GPU this service would not make a warm host on (it holds fewer than two of its replicas awake,
+        # see `_candidate`) can neither take a sleeper nor hold one: left out (a cluster offers many)
+        self.devices = {d.claim: d for d in warm.devices if d.exists or d.memory_bytes // max(1, self.need(d)) >= 2}
+        self.device_free = {c: d.memory_bytes - d.awake_bytes for c, d in self.devices.items()}
         self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
         self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}
         asleep = {r.name for r in replicas if r.state is api.ReplicaState.SLEEPING} | starting_sleepers(replicas)
