@@ -74,6 +74,7 @@ default service. `RecipeLine.describe` prints one line per service (the benchmar
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from collections import deque
@@ -86,6 +87,7 @@ import numpy as np
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState
+from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.decide.tiers import Room
 from infer_ctl.engine.cycle import CyclePlan, ObservedReplica, SlowTiers, awake_device_bytes, weight_bytes
 from infer_ctl.engine.cycle import Observation as CycleObservation
@@ -556,6 +558,12 @@ class FleetResult:
                 "wall_s": round(self.wall_s, 1)}
 
 
+@functools.cache
+def _catalog() -> AcceleratorCatalog:
+    """The shipped accelerator catalog, read once (a benchmark runs many simulations)."""
+    return load_policies().catalog
+
+
 class _FleetSim:
     def __init__(self, runs: list[_ServiceRun], cluster: _Cluster, config: SimConfig,
                  physics: TierPhysics = DEFAULT_PHYSICS) -> None:
@@ -571,7 +579,7 @@ class _FleetSim:
                        take=lambda host, node, gpus, now: c.bind((-1, WARM_HOSTS), host, node, gpus=gpus,
                                                                  priority=PRIORITY_SERVING, now=now),
                        give=lambda host, node, now: c.release(-1, host, node, now), nodes=c.spec.nodes)
-        accelerator = load_policies().catalog.get(c.spec.accelerator)
+        accelerator = _catalog().get(c.spec.accelerator)
         if accelerator is None:
             raise ValueError(f"cluster.accelerator: {c.spec.accelerator!r} is not in the accelerator catalog")
         self.product = accelerator.name
