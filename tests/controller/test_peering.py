@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from pathlib import Path
 
 import httpx
@@ -55,6 +56,12 @@ def install_peering(cluster: Cluster) -> None:
             cluster.kube.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=doc)
 
 
+def peer_priorities(cluster: Cluster) -> list[int]:
+    """The priorities of the peers recorded in the cluster-wide peering object (kopf's keep-alives)."""
+    peering = cluster.kube.request("GET", "/apis/kopf.dev/v1/clusterkopfpeerings/infer-ctl")
+    return [int(peer.get("priority", 0)) for peer in (peering.get("status") or {}).values()]
+
+
 def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when_it_stops(
         cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kopf")
@@ -62,21 +69,30 @@ def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when
     install_peering(cluster)
     low_port, high_port = free_port(), free_port()
     peered = {"peering": "infer-ctl", "namespaces": ("default",)}  # namespaced, one cluster-wide election
-    with running_controller(cluster, priority=10, metrics_port=low_port, **peered), \
-            running_controller(cluster, priority=20, metrics_port=high_port, **peered) as stop_high:
-        # Until each has seen the other's keep-alive both may act (kopf's peering is not a lease): wait for the
-        # lower one to step back.
-        wait_for("the lower priority to pause", lambda: any(
-            "Pausing operations in favour of" in r.getMessage() for r in caplog.records))
-        kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
-                    .build(), "default")
-        wait_for("one replica", lambda: replicas(cluster) == 1)
-        wait_for("the active controller's cycles", lambda: cycles(high_port) >= 1)
-        assert cycles(low_port) == 0  # paused in favour of the higher priority
+    with running_controller(cluster, priority=20, metrics_port=high_port, **peered) as stop_high:
+        # kopf's peering is not a lease: two peers that start together both act until each has seen the other's
+        # keep-alive, and a peer that finds a higher one in its first look stays paused without a word (peering
+        # is mandatory, so it starts paused). So the higher one starts first, and the lower one joins once the
+        # higher one works and its keep-alive is in the peering object, as in a rolling update.
+        wait_for("the higher priority to work", lambda: any(
+            "Resuming operations after the pause" in r.getMessage() for r in caplog.records))
+        wait_for("its keep-alive", lambda: 20 in peer_priorities(cluster))
+        with running_controller(cluster, priority=10, metrics_port=low_port, **peered):
+            higher_priority_works_and_the_lower_takes_over(cluster, low_port, high_port, stop_high)
 
-        stop_high.set()  # the active one leaves (a rolling update, a node drain): its peering record goes with it
-        kube.merge_patch(INFERENCE_SERVICES, "llm", {"spec": {"scaling": {"minReplicas": 2}}}, "default")
-        wait_for("two replicas", lambda: replicas(cluster) == 2, timeout_s=60)
-        # The leaving controller may still handle the spec change it saw before it stopped; the one that takes
-        # over must run cycles of its own either way.
-        wait_for("the other controller resumes", lambda: cycles(low_port) >= 1, timeout_s=60)
+
+def higher_priority_works_and_the_lower_takes_over(cluster: Cluster, low_port: int, high_port: int,
+                                                   stop_high: threading.Event) -> None:
+    kube = cluster.kube
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
+                .build(), "default")
+    wait_for("one replica", lambda: replicas(cluster) == 1)
+    wait_for("the active controller's cycles", lambda: cycles(high_port) >= 1)
+    assert cycles(low_port) == 0  # paused in favour of the higher priority
+
+    stop_high.set()  # the active one leaves (a rolling update, a node drain): its peering record goes with it
+    kube.merge_patch(INFERENCE_SERVICES, "llm", {"spec": {"scaling": {"minReplicas": 2}}}, "default")
+    wait_for("two replicas", lambda: replicas(cluster) == 2, timeout_s=60)
+    # The leaving controller may still handle the spec change it saw before it stopped; the one that takes
+    # over must run cycles of its own either way.
+    wait_for("the other controller resumes", lambda: cycles(low_port) >= 1, timeout_s=60)
