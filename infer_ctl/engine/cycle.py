@@ -604,6 +604,7 @@ class _WarmLedger:
         svc = observation.service
         self.spec = svc.spec
         self.weights = weight_bytes(svc.spec.model)
+        self._need: dict[int, int] = {}
         # a free GPU this service would not make a warm host on (it holds fewer than two of its replicas awake,
         # see `_candidate`) can neither take a sleeper nor hold one: left out (a cluster offers many)
         self.devices = {d.claim: d for d in warm.devices if d.exists or d.memory_bytes // max(1, self.need(d)) >= 2}
@@ -619,7 +620,10 @@ class _WarmLedger:
 
     def need(self, device: WarmDevice) -> int:
         """The device memory one of this service's replicas takes awake on `device`."""
-        return awake_device_bytes(self.spec, device.memory_bytes)
+        need = self._need.get(device.memory_bytes)
+        if need is None:  # a cluster offers many devices of few sizes
+            need = self._need[device.memory_bytes] = awake_device_bytes(self.spec, device.memory_bytes)
+        return need
 
     def wake(self, name: str) -> bool:
         device = self.devices.get(self.host_of.get(name, ""))

@@ -114,6 +114,7 @@ class WarmHosts:
         self._free_names: dict[str, int] = {}  # the free GPUs the last `observe` offered, by name -> node
         self._made: dict[str, WarmHost] = {}  # hosts made on them since
         self._shares: tuple[dict[int, float], dict[int, int]] | None = None
+        self._names: list[str] = []
 
     # -- what infer-ctl is told (the controller's `infer_ctl.controller.warm.warm_hosts`)
 
@@ -122,22 +123,28 @@ class WarmHosts:
         of one GPU whose device could take it, and up to `free_gpus` free GPUs a warm host could be made on (the
         nodes with the most free first, as many per node as it has), with the nodes' budgets and what sleepers
         hold. Claim names as the controller's: a host's name, or a free GPU's (made into a host by `place_on`)."""
-        devices = [WarmDevice(h.name, node_name(h.node), product, h.memory_bytes, True, h.awake_bytes)
-                   for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
+        names = self._node_names()
+        hosts = [h for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
+        devices = [WarmDevice(h.name, names[h.node], product, h.memory_bytes, True, h.awake_bytes) for h in hosts]
+        nodes = {h.node for h in hosts}
         self._free_names, self._made = {}, {}
-        if self.device_memory >= model_bytes:
-            order = sorted(range(self.gpus.nodes), key=lambda n: (-self.gpus.free(n), n))
-            for node in order:
-                for slot in range(self.gpus.free(node)):
-                    if len(self._free_names) >= free_gpus:
-                        break
+        if self.device_memory >= model_bytes and free_gpus > 0:
+            free = [self.gpus.free(n) for n in range(self.gpus.nodes)]
+            for node in sorted(range(self.gpus.nodes), key=lambda n: (-free[n], n)):
+                if len(self._free_names) >= free_gpus or not free[node]:
+                    break
+                nodes.add(node)
+                for slot in range(min(free[node], free_gpus - len(self._free_names))):
                     name = f"free-{node:04d}-{slot}"
                     self._free_names[name] = node
-                    devices.append(WarmDevice(name, node_name(node), product, self.device_memory, False))
-        nodes = {d.node for d in devices}
-        budget = {node_name(n): self.budget for n in range(self.gpus.nodes) if node_name(n) in nodes}
-        used = {node_name(n): self.used[n] for n in range(self.gpus.nodes) if node_name(n) in nodes}
-        return ObservedWarmHosts(tuple(devices), budget, used)
+                    devices.append(WarmDevice(name, names[node], product, self.device_memory, False))
+        return ObservedWarmHosts(tuple(devices), {names[n]: self.budget for n in sorted(nodes)},
+                                 {names[n]: self.used[n] for n in sorted(nodes)})
+
+    def _node_names(self) -> list[str]:
+        if len(self._names) != self.gpus.nodes:
+            self._names = [node_name(n) for n in range(self.gpus.nodes)]
+        return self._names
 
     def place_on(self, key: Key, claim: str, weight: int, need: int, now: float) -> WarmHost:
         """A new sleeper onto the warm host the engine chose (`claim`: an existing host, or a free GPU from the
