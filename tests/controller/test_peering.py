@@ -65,7 +65,6 @@ def peer_priorities(cluster: Cluster) -> list[int]:
 def test_only_the_highest_priority_controller_works_and_the_next_takes_over_when_it_stops(
         cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kopf")
-    kube = cluster.kube
     install_peering(cluster)
     low_port, high_port = free_port(), free_port()
     peered = {"peering": "infer-ctl", "namespaces": ("default",)}  # namespaced, one cluster-wide election
