@@ -193,6 +193,18 @@ class ServiceMemory:
     wake_refused: dict[str, tuple[str, float]] = field(default_factory=dict)
     wakes: list[float] = field(default_factory=list)
     asleep: set[str] = field(default_factory=set)
+    # the cached tier: node -> (prefetches failed on it in a row, when to try it again): a node whose copy failed
+    # is not asked again at once (a model too big for its cache would fail every cycle), the plan looks elsewhere
+    prefetch_failed: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+
+# the wait before a prefetch is tried again on a node where it failed, by failures in a row (as kubelet backs off
+# a crashing container: doubling, capped)
+PREFETCH_BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def prefetch_backoff_s(failures: int) -> float:
+    return PREFETCH_BACKOFF_S[min(failures, len(PREFETCH_BACKOFF_S)) - 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +384,8 @@ class Reconciler:
                               concurrency=concurrency.requests,
                               prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
                                                     for p in prefetches if not _finished(p)),
+                              prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
+                                                         if retry_s > now_s),
                               wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
                               wakes=tuple(memory.wakes))
         memory.wakes.clear()
@@ -414,7 +428,7 @@ class Reconciler:
         # (the Pods as this cycle began: the sleepers it woke still carry the asleep annotation there)
         self._ensure_asleep(svc, memory, replicas, pods, woken=woken)
         await self._collect_warm_hosts(ns, now_s)
-        await self._prefetch(body, svc, plan.prefetch, prefetches, now)
+        await self._prefetch(body, svc, plan.prefetch, prefetches, now, memory=memory)
         for accelerator, cached, seconds in plan.cold_starts:
             self.metrics.cold_start.labels(accelerator or "unknown", str(cached).lower()).observe(seconds)
         if plan.scaled:
@@ -733,22 +747,31 @@ class Reconciler:
                 self._unreferenced.pop(key, None)
 
     async def _prefetch(self, body: Mapping[str, Any], svc: api.InferenceService, nodes: Sequence[str],
-                        prefetches: Sequence[Mapping[str, Any]], now: datetime) -> None:
+                        prefetches: Sequence[Mapping[str, Any]], now: datetime,
+                        *, memory: ServiceMemory | None = None) -> None:
         """The cached tier: a prefetch Pod on each node the plan wants the weights on; finished ones are deleted
-        (the Node's model-cache annotation is the record), a failed one with a Warning Event."""
+        (the Node's model-cache annotation is the record), a failed one with a Warning Event, and its node is not
+        tried again until its backoff (`PREFETCH_BACKOFF_S`) has passed: the plan looks at other nodes meanwhile."""
         ns = svc.meta.namespace
+        failed = memory.prefetch_failed if memory is not None else {}
+        now_s = now.timestamp()
         for pod in prefetches:
             if not _finished(pod) or pod["metadata"].get("deletionTimestamp"):
                 continue
             phase = (pod.get("status") or {}).get("phase")
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
             if phase == "Failed":
+                failures = failed.get(node, (0, 0.0))[0] + 1
+                delay = prefetch_backoff_s(failures)
+                failed[node] = (failures, now_s + delay)
                 await self._event(body, "PrefetchFailed", f"copying the model to node {node} failed: "
-                                  f"{_termination(pod)}; tried again while the cached tier is short", "Warning",
-                                  "Prefetch", now)
+                                  f"{_termination(pod)}; not tried on that node again for {delay:.0f} s "
+                                  f"(failure {failures} in a row)", "Warning", "Prefetch", now)
             else:
+                failed.pop(node, None)
                 log.info("%s: node %s holds the model now", svc.meta.key, node)
             await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
+        nodes = [n for n in nodes if failed.get(n, (0, 0.0))[1] <= now_s]
         cache_dir = self.settings.policies.scaling.model_cache_host_path
         if nodes and not cache_dir:  # modelCacheHostPath: off (no hostPath Pods): the cached tier holds what it has
             log.debug("%s: no prefetch Pods, the node model cache is off in the policies", svc.meta.key)

@@ -189,6 +189,8 @@ class Observation:
     cluster: ClusterSnapshot | None = None
     # nodes where the service's prefetch Pod is copying the model's weights (the cached tier)
     prefetching: frozenset[str] = frozenset()
+    # nodes where a copy failed and the controller's backoff has not passed: not asked for now (others are)
+    prefetch_backoff: frozenset[str] = frozenset()
     # replica names held by objects the service does not own (a Pod someone else created as "llm-r0"): never
     # given to a new replica
     foreign: frozenset[str] = frozenset()
@@ -344,7 +346,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                                           wake_durations=wake_durations, ledger=ledger)
     output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers,
                                              observation.concurrency), state.engine, policy.engine)
-    prefetch = _prefetch(output, prefetchable, observation.prefetching)
+    prefetch = _prefetch(output, prefetchable, observation.prefetching, observation.prefetch_backoff)
     serving, standby = output.desired_serving, output.desired_standby
     reason, message = str(output.decision.reason), output.decision.message
     if spec.replicas is not None:
@@ -687,9 +689,10 @@ class _WarmLedger:
 
 
 def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],
-              prefetching: frozenset[str]) -> tuple[str, ...]:
+              prefetching: frozenset[str], backoff: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Nodes to give the model's weights: as many as cover what the cached tier passed up for want of room
-    (counting the copies already under way), the nodes with the most room first."""
+    (counting the copies already under way), the nodes with the most room first, none whose last copy failed
+    within its backoff."""
     if output.tiers is None:
         return ()
     short = sum(n for tier, n in output.tiers.passed_up if tier is Tier.CACHED)
@@ -698,7 +701,7 @@ def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],
     for node, n in prefetchable:
         if short <= 0:
             break
-        if node in prefetching:
+        if node in prefetching or node in backoff:
             continue
         out.append(node)
         short -= n

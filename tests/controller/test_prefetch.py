@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.controller.reconciler import PREFETCH_BACKOFF_S, Reconciler, ServiceMemory, Settings
 from infer_ctl.engine.placement import free_replica_slots
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS
 from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
+from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import T0, caught_up, cycle, wait_for
@@ -58,5 +59,47 @@ async def test_a_prefetch_pod_fills_a_node_cache_and_is_collected_and_never_coun
         assert free_replica_slots(svc, cluster.policies.catalog, snapshot.state).get(node, 0) > 0
         notes = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "Prefetch"]
         assert notes and node in notes[0]
+    finally:
+        await reconciler.close()
+
+
+async def test_a_failed_prefetch_backs_off_its_node_and_says_so(cluster: Cluster) -> None:
+    """A node whose cache cannot hold the model fails the copy (the node agent's ModelCacheFull): the next cycle
+    deletes the Pod with a Warning Event naming the wait, asks no copy of that node until the backoff has passed
+    (the plan looks elsewhere meanwhile: `Observation.prefetch_backoff`), then tries it again."""
+    node = next(n["metadata"]["name"] for n in cluster.kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+    cluster.kube.merge_patch(NODES, node, {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE_BUDGET: "1Gi"}}})
+    builder = (InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
+               .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.cacheKey", CACHE_KEY)
+               .with_("spec.scaling.prewarm.nodeCache", True))
+    body = cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    memory = ServiceMemory()
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        await reconciler._prefetch(body, svc, [node], [], T0, memory=memory)
+        wait_for("the prefetch Pod to fail", lambda: [p for p in prefetches(cluster)
+                                                      if p.get("status", {}).get("phase") == "Failed"], timeout_s=30)
+        later = T0 + timedelta(seconds=10)
+        await reconciler._prefetch(body, svc, [node], prefetches(cluster), later, memory=memory)
+        assert memory.prefetch_failed == {node: (1, later.timestamp() + PREFETCH_BACKOFF_S[0])}
+        wait_for("the failed Pod deleted, none made again", lambda: not prefetches(cluster), timeout_s=30)
+        [note] = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PrefetchFailed"]
+        assert node in note and f"for {PREFETCH_BACKOFF_S[0]:.0f} s" in note, note
+        # within the backoff the node is asked for in vain; after it, it is tried again
+        await reconciler._prefetch(body, svc, [node], [], later + timedelta(seconds=PREFETCH_BACKOFF_S[0] - 1),
+                                   memory=memory)
+        assert not prefetches(cluster)
+        await reconciler._prefetch(body, svc, [node], [], later + timedelta(seconds=PREFETCH_BACKOFF_S[0]),
+                                   memory=memory)
+        assert [p["spec"]["nodeName"] for p in prefetches(cluster)] == [node]
+        # a second failure in a row waits twice as long
+        wait_for("the second prefetch Pod to fail", lambda: [p for p in prefetches(cluster)
+                                                             if p.get("status", {}).get("phase") == "Failed"],
+                 timeout_s=30)
+        again = later + timedelta(seconds=60)
+        await reconciler._prefetch(body, svc, [], prefetches(cluster), again, memory=memory)
+        assert memory.prefetch_failed[node] == (2, again.timestamp() + PREFETCH_BACKOFF_S[1])
     finally:
         await reconciler.close()

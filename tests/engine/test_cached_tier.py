@@ -6,6 +6,7 @@ weights on the nodes with the most room; without the flag nothing changes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,7 +23,7 @@ def ramp(t: float) -> float:
 
 
 def run(node_cache: bool, cluster: Callable[[], Snapshot], until_s: float = 1800.0,
-        prefetching: frozenset[str] = frozenset()) -> CyclePlan:
+        prefetching: frozenset[str] = frozenset(), backoff: frozenset[str] = frozenset()) -> CyclePlan:
     svc = service(spec__scaling__prewarm__nodeCache=node_cache, spec__runtime__coldStartSeconds=600,
                   spec__scaling__maxReplicas=40, spec__scaling__targetRequestsPerReplica=10)
     state, n, plan = CycleState(), 1, None
@@ -31,9 +32,8 @@ def run(node_cache: bool, cluster: Callable[[], Snapshot], until_s: float = 1800
         now = T0 + k * PERIOD
         replicas = tuple(ready(f"llm-r{i}") for i in range(n))
         obs = observe(svc, *replicas, rate=ramp(now) * (1 + 0.05 * np.sin(k)), now=now, cluster=snap)
-        if prefetching:
-            obs = obs.__class__(**{**{f: getattr(obs, f) for f in obs.__dataclass_fields__},
-                                   "prefetching": prefetching})
+        if prefetching or backoff:
+            obs = replace(obs, prefetching=prefetching, prefetch_backoff=backoff)
         plan, state = plan_cycle(obs, state, CYCLE, now)
         n = plan.serving + plan.standby
     assert plan is not None
@@ -71,3 +71,8 @@ def test_with_no_node_holding_the_weights_the_need_stays_awake_and_the_plan_pref
     # a copy under way is not asked for again
     again = run(True, snapshot, prefetching=frozenset(none.prefetch))
     assert not set(again.prefetch) & set(none.prefetch)
+    # nor a node whose copy failed within its backoff (here the only one with room: the other H100 node holds
+    # the service's replicas), while the cached tier stays short
+    assert none.prefetch == ("h100-0",)
+    backed_off = run(True, snapshot, backoff=frozenset({"h100-0"}))
+    assert backed_off.prefetch == () and backed_off.output.tiers is not None and backed_off.output.tiers.passed_up
