@@ -58,8 +58,9 @@ ACCESS: tuple[Access, ...] = (
     Access("", "namespaces", ("list", "watch"), Scope.CLUSTER,
            "kopf's namespace observer (--namespace takes globs; it lists them even for exact names)"),
     Access("kopf.dev", "clusterkopfpeerings", ("list", "watch"), Scope.CLUSTER, "kopf peering: the live peers"),
-    Access("kopf.dev", "clusterkopfpeerings", ("patch",), Scope.CLUSTER, "kopf peering: this peer's heartbeat",
-           names=("{peering}",)),
+    Access("kopf.dev", "clusterkopfpeerings", ("get", "patch"), Scope.CLUSTER,
+           "kopf peering: this peer's heartbeat; and whether it is the active peer when it has no service to cycle "
+           "(the idle warm hosts' collection)", names=("{peering}",)),
     # in each managed namespace
     Access("infer-ctl.io", "inferenceservices", ("list", "watch", "patch"), Scope.MANAGED,
            "kopf: the services, and its progress and last-handled annotations on them"),

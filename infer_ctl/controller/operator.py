@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -39,7 +39,7 @@ from infer_ctl.controller import access
 from infer_ctl.controller.health import ReadinessServer, liveness_endpoint
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core import api
-from infer_ctl.kube.client import KubeClient
+from infer_ctl.kube.client import KOPF_PEERINGS, KubeClient
 
 log = logging.getLogger(__name__)
 PERMISSION_RECHECK_S = 60.0
@@ -292,21 +292,44 @@ async def _check_permissions(kube: KubeClient, namespaces: tuple[str, ...], deni
 async def _collect_warm_hosts(config: OperatorConfig, reconciler: Reconciler, started: asyncio.Event) -> None:
     """Every control period, the idle warm hosts of the namespaces the controller manages are collected
     (`Reconciler.collect_warm_hosts`): the services' cycles collect them too, but a namespace (or a controller)
-    with no service left has no cycle. With peering, only while this process is the active peer (it ran a cycle
-    within the last 3 periods): a paused peer keeps out, and starts no watches of its own for it. A failure is a
-    log line; the next period tries again."""
+    with no service left has no cycle. With peering, only while this process is the active peer: it ran a cycle
+    within the last 3 periods, or (no service to cycle) the peering object says so (`active_peer`); a paused
+    peer keeps out, and starts no watches of its own for it. A failure is a log line; the next period tries
+    again."""
     period = config.settings.period_s
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(period)
         if not started.is_set():
             continue
-        if config.peering is not None and loop.time() - config._last_cycle > 3 * period:
-            continue
         try:
+            if config.peering is not None and loop.time() - config._last_cycle > 3 * period:
+                peering = await asyncio.to_thread(reconciler.kube.get, KOPF_PEERINGS, config.peering)
+                if not active_peer(peering, config.priority, datetime.now(UTC)):
+                    continue
             await reconciler.collect_warm_hosts(time.time(), config.namespaces or None)
         except Exception as exc:  # never ends the loop: an API fault is retried next period
             log.warning("collecting idle warm hosts failed (tried again in %.0f s): %s", period, exc)
+
+
+def active_peer(peering: Mapping[str, Any] | None, priority: int, now: datetime) -> bool:
+    """Whether kopf lets the peer of `priority` work, read from the peering object's keep-alives (kopf's
+    format: status = {identity: {priority, lastseen, lifetime}}, a record dead once `lifetime` seconds have
+    passed since `lastseen`): its own record is alive and no live peer has a higher priority. Two live records of
+    its priority are a tie, which kopf pauses on both sides: not active. (The priority names this process's
+    record: each controller takes a random one unless given one, `random_priority`.)"""
+    live: list[int] = []
+    for record in ((peering or {}).get("status") or {}).values():
+        try:
+            seen = datetime.fromisoformat(str(record["lastseen"]))
+            lifetime, peer_priority = float(record.get("lifetime", 60)), int(record.get("priority", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # not a keep-alive kopf wrote
+        if seen.tzinfo is None:
+            seen = seen.replace(tzinfo=UTC)
+        if seen + timedelta(seconds=lifetime) >= now:
+            live.append(peer_priority)
+    return live.count(priority) == 1 and not any(p > priority for p in live)
 
 
 def not_ready(started: asyncio.Event, reconciler: Reconciler) -> list[str]:

@@ -52,6 +52,8 @@ POD_GROUPS = Resource("scheduling.k8s.io/v1beta1", "podgroups", "PodGroup")
 KUEUE_WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads", "Workload")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", namespaced=False)
 INFERENCE_SERVICES = Resource("infer-ctl.io/v1alpha1", "inferenceservices", "InferenceService")
+# kopf's cluster-wide peering object: status = {peer identity: {priority, lastseen, lifetime}}
+KOPF_PEERINGS = Resource("kopf.dev/v1", "clusterkopfpeerings", "ClusterKopfPeering", namespaced=False)
 
 
 class KubeError(Exception):

@@ -7,17 +7,24 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.controller.operator import active_peer
+from infer_ctl.controller.reconciler import Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, KOPF_PEERINGS, PODS, RESOURCE_CLAIMS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster, running_controller
 from tests.controller.test_operator import wait_for
+from tests.controller.test_warm_hosts import live, warm_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,3 +102,47 @@ def higher_priority_works_and_the_lower_takes_over(cluster: Cluster, low_port: i
     # The leaving controller may still handle the spec change it saw before it stopped; the one that takes
     # over must run cycles of its own either way.
     wait_for("the other controller resumes", lambda: cycles(low_port) >= 1, timeout_s=60)
+
+
+def keep_alive(priority: int, seen: datetime, lifetime: float = 60) -> dict[str, Any]:
+    return {"priority": priority, "lastseen": seen.isoformat(), "lifetime": lifetime}
+
+
+def test_the_active_peer_is_read_from_the_live_keep_alives() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    recent, old = now - timedelta(seconds=5), now - timedelta(seconds=61)
+
+    def peering(*records: dict[str, Any]) -> dict[str, Any]:
+        return {"status": {f"peer-{i}": r for i, r in enumerate(records)}}
+
+    assert active_peer(peering(keep_alive(10, recent)), 10, now)  # alone
+    assert active_peer(peering(keep_alive(20, recent), keep_alive(10, recent)), 20, now)
+    assert not active_peer(peering(keep_alive(20, recent), keep_alive(10, recent)), 10, now)
+    assert active_peer(peering(keep_alive(20, old), keep_alive(10, recent)), 10, now)  # the higher one's is dead
+    assert not active_peer(peering(keep_alive(10, recent), keep_alive(10, recent)), 10, now)  # a tie: kopf pauses both
+    assert not active_peer(peering(keep_alive(20, recent)), 10, now)  # its own keep-alive not there (yet)
+    assert not active_peer(None, 10, now) and not active_peer({}, 10, now)
+    # kopf's naive UTC timestamps, and records kopf did not write
+    naive = {"priority": 10, "lastseen": recent.replace(tzinfo=None).isoformat(), "lifetime": 60}
+    assert active_peer(peering(naive, {"priority": 30}, {"priority": 40, "lastseen": "yesterday"}), 10, now)
+
+
+async def test_a_peered_controller_with_no_service_collects_idle_warm_hosts_only_while_it_is_the_active_peer(
+        cluster: Cluster) -> None:
+    """With no service there is no cycle to tell whether this peer works: the peering object says it. Another
+    peer's keep-alive of a higher priority (written here by hand, alive for 10 minutes) keeps this one's hands
+    off; once that peer is gone, this one collects the idle warm host."""
+    install_peering(cluster)
+    kube = cluster.kube
+    path = KOPF_PEERINGS.path(name="infer-ctl")
+    other = {"other-peer": keep_alive(99, datetime.now(UTC), lifetime=600)}
+    kube.request("PATCH", path, body={"status": other}, content_type="application/merge-patch+json")
+    kube.create(RESOURCE_CLAIMS, warm_host("warm-d"), "default")
+    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, control_period_s=1.0))
+    with running_controller(cluster, Settings(policies), peering="infer-ctl", priority=10, namespaces=("default",)):
+        wait_for("its own keep-alive", lambda: 10 in peer_priorities(cluster))
+        time.sleep(4)  # four control periods: the idle warm host would be collected by now were this peer active
+        assert live(kube, "warm-d", "default")
+        kube.request("PATCH", path, body={"status": {"other-peer": None}},
+                     content_type="application/merge-patch+json")  # the other peer leaves
+        wait_for("the idle warm host to be collected", lambda: not live(kube, "warm-d", "default"))
