@@ -20,11 +20,13 @@
   hostPath) read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
   (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
   prefetch Pod, `prefetch_pod`), and from the network otherwise. Pod Security Admission's baseline and restricted
-  levels refuse hostPath volumes: in a namespace enforcing either, replicas need the mounts turned off.
+  levels refuse hostPath volumes: in a namespace enforcing either, the controller creates its replicas without
+  the mount (`without_model_cache`) and runs no prefetch Pods there (see the reconciler's `_create_pod`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import hashlib
@@ -214,6 +216,32 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         },
         "spec": pod_spec,
     }
+
+
+def without_model_cache(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A replica's Pod (`replica_pod`) without its node model cache: no hostPath volume, no mount of it, no
+    `INFER_CTL_MODEL_CACHE_DIR` pointing into it (its model server loads from the network). Other volumes, mounts
+    and variables stay."""
+    out = copy.deepcopy(dict(pod))
+    spec = out.get("spec") or {}
+    volumes = [v for v in spec.get("volumes") or () if v.get("name") != MODEL_CACHE_VOLUME]
+    cache_dirs = [str(v["hostPath"]["path"]) for v in spec.get("volumes") or ()
+                  if v.get("name") == MODEL_CACHE_VOLUME and "hostPath" in v]
+    if volumes:
+        spec["volumes"] = volumes
+    else:
+        spec.pop("volumes", None)
+    for container in spec.get("containers") or ():
+        mounts = [m for m in container.get("volumeMounts") or () if m.get("name") != MODEL_CACHE_VOLUME]
+        env = [e for e in container.get("env") or () if not (
+            e.get("name") == ENV_MODEL_CACHE_DIR and any(str(e.get("value", "")).startswith(f"{d}/")
+                                                          for d in cache_dirs))]
+        for key, items in (("volumeMounts", mounts), ("env", env)):
+            if items:
+                container[key] = items
+            else:
+                container.pop(key, None)
+    return out
 
 
 # Where prefetch Pods put a model's weights on a node by default (a hostPath; one directory per model cache key):

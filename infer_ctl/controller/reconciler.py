@@ -57,6 +57,7 @@ from infer_ctl.actuate.manifests import (
     selector_labels,
     sleeper_annotations,
     spec_hash,
+    without_model_cache,
 )
 from infer_ctl.actuate.metrics import ControllerMetrics
 from infer_ctl.controller.snapshot import ClusterView, Snapshot
@@ -198,6 +199,17 @@ class ServiceMemory:
     prefetch_failed: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
+# how long a namespace whose Pod Security level refused the node model cache mount gets replicas without it before
+# the mount is tried again
+CACHE_MOUNT_RECHECK_S = 600.0
+
+
+def refuses_host_path(exc: KubeError) -> bool:
+    """Whether the API server refused a Pod for its hostPath volume: Pod Security Admission's message, e.g.
+    'pods "llm-r0" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes (volume "model-cache")'."""
+    return exc.status == 403 and "violates PodSecurity" in exc.message and "hostPath volumes" in exc.message
+
+
 # the wait before a prefetch is tried again on a node where it failed, by failures in a row (as kubelet backs off
 # a crashing container: doubling, capped)
 PREFETCH_BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0)
@@ -256,6 +268,9 @@ class Reconciler:
         # warm hosts (namespace, claim) no Pod referenced when last seen: deleted when seen so a period later
         self._unreferenced: dict[tuple[str, str], float] = {}
         self._warm_namespaces: set[str] = set()  # namespaces a cycle ran in: their idle warm hosts are collected
+        # namespaces whose Pod Security level refused a replica's node model cache mount (a hostPath): the refusal,
+        # and when to try the mount again (the namespace may be relabelled); replicas start without it meanwhile
+        self._cache_refused: dict[str, tuple[str, float]] = {}
         # warm hosts this controller made that the cache may not show yet (with their pinned device as their
         # allocation), and when: so that the next service's cycle puts its sleepers there too, not on a new one
         self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
@@ -386,6 +401,7 @@ class Reconciler:
                                                     for p in prefetches if not _finished(p)),
                               prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
                                                          if retry_s > now_s),
+                              node_cache_off=self._cache_off(ns, now_s),
                               wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
                               wakes=tuple(memory.wakes))
         memory.wakes.clear()
@@ -772,9 +788,10 @@ class Reconciler:
                 log.info("%s: node %s holds the model now", svc.meta.key, node)
             await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
         nodes = [n for n in nodes if failed.get(n, (0, 0.0))[1] <= now_s]
-        cache_dir = self.settings.policies.scaling.model_cache_host_path
-        if nodes and not cache_dir:  # modelCacheHostPath: off (no hostPath Pods): the cached tier holds what it has
-            log.debug("%s: no prefetch Pods, the node model cache is off in the policies", svc.meta.key)
+        cache_dir = self._cache_dir(ns, now_s)
+        if nodes and not cache_dir:  # modelCacheHostPath: off, or refused here: no hostPath Pods
+            log.debug("%s: no prefetch Pods: %s", svc.meta.key,
+                      self._cache_off(ns, now_s) or "the node model cache is off in the policies")
             return
         for node in nodes:
             pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
@@ -857,8 +874,8 @@ class Reconciler:
                           # a woken sleeper serves at once: at the serving priority (asleep it holds no device of
                           # its own, only a reference to the warm host's)
                           priority=Role.SERVING,
-                          model_cache_dir=self.settings.policies.scaling.model_cache_host_path)
-        if await self._create(PODS, pod, ns, svc.meta.uid):
+                          model_cache_dir=self._cache_dir(ns, now.timestamp()))
+        if await self._create_pod(svc, pod, now):
             await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
                               + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
 
@@ -881,14 +898,44 @@ class Reconciler:
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
                                        ANNOTATION_CACHED: str(placement.cached).lower()},
                           priority=Role.SERVING if held else None,
-                          model_cache_dir=self.settings.policies.scaling.model_cache_host_path)
-        if not await self._create(PODS, pod, ns, svc.meta.uid):
+                          model_cache_dir=self._cache_dir(ns, now.timestamp()))
+        if not await self._create_pod(svc, pod, now):
             return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
         await self._event(_ref(svc), "Placed",
                           f"{'replacement (out of traffic until ready)' if held else role.value} replica "
                           f"{placement.replica} on {placement.claim.node_name} "
                           f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
+
+    def _cache_off(self, namespace: str, now_s: float) -> str:
+        """Why replicas in `namespace` start without their node's model cache ("" when they mount it)."""
+        refused = self._cache_refused.get(namespace)
+        if refused is not None and refused[1] > now_s:
+            return f"namespace {namespace} refuses hostPath volumes ({refused[0]})"
+        return ""
+
+    def _cache_dir(self, namespace: str, now_s: float) -> str:
+        """The node model cache directory replicas in `namespace` mount ("" for none)."""
+        return "" if self._cache_off(namespace, now_s) else self.settings.policies.scaling.model_cache_host_path
+
+    async def _create_pod(self, svc: api.InferenceService, pod: Mapping[str, Any], now: datetime) -> bool:
+        """Create a replica's Pod (`_create`). Where Pod Security refuses it for its node model cache mount
+        (the namespace enforces baseline or restricted), it is created again at once without it, and the
+        namespace's replicas start without the mount (loading from the network), nor does it get prefetch Pods,
+        until CACHE_MOUNT_RECHECK_S has passed: said once in a Warning Event."""
+        ns = svc.meta.namespace
+        try:
+            return await self._create(PODS, pod, ns, svc.meta.uid)
+        except KubeError as exc:
+            bare = without_model_cache(pod)
+            if not refuses_host_path(exc) or bare == pod:
+                raise
+            self._cache_refused[ns] = (exc.message, now.timestamp() + CACHE_MOUNT_RECHECK_S)
+            await self._event(_ref(svc), "ModelCacheMountRefused",
+                              f"namespace {ns} refuses the node model cache's hostPath mount ({exc.message}): its "
+                              f"replicas start without it (loading from the network, no prefetch Pods), tried again "
+                              f"in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
+            return await self._create(PODS, bare, ns, svc.meta.uid)
 
     async def _create(self, resource: Resource, obj: Mapping[str, Any], namespace: str, owner_uid: str) -> bool:
         """Create; False when this service's object of that name was already there (a repeated cycle). A 409 is

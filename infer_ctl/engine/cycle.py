@@ -191,6 +191,9 @@ class Observation:
     prefetching: frozenset[str] = frozenset()
     # nodes where a copy failed and the controller's backoff has not passed: not asked for now (others are)
     prefetch_backoff: frozenset[str] = frozenset()
+    # why the service's replicas cannot mount their node's model cache ("" when they can; e.g. the namespace's
+    # Pod Security level refuses hostPath volumes): the cached tier then has no room and asks no copies
+    node_cache_off: str = ""
     # replica names held by objects the service does not own (a Pod someone else created as "llm-r0"): never
     # given to a new replica
     foreign: frozenset[str] = frozenset()
@@ -530,7 +533,9 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
     allowed: set[Tier] = set()
     room_cached = room_sleeping = 0
     others: tuple[tuple[str, int], ...] = ()
-    if policy.node_cache and cluster is not None:
+    if policy.node_cache and observation.node_cache_off:
+        pass  # replicas would load from the network wherever the weights are: no cached tier
+    elif policy.node_cache and cluster is not None:
         fits = free_replica_slots(svc, policies.policies.catalog, cluster.state)
         holders = {node for node, keys in cluster.model_caches.items() if svc.spec.model.cache_key in keys}
         room_cached = sum(n for node, n in fits.items() if node in holders)

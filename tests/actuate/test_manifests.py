@@ -19,6 +19,7 @@ from infer_ctl.actuate.manifests import (
     replica_pod,
     selector,
     spec_hash,
+    without_model_cache,
 )
 from infer_ctl.core import api
 from infer_ctl.core.errors import SpecError
@@ -151,6 +152,17 @@ def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models
 def test_without_a_cache_directory_a_replica_mounts_no_host_path() -> None:
     manifest: dict[str, Any] = pod()
     assert "volumes" not in manifest["spec"] and "volumeMounts" not in manifest["spec"]["containers"][0]
+
+
+def test_a_replica_without_its_model_cache_is_the_replica_built_without_one() -> None:
+    # what the controller creates where Pod Security refuses the hostPath: the Pod built with no cache directory,
+    # the service's own variables kept
+    env = [{"name": "HF_HOME", "value": "/cache"}]
+    assert without_model_cache(cached_pod(spec__runtime__env=env)) == cached_pod("", spec__runtime__env=env)
+    assert without_model_cache(cached_pod()) == cached_pod("")
+    # a model cache variable the service sets itself is its own: kept
+    own = [{"name": ENV_MODEL_CACHE_DIR, "value": "/models/mine"}]
+    assert without_model_cache(cached_pod(spec__runtime__env=own)) == cached_pod("", spec__runtime__env=own)
 
 
 def test_a_prefetch_pod_writes_where_replicas_read() -> None:

@@ -8,14 +8,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from infer_ctl.controller.reconciler import PREFETCH_BACKOFF_S, Reconciler, ServiceMemory, Settings
 from infer_ctl.engine.placement import free_replica_slots
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS, Resource
 from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import T0, caught_up, cycle, wait_for
+from tests.controller.test_warm_hosts import make_namespace
+
+NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
 
 CACHE_KEY = "example/prefetch-test-7b"
 
@@ -101,5 +106,57 @@ async def test_a_failed_prefetch_backs_off_its_node_and_says_so(cluster: Cluster
         again = later + timedelta(seconds=60)
         await reconciler._prefetch(body, svc, [], prefetches(cluster), again, memory=memory)
         assert memory.prefetch_failed[node] == (2, again.timestamp() + PREFETCH_BACKOFF_S[1])
+    finally:
+        await reconciler.close()
+
+
+def host_paths(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in pod["spec"].get("volumes") or () if "hostPath" in v]
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)  # Pod Security Admission is kube-apiserver's
+async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without_the_node_cache_mount(
+        cluster: Cluster) -> None:
+    """Pod Security's baseline level refuses hostPath volumes, and every replica mounts its node's model cache
+    (a hostPath): the refused Pod is created again at once without the mount, said once in a Warning Event, and
+    the namespace's next replicas start without it (no refusal), nor does it get prefetch Pods."""
+    kube = cluster.kube
+    make_namespace(cluster, "tenant")
+    kube.merge_patch(NAMESPACES, "tenant", {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    builder = (InferenceServiceBuilder("llm", "tenant").with_("spec.scaling.minReplicas", 1)
+               .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    body = kube.create(INFERENCE_SERVICES, builder.build(), "tenant")
+    reconciler = Reconciler(kube, Settings(cluster.policies))
+    try:
+        first = await cycle(reconciler, body, T0)
+        assert first.actions.create_serving == 1
+
+        def replicas() -> list[dict[str, Any]]:
+            return [p for p in kube.list(PODS, "tenant", label_selector="infer-ctl.io/service=llm")
+                    if p["metadata"]["labels"].get("infer-ctl.io/role") != "prefetch"]
+
+        [pod] = replicas()
+        assert not host_paths(pod), pod["spec"].get("volumes")
+        wait_for("the replica to be ready", lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for p in replicas() for c in (p.get("status") or {}).get("conditions") or ()), timeout_s=60)
+        [note] = [e["note"] for e in kube.list(EVENTS, "tenant") if e["reason"] == "ModelCacheMountRefused"]
+        assert "violates PodSecurity" in note and "hostPath" in note, note
+        # the next replica is made without the mount from the start: no second refusal
+        kube.merge_patch(INFERENCE_SERVICES, "llm", {"spec": {"scaling": {"minReplicas": 2}}}, "tenant")
+        await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "tenant"), T0 + timedelta(seconds=10))
+        wait_for("two replicas", lambda: len(replicas()) == 2)
+        assert not any(host_paths(p) for p in replicas())
+        refusals = [e for e in kube.list(EVENTS, "tenant") if e["reason"] == "ModelCacheMountRefused"]
+        assert len(refusals) == 1 and not (refusals[0].get("series") or {}).get("count"), refusals
+        # no copies are asked for there, whatever the plan's cached tier would want
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+        await reconciler._prefetch(body, svc, [node], [], T0 + timedelta(seconds=20))
+        assert not [p for p in kube.list(PODS, "tenant") if p["metadata"]["labels"].get("infer-ctl.io/role")
+                    == "prefetch"]
     finally:
         await reconciler.close()

@@ -22,8 +22,9 @@ def ramp(t: float) -> float:
     return 10.0 + 70.0 * min(1.0, max(0.0, t - T0) / 2400.0)
 
 
-def run(node_cache: bool, cluster: Callable[[], Snapshot], until_s: float = 1800.0,
-        prefetching: frozenset[str] = frozenset(), backoff: frozenset[str] = frozenset()) -> CyclePlan:
+def run(node_cache: bool, cluster: Callable[[], Snapshot], until_s: float = 1800.0, *,
+        prefetching: frozenset[str] = frozenset(), backoff: frozenset[str] = frozenset(),
+        node_cache_off: str = "") -> CyclePlan:
     svc = service(spec__scaling__prewarm__nodeCache=node_cache, spec__runtime__coldStartSeconds=600,
                   spec__scaling__maxReplicas=40, spec__scaling__targetRequestsPerReplica=10)
     state, n, plan = CycleState(), 1, None
@@ -32,8 +33,7 @@ def run(node_cache: bool, cluster: Callable[[], Snapshot], until_s: float = 1800
         now = T0 + k * PERIOD
         replicas = tuple(ready(f"llm-r{i}") for i in range(n))
         obs = observe(svc, *replicas, rate=ramp(now) * (1 + 0.05 * np.sin(k)), now=now, cluster=snap)
-        if prefetching or backoff:
-            obs = replace(obs, prefetching=prefetching, prefetch_backoff=backoff)
+        obs = replace(obs, prefetching=prefetching, prefetch_backoff=backoff, node_cache_off=node_cache_off)
         plan, state = plan_cycle(obs, state, CYCLE, now)
         n = plan.serving + plan.standby
     assert plan is not None
@@ -76,3 +76,15 @@ def test_with_no_node_holding_the_weights_the_need_stays_awake_and_the_plan_pref
     assert none.prefetch == ("h100-0",)
     backed_off = run(True, snapshot, backoff=frozenset({"h100-0"}))
     assert backed_off.prefetch == () and backed_off.output.tiers is not None and backed_off.output.tiers.passed_up
+
+
+def test_replicas_that_cannot_mount_the_node_cache_get_no_cached_tier_and_no_copies() -> None:
+    # e.g. the namespace's Pod Security level refuses the cache's hostPath: a replica would load from the network
+    # on a node that holds the weights, so the nodes holding them give no room, and no copy is asked for
+    refused = 'namespace team-a refuses hostPath volumes (violates PodSecurity "baseline:latest")'
+    for cluster in (cached_on("h100-0", "h100-1"), snapshot):
+        plan = run(True, cluster, node_cache_off=refused)
+        assert plan.output.tiers is None or Tier.CACHED not in dict(plan.output.tiers.horizons_s), plan.output.tiers
+        assert plan.prefetch == ()
+        plain = run(False, cluster)
+        assert plan.serving + plan.standby == plain.serving + plain.standby
