@@ -797,7 +797,14 @@ class Reconciler:
             pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
                                                               "effect": t.effect} for t in GPU_TOLERATIONS],
                                cache_dir=cache_dir)
-            if await self._create(PODS, pod, ns, svc.meta.uid):
+            try:
+                created = await self._create(PODS, pod, ns, svc.meta.uid)
+            except KubeError as exc:
+                if not refuses_host_path(exc):
+                    raise
+                await self._cache_refused_in(svc, exc, now)  # no copies here for a while
+                return
+            if created:
                 await self._event(body, "Prefetch", f"copying the model's weights to node {node} (the cached "
                                   "tier has less room than the forecast needs)", "Normal", "Prefetch", now)
 
@@ -930,12 +937,18 @@ class Reconciler:
             bare = without_model_cache(pod)
             if not refuses_host_path(exc) or bare == pod:
                 raise
-            self._cache_refused[ns] = (exc.message, now.timestamp() + CACHE_MOUNT_RECHECK_S)
-            await self._event(_ref(svc), "ModelCacheMountRefused",
-                              f"namespace {ns} refuses the node model cache's hostPath mount ({exc.message}): its "
-                              f"replicas start without it (loading from the network, no prefetch Pods), tried again "
-                              f"in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
+            await self._cache_refused_in(svc, exc, now)
             return await self._create(PODS, bare, ns, svc.meta.uid)
+
+    async def _cache_refused_in(self, svc: api.InferenceService, exc: KubeError, now: datetime) -> None:
+        """Pod Security refused a hostPath Pod (a replica's cache mount, or a prefetch Pod) in `svc`'s namespace:
+        no more of them there until CACHE_MOUNT_RECHECK_S has passed, said in a Warning Event."""
+        ns = svc.meta.namespace
+        self._cache_refused[ns] = (exc.message, now.timestamp() + CACHE_MOUNT_RECHECK_S)
+        await self._event(_ref(svc), "ModelCacheMountRefused",
+                          f"namespace {ns} refuses the node model cache's hostPath mount ({exc.message}): its "
+                          f"replicas start without it (loading from the network, no prefetch Pods), tried again "
+                          f"in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
 
     async def _create(self, resource: Resource, obj: Mapping[str, Any], namespace: str, owner_uid: str) -> bool:
         """Create; False when this service's object of that name was already there (a repeated cycle). A 409 is

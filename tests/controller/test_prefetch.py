@@ -160,3 +160,27 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
                     == "prefetch"]
     finally:
         await reconciler.close()
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)
+async def test_a_prefetch_pod_pod_security_refuses_turns_the_namespaces_cache_off_without_failing_the_cycle(
+        cluster: Cluster) -> None:
+    kube = cluster.kube
+    make_namespace(cluster, "tenant")
+    kube.merge_patch(NAMESPACES, "tenant", {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    body = kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm", "tenant")
+                       .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True).build(),
+                       "tenant")
+    reconciler = Reconciler(kube, Settings(cluster.policies))
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+        await reconciler._prefetch(body, svc, [node], [], T0)  # refused: no exception
+        assert not kube.list(PODS, "tenant")
+        assert "refuses hostPath volumes" in reconciler._cache_off("tenant", T0.timestamp())
+        assert not reconciler._cache_off("default", T0.timestamp())
+        [note] = [e["note"] for e in kube.list(EVENTS, "tenant") if e["reason"] == "ModelCacheMountRefused"]
+        assert "violates PodSecurity" in note
+    finally:
+        await reconciler.close()
