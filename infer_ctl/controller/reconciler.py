@@ -78,7 +78,7 @@ from infer_ctl.engine.cycle import (
     stuck_replicas,
     weight_bytes,
 )
-from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement, replica_request
+from infer_ctl.engine.placement import GPU_TOLERATIONS, ReplicaPlacement
 from infer_ctl.engine.replicas import ReplicaActions
 from infer_ctl.engine.step import EngineConfig, EngineOutput
 from infer_ctl.kube import pods as kube_pods
@@ -480,7 +480,7 @@ class Reconciler:
     def _pin_warm_hosts(self, svc: api.InferenceService, snapshot: Snapshot, plan: CyclePlan,
                         observation: Observation, devices: Mapping[str, Device]) -> dict[str, dict[str, Any]]:
         """The claims of the warm hosts the plan's new sleepers go to that do not exist yet, their devices pinned
-        and taken on the snapshot (as a placement is)."""
+        (the plan took them on the snapshot, as a placement is)."""
         existing = {d.claim for d in observation.warm_hosts.devices if d.exists} \
             if observation.warm_hosts is not None else set()
         out: dict[str, dict[str, Any]] = {}
@@ -493,8 +493,7 @@ class Reconciler:
             self.view.pin(svc.meta.namespace, host, results)
             self._made_hosts[(svc.meta.namespace, host)] = (
                 {**claim, "status": {"allocation": {"devices": {"results": results}}}}, time.monotonic())
-            node, slot = snapshot.state.slot_of[devices[host].id]
-            snapshot.state.assume(replica_request(svc, self.settings.policies.catalog, host), node, [slot])
+            # (its device was taken on the snapshot by the plan: `engine.cycle._take_new_warm_hosts`)
         return out
 
     def _unseen_hosts(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

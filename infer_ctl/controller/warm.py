@@ -121,7 +121,8 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
             name = warm_host_name(device.id)
             if device.id in taken or name in candidates or not fits(device):
                 continue
-            devices.append(WarmDevice(name, device.node_name, product_of(device), device.memory_bytes, False))
+            devices.append(WarmDevice(name, device.node_name, product_of(device), device.memory_bytes, False,
+                                      device=device.id))
             candidates[name] = device
     wanted = {d.node for d in devices}
     budgets = {str(n["metadata"]["name"]): node_host_budget(n, host_fraction) for n in nodes

@@ -165,6 +165,9 @@ class PrewarmSpec:
     standby_replicas: int | None = None  # None: from the preset
     node_cache: bool | None = None  # the cached tier (node-local weights, prefetched); None: from the preset
     sleep: bool | None = None  # the sleeping tier (asleep on warm hosts, woken in seconds); None: from the preset
+    # replicas held asleep beyond the awake ones whatever the forecast says (a fixed sleeping pool, as llm-d's fast
+    # model actuation and AIBrix keep one): for bursts no forecast sees coming; 0: only what the forecast needs
+    sleeping_replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +374,11 @@ SCALING_SCHEMA = Prop(
             "sleep": Prop("boolean", "Keep replicas asleep on warm hosts (a GPU shared by sleepers, the weights "
                           "in the node's host memory) that a wake puts back in traffic in seconds; the awake "
                           "replicas then only cover the wake time. Default from the preset."),
+            "sleepingReplicas": _replicas("Replicas held asleep beyond the awake ones whatever the forecast says "
+                                          "(a fixed sleeping pool): a burst no forecast saw coming wakes them in "
+                                          "seconds. Each holds its weights in a node's host memory and a place on "
+                                          "a warm host; as many as the warm hosts have room for. Turns the "
+                                          "sleeping tier on; an error with sleep: false.", default=0),
         }),
         "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
                             properties={

@@ -313,6 +313,13 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         r.error(f"{p}.prewarm.sleep", f"must be a boolean, got {type(sleep).__name__} {sleep!r}",
                 "FieldValueTypeInvalid")
         sleep = None
+    sleeping = r.read(w, schema["prewarm"], "sleepingReplicas", f"{p}.prewarm")
+    if sleeping and sleep is False:
+        r.error(f"{p}.prewarm.sleepingReplicas", f"{sleeping} replicas held asleep need the sleeping tier: "
+                "prewarm.sleep is false", "FieldValueInvalid")
+    if sleeping and max_r is not None and sleeping > max_r:
+        r.error(f"{p}.prewarm.sleepingReplicas", f"must not exceed maxReplicas ({max_r}), got {sleeping}",
+                "FieldValueInvalid")
 
     z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
@@ -332,7 +339,7 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         target_rps_per_replica=target, min_replicas=min_r, max_replicas=max_r, preset=preset,
         metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
         prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache,
-                                sleep=sleep), scale_to_zero=stz,
+                                sleep=sleep, sleeping_replicas=sleeping or 0), scale_to_zero=stz,
         scale_down_stabilization_s=None if stabilization is None else float(stabilization),
     )
 

@@ -178,6 +178,7 @@ class EffectiveScaling:
     panic_on_concurrency: bool = False
     sleep: bool = False
     attainment: float | None = None  # the objective: the spec's slo.attainment, else the preset's
+    sleeping_replicas: int = 0  # held asleep beyond the awake ones whatever the forecast says (spec only)
 
 
 def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy, attainment: float | None = None
@@ -200,7 +201,9 @@ def effective_scaling(spec: api.ScalingSpec, policy: ScalingPolicy, attainment: 
         node_cache=spec.prewarm.node_cache if spec.prewarm.node_cache is not None else preset.node_cache,
         cached_start_ratio=policy.cached_start_ratio,
         panic_on_concurrency=preset.panic_on_concurrency,
-        sleep=spec.prewarm.sleep if spec.prewarm.sleep is not None else preset.sleep,
+        sleep=(spec.prewarm.sleep if spec.prewarm.sleep is not None
+               else preset.sleep or spec.prewarm.sleeping_replicas > 0),
+        sleeping_replicas=spec.prewarm.sleeping_replicas,
         attainment=attainment if attainment is not None else preset.attainment,
     )
 

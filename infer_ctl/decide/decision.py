@@ -116,6 +116,7 @@ class DecidePolicy:
     max_replicas: int = 10
     quantile: float = 0.95
     standby_replicas: int = 0
+    sleeping_replicas: int = 0  # the sleeping tier's fixed pool, beyond the awake replicas
     scale_down_stabilization_s: float = 300.0
     control_period_s: float = 10.0
     forecast_enabled: bool = True
@@ -154,6 +155,7 @@ class DecidePolicy:
             max_replicas=spec.max_replicas,
             quantile=effective.quantile,
             standby_replicas=effective.standby_replicas,
+            sleeping_replicas=effective.sleeping_replicas,
             scale_down_stabilization_s=effective.scale_down_stabilization_s,
             control_period_s=effective.control_period_s,
             forecast_enabled=spec.forecast.enabled,

@@ -55,6 +55,7 @@ from infer_ctl.engine.placement import (
     free_replica_slots,
     place_replicas,
     removal_costs,
+    replica_request,
 )
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas, plan_tiers
 from infer_ctl.engine.step import (
@@ -68,8 +69,9 @@ from infer_ctl.engine.step import (
 )
 from infer_ctl.place.frag import WorkloadMix
 from infer_ctl.place.framework import CycleInputs, Engine
-from infer_ctl.place.inventory import Inventory
-from infer_ctl.place.state import ClusterState
+from infer_ctl.place.inventory import DeviceId, Inventory
+from infer_ctl.place.request import Sharing
+from infer_ctl.place.state import MILLI, ClusterState
 
 # A replica left unschedulable this many control periods lost its pinned device to another workload between
 # placement and scheduling: it is placed again.
@@ -137,6 +139,9 @@ class WarmDevice:
     memory_bytes: int  # the device's memory
     exists: bool = True
     awake_bytes: int = 0  # device memory that awake models on it hold now (every service's)
+    # a free GPU's device in the cluster snapshot (the controller's): taken there for the warm host made on it, so
+    # that the cycle's own new replicas are not placed on it too (None: the caller places them, the simulator)
+    device: DeviceId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,36 +472,58 @@ def _yield_to_gangs(cluster: ClusterSnapshot, standby: int) -> tuple[int, str]:
 def _new_replicas(observation: Observation, actions: ReplicaActions, policies: CyclePolicies,
                   ledger: _WarmLedger | None = None) -> tuple[NewReplica, ...]:
     """Names for the replicas to create (a name is taken while its Pod or its claim exists: a claim left by a
-    crash gets collected, its replica a new name), placed one after the other on the snapshot; sleepers go to
-    warm hosts (`_WarmLedger.place`: a sleeper with no warm host to go to is not made)."""
+    crash gets collected, its replica a new name), placed one after the other on the snapshot; then the sleepers,
+    onto warm hosts (`_WarmLedger.place`: a sleeper with no warm host to go to is not made). The awake replicas
+    come first: a free GPU they were placed on is no longer one a warm host can be made on, and the GPUs the new
+    warm hosts take are taken on the snapshot (`_take_new_warm_hosts`)."""
     wanted = [False] * actions.create_serving + [True] * (actions.create_standby + actions.create_held)
     held = [False] * (actions.create_serving + actions.create_standby) + [True] * actions.create_held
-    hosts: list[tuple[str, int]] = []
-    for _ in range(actions.create_sleeping):
-        host = ledger.place() if ledger is not None else ("", 0)
-        if host is None:
-            break
-        hosts.append(host)
-    if not wanted and not hosts:
+    if not wanted and not actions.create_sleeping:
         return ()
     svc = observation.service
     taken = {r.name for r in observation.replicas} | {c.replica for c in observation.claims} | observation.foreign
-    names = new_names(svc.meta.name, taken, len(wanted) + len(hosts))
-    names, sleeper_names = names[:len(wanted)], names[len(wanted):]
-    sleepers = tuple(NewReplica(n, True, sleeping=True, warm_host=h, device_bytes=b)
-                     for n, (h, b) in zip(sleeper_names, hosts, strict=True))
+    names = new_names(svc.meta.name, taken, len(wanted))
     cluster = observation.cluster
-    if not wanted:
-        return sleepers
-    if cluster is None or policies.placement is None:
-        return tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True)) + sleepers
-    service_nodes = Counter(r.node for r in observation.replicas if r.node)
-    placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
-                                engine=policies.placement,
-                                inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
-                                seed=policies.seed, state=cluster.state)
-    return tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True)) + \
-        sleepers
+    awake: tuple[NewReplica, ...] = ()
+    if wanted and (cluster is None or policies.placement is None):
+        awake = tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
+    elif wanted:
+        assert cluster is not None and policies.placement is not None
+        service_nodes = Counter(r.node for r in observation.replicas if r.node)
+        placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
+                                    engine=policies.placement,
+                                    inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
+                                    seed=policies.seed, state=cluster.state)
+        awake = tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True))
+    hosts: list[tuple[str, int]] = []
+    if ledger is not None and actions.create_sleeping:
+        if cluster is not None:
+            ledger.drop_taken(cluster.state)
+        for _ in range(actions.create_sleeping):
+            host = ledger.place()
+            if host is None:
+                break
+            hosts.append(host)
+        if cluster is not None:
+            _take_new_warm_hosts(cluster, svc, policies,
+                                 [ledger.devices[h] for h in dict.fromkeys(h for h, _ in hosts)])
+    elif ledger is None:
+        hosts = [("", 0)] * actions.create_sleeping
+    sleeper_names = new_names(svc.meta.name, taken | set(names), len(hosts))
+    return awake + tuple(NewReplica(n, True, sleeping=True, warm_host=h, device_bytes=b)
+                         for n, (h, b) in zip(sleeper_names, hosts, strict=True))
+
+
+def _take_new_warm_hosts(cluster: ClusterSnapshot, svc: api.InferenceService, policies: CyclePolicies,
+                         devices: Sequence[WarmDevice]) -> None:
+    """The free GPUs the plan makes warm hosts on, taken whole on the snapshot (a warm host's claim takes its
+    device whole), as a placement is: the next service's plan on the same snapshot sees them taken."""
+    for device in devices:
+        if device.exists or device.device is None or device.device not in cluster.state.slot_of:
+            continue
+        node, slot = cluster.state.slot_of[device.device]
+        request = replace(replica_request(svc, policies.policies.catalog, device.claim), sharing=Sharing.EXCLUSIVE)
+        cluster.state.assume(request, node, [slot])
 
 
 def new_names(service: str, taken: set[str], n: int) -> list[str]:
@@ -624,6 +651,14 @@ class _WarmLedger:
         for r in replicas:
             if r.warm_host and r.state is not api.ReplicaState.DRAINING:
                 (self.own_sleepers if r.name in asleep else self.own_awake)[r.warm_host] += 1
+
+    def drop_taken(self, state: ClusterState) -> None:
+        """Forget the free GPUs no longer whole on `state` (the cycle's awake replicas were placed there)."""
+        for claim, device in list(self.devices.items()):
+            if not device.exists and device.device is not None and device.device in state.slot_of:
+                node, slot = state.slot_of[device.device]
+                if state.free_milli[node, slot] < MILLI:
+                    del self.devices[claim]
 
     def need(self, device: WarmDevice) -> int:
         """The device memory one of this service's replicas takes awake on `device`."""

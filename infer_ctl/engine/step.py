@@ -352,7 +352,10 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
     window = (*((t, n) for t, n in window if t > start), (now, warm_needed))
     if Tier.SLEEPING in needs:  # scaling to zero too: asleep first, then gone after the window
         held = max(n for _, n in window)
-        needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING], min(held, awake + inputs.tiers.room.sleeping))
+        # and the fixed pool, beyond the awake replicas: as many as the warm hosts have room for (a sleeper they
+        # cannot take would be held awake instead, which is not what the pool is for)
+        pool = min(policy.max_replicas, awake + policy.sleeping_replicas)
+        needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING], min(max(held, pool), awake + inputs.tiers.room.sleeping))
         if Tier.CACHED in needs:
             needs[Tier.CACHED] = max(needs[Tier.CACHED], needs[Tier.SLEEPING])
     plan = ladder(needs, inputs.tiers.room)

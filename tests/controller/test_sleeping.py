@@ -272,6 +272,41 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
     print(f"\nfrom the burst to {len(sleepers)} woken sleepers serving: {took:.1f} s (cold start {COLD_START_S:g} s)")
 
 
+@pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
+async def test_a_fixed_sleeping_pool_takes_a_burst_nobody_forecast(cluster: Cluster) -> None:
+    """spec.scaling.prewarm.sleepingReplicas: the sleepers are held from the start, with no burst before to
+    remember (the window's tier would hold none): the first, unannounced burst wakes them in seconds."""
+    svc = sleepy_service("pool")
+    svc["spec"]["scaling"]["prewarm"] = {"sleep": True, "sleepingReplicas": 2}
+    kube, reconciler = setup(cluster, svc)
+    url = front_door(kube, "pool")
+    try:
+        with Cycles(kube, reconciler, ("pool",)) as cycles:
+            await cycles.until("the first replica", lambda: serving(kube, "pool"), 60, "pool")
+            sleepers = await cycles.until("2 sleepers", lambda: (s := asleep(kube, "pool")) and len(s) >= 2 and s,
+                                          3 * COLD_START_S + 30, "pool")
+            assert len(serving(kube, "pool")) == 1, cycles.table("pool")  # nothing awake beyond the need
+            uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "pool")
+                    if p["metadata"]["name"] in sleepers}
+            burst = loadgen(url, f"{BURST_RPS:g}@60s")
+            try:
+                await cycles.until("the burst at the front door",
+                                   lambda: at_the_door(cluster.sandbox.router.metrics_url, "pool") >= 3, 30, "pool")
+                started = time.monotonic()
+                await cycles.until("the sleepers serving", lambda: sleepers <= serving(kube, "pool"), 30, "pool")
+                took = time.monotonic() - started
+            finally:
+                stop(burst)
+    finally:
+        await reconciler.close()
+    table = cycles.table("pool")
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "pool")
+            if p["metadata"]["name"] in sleepers} == uids, f"woken, not made again:\n{table}"
+    assert took < COLD_START_S / 2, f"{took:.1f} s from the burst to the sleepers serving:\n{table}"
+    print(f"\nan unannounced burst to {len(sleepers)} woken sleepers of the pool serving: {took:.1f} s "
+          f"(cold start {COLD_START_S:g} s)")
+
+
 @pytest.mark.parametrize("cluster", ["emulator"], indirect=True)
 async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(cluster: Cluster) -> None:
     # Two services with large models on memory shares: big's 35 GiB (two fit awake on an H100's 79.6 GiB: its

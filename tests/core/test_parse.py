@@ -48,6 +48,8 @@ def test_durations_and_auto_are_read_for_lead_and_keep_alive() -> None:
     scaling = parse_inference_service(obj).spec.scaling
     assert scaling.scale_to_zero == api.ScaleToZeroSpec(enabled=True, keep_alive_s=900.0)
     assert scaling.prewarm == api.PrewarmSpec(lead_s=None, standby_replicas=2)
+    pooled = InferenceServiceBuilder().with_("spec.scaling.prewarm", {"sleep": True, "sleepingReplicas": 3}).build()
+    assert parse_inference_service(pooled).spec.scaling.prewarm == api.PrewarmSpec(sleep=True, sleeping_replicas=3)
 
 
 INVALID = [
@@ -77,6 +79,13 @@ INVALID = [
                  "quoted label value", id="an unsafe metric template"),
     pytest.param("spec.scaling.prewarm", {"lead": "soon"}, "spec.scaling.prewarm.lead", "'auto' or a duration",
                  id="a lead that is neither auto nor a duration"),
+    pytest.param("spec.scaling.prewarm", {"sleep": False, "sleepingReplicas": 2},
+                 "spec.scaling.prewarm.sleepingReplicas", "need the sleeping tier: prewarm.sleep is false",
+                 id="a sleeping pool with the tier off"),
+    pytest.param("spec.scaling.prewarm", {"sleepingReplicas": 5}, "spec.scaling.prewarm.sleepingReplicas",
+                 "must not exceed maxReplicas (4), got 5", id="a sleeping pool above maxReplicas"),
+    pytest.param("spec.scaling.prewarm", {"sleepingReplicas": -1}, "spec.scaling.prewarm.sleepingReplicas",
+                 "", id="a negative sleeping pool"),
     pytest.param("spec.accelerator.minComputeCapability", "9", "spec.accelerator.minComputeCapability",
                  "compute capability", id="a compute capability without a minor version"),
     pytest.param("metadata.name", "Llama_8B", "metadata.name", "DNS label", id="a name that is not a DNS label"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -31,7 +32,11 @@ from infer_ctl.engine.cycle import (
     weight_bytes,
 )
 from infer_ctl.engine.step import EngineState
-from tests.engine.test_cycle import CYCLE, HASH, T0, observe, ready, service
+from infer_ctl.place.frag import observed_mix
+from infer_ctl.place.inventory import Inventory
+from infer_ctl.place.state import MILLI, ClusterState
+from infer_ctl.sandbox.cluster import load_cluster
+from tests.engine.test_cycle import CYCLE, HASH, T0, Snapshot, observe, ready, service
 
 GIB = 2**30
 GPU = 80 * 10**9  # an H100's memory
@@ -317,3 +322,77 @@ def test_a_warm_host_whose_slots_this_service_s_awake_replicas_take_has_no_room_
                   warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=3 * 20 * GIB)))
     p = plan(obs, held_warm(6))
     assert p.sleeping == 0 and not p.actions.create_sleeping and not any(r.sleeping for r in p.create), p.message
+
+
+def test_a_fixed_sleeping_pool_is_held_beyond_the_awake_replicas_whatever_the_forecast_says() -> None:
+    # steady traffic a minute long: the window remembers nothing more than the one awake replica, so the forecast's
+    # tier holds no sleeper; spec.scaling.prewarm.sleepingReplicas holds two anyway, for a burst nobody forecast
+    free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),)
+    obs = replace(observe(sleepy(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*free))
+    assert plan(obs, held_warm(1)).sleeping == 0
+    pooled = plan(replace(obs, service=sleepy(spec__scaling__prewarm__sleepingReplicas=2)), held_warm(1))
+    assert pooled.serving == 1 and pooled.sleeping == 2, pooled.message
+    assert Counter(r.warm_host for r in pooled.create if r.sleeping) == {"warm-h100-0-gpu-1": 2}
+    # only as many as the warm hosts have room for (never held awake instead): 20 GiB of weights, 30 GiB of budget
+    tight = plan(replace(obs, service=sleepy(spec__scaling__prewarm__sleepingReplicas=2),
+                         warm_hosts=hosts(*free, budget=30 * GIB)), held_warm(1))
+    assert tight.sleeping == 1 and tight.serving == 1 and tight.standby == 0, tight.message
+    # the pool turns the tier on when the spec leaves `sleep` unset
+    unset = sleepy(spec__scaling__prewarm={"sleepingReplicas": 2})
+    assert plan(replace(obs, service=unset), held_warm(1)).sleeping == 2
+
+
+def shared_h100s() -> Snapshot:
+    """The end-to-end sleeping tests' cluster: one node of four H100s shared by memory (and a system node)."""
+    path = Path(__file__).parents[1] / "controller" / "sleeping-cluster.yaml"
+    objs = load_cluster(path, CYCLE.policies.catalog).objects()
+    inventory = Inventory.build(nodes=[o for o in objs if o["kind"] == "Node"],
+                                slices=[o for o in objs if o["kind"] == "ResourceSlice"],
+                                device_classes=[o for o in objs if o["kind"] == "DeviceClass"])
+    return Snapshot(inventory, ClusterState.from_inventory(inventory), observed_mix(inventory))
+
+
+def free_as_warm_hosts(snap: Snapshot) -> WarmHosts:
+    """Every whole free GPU of the snapshot offered as a warm host to make, as the controller offers them."""
+    state = snap.state
+    devices = [WarmDevice(f"warm-{d.node_name}-{d.id.name}", d.node_name, "H100-80GB", d.memory_bytes, False,
+                          device=d.id)
+               for n in range(len(state.nodes)) for slot, d in enumerate(state.slot_device[n])
+               if d is not None and state.exists[n, slot] and state.free_milli[n, slot] == MILLI]
+    return hosts(*devices)
+
+
+def test_a_cycle_that_places_a_replica_and_makes_a_warm_host_never_puts_both_on_one_gpu() -> None:
+    # the first cycle of a service with a sleeping pool: a serving replica to place and two sleepers to hold. The
+    # warm host takes its GPU whole; the replica was once placed on the same GPU, and the warm host's claim then
+    # could not be allocated (its sleepers pending for ever)
+    snap = shared_h100s()
+    obs = replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2, spec__scaling__minReplicas=1),
+                          cluster=snap), warm_hosts=free_as_warm_hosts(snap))
+    p = plan(obs)
+    [serving] = [r for r in p.create if not r.sleeping]
+    sleepers = [r for r in p.create if r.sleeping]
+    assert serving.placement is not None and serving.placement.decision.placement is not None
+    replica_gpu = serving.placement.decision.placement.devices
+    hosts_made = {r.warm_host for r in sleepers}
+    assert len(sleepers) == 2 and len(hosts_made) == 1, p.message
+    host_gpu = next(d.device for d in obs.warm_hosts.devices if d.claim in hosts_made)
+    assert host_gpu not in replica_gpu, (host_gpu, replica_gpu)
+    # and the warm host's GPU is taken whole on the snapshot, as a placement is (the next plan sees it taken)
+    node, slot = snap.state.slot_of[host_gpu]
+    assert snap.state.free_milli[node, slot] == 0
+
+
+def test_the_gpu_a_new_replica_takes_is_no_longer_offered_for_a_warm_host() -> None:
+    snap = shared_h100s()
+    state = snap.state
+    free = [(n, slot) for n in range(len(state.nodes)) for slot in range(state.free_milli.shape[1])
+            if state.exists[n, slot] and state.free_milli[n, slot] == MILLI]
+    for n, slot in free[1:]:  # one GPU left
+        state.free_milli[n, slot] = 0
+    obs = replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2, spec__scaling__minReplicas=1),
+                          cluster=snap), warm_hosts=free_as_warm_hosts(snap))
+    p = plan(obs)
+    # the replica the service needs awake comes first: it takes the GPU, and no warm host is made on it
+    assert [r.sleeping for r in p.create] == [False], p.create
+    assert p.create[0].placement is not None and p.create[0].placement.decision.placement is not None
