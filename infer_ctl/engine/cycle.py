@@ -425,6 +425,11 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                       f"{reason}: {message}")
     if output.tiers is not None and spec.replicas is None:
         message = f"{message}; tiers: {output.tiers.message}"
+    pool = min(policy.decide.sleeping_replicas, spec.scaling.max_replicas)
+    if pool and sleeping < pool and spec.replicas is None:
+        why = ("an Exclusive service's sleepers only join warm hosts that exist"
+               if spec.accelerator.sharing is api.Sharing.EXCLUSIVE else "no warm host has room for more")
+        message = f"{message}; sleeping pool: {sleeping} of {pool} held ({why})"
     if fallback:
         message = f"{message}; {fallback}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,

@@ -396,3 +396,19 @@ def test_the_gpu_a_new_replica_takes_is_no_longer_offered_for_a_warm_host() -> N
     # the replica the service needs awake comes first: it takes the GPU, and no warm host is made on it
     assert [r.sleeping for r in p.create] == [False], p.create
     assert p.create[0].placement is not None and p.create[0].placement.decision.placement is not None
+
+
+def test_a_sleeping_pool_the_warm_hosts_cannot_hold_says_why() -> None:
+    free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),)
+    # an Exclusive service makes no warm host (one awake replica per GPU: a GPU held as a standby would be)
+    lone = plan(replace(observe(exclusive(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
+                        warm_hosts=hosts(*free)), held_warm(1))
+    assert lone.sleeping == 0
+    assert "sleeping pool: 0 of 2 held (an Exclusive service's sleepers only join warm hosts that exist)" \
+        in lone.message, lone.message
+    tight = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
+                         warm_hosts=hosts(*free, budget=30 * GIB)), held_warm(1))
+    assert "sleeping pool: 1 of 2 held (no warm host has room for more)" in tight.message, tight.message
+    held = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
+                        warm_hosts=hosts(*free)), held_warm(1))
+    assert "sleeping pool" not in held.message
