@@ -145,6 +145,8 @@ NOT_IN_THE_SCENARIO = {
                                  "(tests/controller/test_faults.py on the emulator)",
     ("", "pods"): "get: a name found taken on create (tests/controller/test_faults.py)",
     ("resource.k8s.io", "resourceclaims"): "get: a claim name found taken on create (tests/controller/test_faults.py)",
+    ("kopf.dev", "clusterkopfpeerings"): "get: whether this peer is the active one while it has no service to "
+                                         "cycle (tests/controller/test_peering.py, on kube with deploy/'s RBAC)",
     ("infer-ctl.io", "inferenceservices/finalizers"): "no request of its own: the OwnerReferencesPermissionEnforcement "
         "admission plugin (on here, localcluster.py) checks it on every create of a replica's Pod or claim",
 }
