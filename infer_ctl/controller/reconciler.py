@@ -897,14 +897,15 @@ class Reconciler:
         self.view.created(ns, claim["metadata"]["name"])
         written.add(claim["metadata"]["name"])
         assert placement.decision.placement is not None
+        cache_dir = self._cache_dir(ns, now.timestamp())
+        # a start from the node's cache only with the cache mounted: the cold start is measured per cache state
         pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
                           node_selector=placement.claim.node_selector,
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
-                                       ANNOTATION_CACHED: str(placement.cached).lower()},
-                          priority=Role.SERVING if held else None,
-                          model_cache_dir=self._cache_dir(ns, now.timestamp()))
+                                       ANNOTATION_CACHED: str(placement.cached and bool(cache_dir)).lower()},
+                          priority=Role.SERVING if held else None, model_cache_dir=cache_dir)
         if not await self._create_pod(svc, pod, now):
             return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
@@ -937,6 +938,9 @@ class Reconciler:
             if not refuses_host_path(exc) or bare == pod:
                 raise
             await self._cache_refused_in(svc, exc, now)
+            annotations = bare["metadata"].get("annotations") or {}
+            if ANNOTATION_CACHED in annotations:  # it loads from the network now, wherever the weights are
+                annotations[ANNOTATION_CACHED] = "false"
             return await self._create(PODS, bare, ns, svc.meta.uid)
 
     async def _cache_refused_in(self, svc: api.InferenceService, exc: KubeError, now: datetime) -> None:

@@ -13,7 +13,7 @@ import pytest
 from infer_ctl.controller.reconciler import PREFETCH_BACKOFF_S, Reconciler, ServiceMemory, Settings
 from infer_ctl.engine.placement import free_replica_slots
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS, Resource
-from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
@@ -127,6 +127,11 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
     builder = (InferenceServiceBuilder("llm", "tenant").with_("spec.scaling.minReplicas", 1)
                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
                .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    # the H100 nodes hold the model (as a node agent publishes it): a placement there would be a cached start
+    for node in kube.list(NODES):
+        if node["metadata"]["name"].startswith("h100"):
+            kube.merge_patch(NODES, node["metadata"]["name"],
+                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
     body = kube.create(INFERENCE_SERVICES, builder.build(), "tenant")
     reconciler = Reconciler(kube, Settings(cluster.policies))
     try:
@@ -139,6 +144,8 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
 
         [pod] = replicas()
         assert not host_paths(pod), pod["spec"].get("volumes")
+        # its start is no cached one, wherever the weights are (cold starts are measured per cache state)
+        assert pod["metadata"]["annotations"][ANNOTATION_CACHED] == "false"
         wait_for("the replica to be ready", lambda: any(
             c["type"] == "Ready" and c["status"] == "True"
             for p in replicas() for c in (p.get("status") or {}).get("conditions") or ()), timeout_s=60)
@@ -149,6 +156,7 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
         await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "tenant"), T0 + timedelta(seconds=10))
         wait_for("two replicas", lambda: len(replicas()) == 2)
         assert not any(host_paths(p) for p in replicas())
+        assert all(p["metadata"]["annotations"][ANNOTATION_CACHED] == "false" for p in replicas())
         refusals = [e for e in kube.list(EVENTS, "tenant") if e["reason"] == "ModelCacheMountRefused"]
         assert len(refusals) == 1 and not (refusals[0].get("series") or {}).get("count"), refusals
         # no copies are asked for there, whatever the plan's cached tier would want
