@@ -490,10 +490,9 @@ def _new_replicas(observation: Observation, actions: ReplicaActions, policies: C
     names = new_names(svc.meta.name, taken, len(wanted))
     cluster = observation.cluster
     awake: tuple[NewReplica, ...] = ()
-    if wanted and (cluster is None or policies.placement is None):
+    if cluster is None or policies.placement is None:
         awake = tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
     elif wanted:
-        assert cluster is not None and policies.placement is not None
         service_nodes = Counter(r.node for r in observation.replicas if r.node)
         placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
                                     engine=policies.placement,
