@@ -425,7 +425,8 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                       f"{reason}: {message}")
     if output.tiers is not None and spec.replicas is None:
         message = f"{message}; tiers: {output.tiers.message}"
-    pool = min(policy.decide.sleeping_replicas, spec.scaling.max_replicas)
+    # the pool as the tiers size it: beyond the awake replicas, within maxReplicas (`engine.step._tiers`)
+    pool = min(policy.decide.sleeping_replicas, max(0, spec.scaling.max_replicas - serving - standby))
     if pool and sleeping < pool and spec.replicas is None:
         why = ("an Exclusive service's sleepers only join warm hosts that exist"
                if spec.accelerator.sharing is api.Sharing.EXCLUSIVE else "no warm host has room for more")

@@ -412,3 +412,9 @@ def test_a_sleeping_pool_the_warm_hosts_cannot_hold_says_why() -> None:
     held = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
                         warm_hosts=hosts(*free)), held_warm(1))
     assert "sleeping pool" not in held.message
+    # within maxReplicas: 3 awake of at most 4 leave room for one sleeper of the pool, and that is no shortfall
+    capped = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2, spec__scaling__maxReplicas=4),
+                                  ready("llm-r0"), ready("llm-r1"), ready("llm-r2"), rate=25.0),
+                          warm_hosts=hosts(*free)), held_warm(3, awake=3))
+    assert capped.serving == 3 and capped.sleeping == 1, capped.message
+    assert "sleeping pool" not in capped.message, capped.message
