@@ -147,6 +147,7 @@ class _Demo:
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
+        self.measured: dict[str, Any] = {}  # the driven service's status.slo, as the last poll read it
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
         self.recorder = Recorder()
@@ -329,6 +330,8 @@ class _Demo:
         from infer_ctl.kube.labels import LABEL_SERVICE
 
         status = (kube.get(INFERENCE_SERVICES, name, "default") or {}).get("status") or {}
+        if name == DRIVEN:
+            self.measured = status.get("slo") or self.measured
         forecast = status.get("forecast") or {}
         desired = status.get("desired") or {}
         decision = status.get("lastDecision") or {}
@@ -372,6 +375,14 @@ class _Demo:
             print(f"  traffic     {summary.get('sent', 0)} requests, {summary.get('ok', 0)} ok, "
                   f"{summary.get('errors', 0)} errors{' (' + kinds + ')' if kinds else ''}; p50 "
                   f"{summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms overall", flush=True)
+        if measured := self.measured:  # the controller's status.slo: read at the model servers
+            share = measured.get("attainment")
+            print(f"  measured    {float(share) * 100:.2f} %" if share is not None else "  measured    -",
+                  f"of {measured.get('requests', 0)} requests within {measured.get('latencyMs')} ms at the model "
+                  f"servers over the last {measured.get('windowSeconds')} s, objective "
+                  f"{float(measured.get('objective', 'nan')) * 100:g} % (the controller's status.slo: "
+                  f"{measured.get('message', '')}; loadgen's latencies also count the time at the front door)",
+                  flush=True)
         print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (the GPUs its Pods' claims "
               "hold, loading included; a warm host's GPU once)", flush=True)
         write_samples(rec, self.out / "controller-timeline.csv")

@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -64,8 +64,9 @@ from infer_ctl.controller.snapshot import ClusterView, Snapshot
 from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
 from infer_ctl.core.conditions import set_condition
-from infer_ctl.core.policy import Policies, effective_scaling
+from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import range_window_s
+from infer_ctl.core.slo import SloWindow, within_threshold
 from infer_ctl.engine.cycle import (
     CyclePlan,
     CyclePolicies,
@@ -103,6 +104,7 @@ from infer_ctl.kube.labels import (
 from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
 from infer_ctl.observe.rates import (
     NOT_READ,
+    Buckets,
     Concurrency,
     PrometheusRates,
     RateSamples,
@@ -197,6 +199,10 @@ class ServiceMemory:
     # the cached tier: node -> (prefetches failed on it in a row, when to try it again): a node whose copy failed
     # is not asked again at once (a model too big for its cache would fail every cycle), the plan looks elsewhere
     prefetch_failed: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # measured attainment from a direct scrape: each cycle's (within, total) over the trailing window, and since
+    # when (through Prometheus, one reading covers the window)
+    slo: SloWindow = field(default_factory=SloWindow)
+    slo_since_s: float | None = None
 
 
 # how long a namespace whose Pod Security level refused the node model cache mount gets replicas without it before
@@ -238,9 +244,18 @@ class _Observed:
     claims: tuple[Mapping[str, Any], ...]
     rates: RateSamples
     asleep: frozenset[str] = frozenset()  # replicas held asleep (their Pods say standby)
+    slo: api.SloStatus | None = None  # the measured attainment (None: not measured for this service)
 
     def state(self, replica: ReplicaPod) -> api.ReplicaState:
         return api.ReplicaState.SLEEPING if replica.name in self.asleep else replica.state
+
+
+_T = TypeVar("_T")
+
+
+async def _value(value: _T) -> _T:
+    """An awaitable of a value already known (a read that is not made, beside others gathered)."""
+    return value
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -391,8 +406,8 @@ class Reconciler:
         claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if _owned_by(c, uid))
         replicas = replica_pods(pods)
         now_s = now.timestamp()
-        rates, concurrency = await self._rates(svc, memory, replicas, now_s)
-        observed = _Observed(svc, generation, now, replicas, claims, rates)
+        rates, concurrency, buckets = await self._rates(svc, memory, replicas, now_s)
+        observed = _Observed(svc, generation, now, replicas, claims, rates, slo=self._slo(svc, memory, buckets, now_s))
         memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
                               foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
@@ -540,13 +555,15 @@ class Reconciler:
     # ------------------------------------------------------------------------------------------- observe
 
     async def _rates(self, svc: api.InferenceService, memory: ServiceMemory, replicas: Sequence[ReplicaPod],
-                     now_s: float) -> tuple[RateSamples, Concurrency]:
+                     now_s: float) -> tuple[RateSamples, Concurrency, Buckets | None]:
         """The request rate since the last cycle and the requests in flight now (read only for a service with a
         latency objective: the burst guard's concurrency target needs one). Through Prometheus the two queries run
         side by side, each within the read's deadline, and one failing leaves the other; scraping directly, both
         come from the same expositions, plus the requests the front door holds when its metrics URL is known."""
         wants_concurrency = svc.spec.slo.latency_p95_ms is not None
         concurrency = NOT_READ
+        buckets: Buckets | None = None  # the latency histogram's (None: not read for this service)
+        histogram = self.settings.policies.scaling.latency_histogram if wants_concurrency else ""
         if self.prometheus is not None:
             # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
             # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
@@ -560,11 +577,13 @@ class Reconciler:
                                 name=svc.meta.name, namespace=svc.meta.namespace, start_s=start, end_s=now_s,
                                 step_s=step_s)
             template = self.settings.policies.scaling.concurrency_query
-            if wants_concurrency and template:
-                rates, concurrency = await asyncio.gather(rate_read, self.prometheus.aconcurrency(
-                    template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s))
-            else:
-                rates = await rate_read
+            concurrency_read = self.prometheus.aconcurrency(
+                template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s) \
+                if wants_concurrency and template else _value(NOT_READ)
+            buckets_read = self.prometheus.abuckets(
+                selector=histogram, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s,
+                window_s=self.settings.policies.scaling.attainment_window_s) if histogram else _value(None)
+            rates, concurrency, buckets = await asyncio.gather(rate_read, concurrency_read, buckets_read)
         else:
             endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
                          if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
@@ -575,9 +594,12 @@ class Reconciler:
                 if wants_concurrency:  # the held requests are all that is in flight
                     concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
             else:
+                memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
                 rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s)
                 if wants_concurrency:
                     concurrency = await self._with_held(svc, in_flight)
+                if histogram:
+                    buckets = memory.scrape.latency
         if rates.samples:
             memory.last_sample_s = max(t for t, _ in rates.samples)
         if rates.error and rates.reason != memory.rate_outage:
@@ -591,7 +613,47 @@ class Reconciler:
         elif not concurrency.error and memory.concurrency_outage:
             log.info("%s: requests in flight readable again", svc.meta.key)
         memory.concurrency_outage = concurrency.reason if concurrency.error else ""
-        return rates, concurrency
+        return rates, concurrency, buckets
+
+    def _slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Buckets | None,
+             now_s: float) -> api.SloStatus | None:
+        """The measured attainment for the status: through Prometheus one reading covers the window; from a
+        direct scrape each cycle's increase joins the window the service's memory keeps."""
+        latency_ms = svc.spec.slo.latency_p95_ms
+        if latency_ms is None or buckets is None:
+            return None
+        policy = self.settings.policies.scaling
+        window_s = policy.attainment_window_s
+        objective = effective_scaling(svc.spec.scaling, policy, svc.spec.slo.attainment).attainment
+        source = "scraped from the replicas" if buckets.source == "scrape" else "from Prometheus"
+        if buckets.error:
+            attainment = memory.slo.attainment(now_s, window_s) if buckets.source == "scrape" else None
+            return api.SloStatus(objective, latency_ms, window_s, None if attainment is None else attainment.share,
+                                 0 if attainment is None else round(attainment.requests),
+                                 f"not measured this cycle: {buckets.error}")
+        note = ""
+        within = None
+        if buckets.pairs:
+            within = within_threshold(buckets.pairs, latency_ms / 1000)
+            note = (f"bucket le={within.upper_s:g} s" if within.exact else
+                    f"interpolated between the buckets le={within.lower_s:g} s and le={within.upper_s:g} s"
+                    if math.isfinite(within.upper_s) else
+                    f"no bucket above le={within.lower_s:g} s: requests beyond it counted as late")
+        if buckets.source == "scrape":
+            if memory.slo_since_s is None:
+                memory.slo_since_s = now_s
+            if within is not None:
+                memory.slo = memory.slo.add(now_s, within.within, within.total, window_s)
+            measured = memory.slo.attainment(now_s, window_s)
+            window_s = min(window_s, now_s - memory.slo_since_s)
+            share, requests = measured.share, measured.requests
+        else:
+            share = within.within / within.total if within is not None and within.total > 0 else None
+            requests = within.total if within is not None else 0.0
+        histogram = policy.latency_histogram if buckets.source == "prometheus" else memory.scrape.histogram
+        message = f"{histogram} {source}" + (f", {note}" if note else "") if requests else \
+            f"no request answered in the window ({histogram} {source})"
+        return api.SloStatus(objective, latency_ms, window_s, share, round(requests), message)
 
     async def _with_held(self, svc: api.InferenceService, in_flight: Concurrency) -> Concurrency:
         """The replicas' requests in flight plus those the front door holds for one (when its metrics URL is
@@ -1083,7 +1145,7 @@ class Reconciler:
             selector=selector(o.svc.meta),
             # no rate was read this cycle: none is reported (not the last one read)
             observed_rps=None if o.rates.error or math.isnan(plan.output.observed_rps) else plan.output.observed_rps,
-            forecast=forecast,
+            forecast=forecast, slo=o.slo,
             cold_starts=cold, placements=placed,
             last_decision=state.last_decision, conditions=conditions)
         return status.to_dict()

@@ -522,6 +522,30 @@ class ForecastStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class SloStatus:
+    """The share of requests answered within the latency objective over a trailing window, beside the objective
+    (`infer_ctl.core.slo`): None when nothing was measured (then `message` says why)."""
+
+    objective: float | None  # None: neither the spec nor its preset states one
+    latency_ms: float
+    window_s: float
+    attainment: float | None = None
+    requests: int = 0
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"latencyMs": _dec(self.latency_ms), "windowSeconds": round(self.window_s),
+                               "requests": self.requests}
+        if self.objective is not None:
+            out["objective"] = _dec4(self.objective)
+        if self.attainment is not None:
+            out["attainment"] = _dec4(self.attainment)
+        if self.message:
+            out["message"] = self.message
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class ColdStartStatus:
     accelerator: str
     cached: bool
@@ -596,6 +620,7 @@ class InferenceServiceStatus:
     selector: str = ""
     observed_rps: float | None = None  # the request rate the last cycle observed (None: missing)
     forecast: ForecastStatus | None = None
+    slo: SloStatus | None = None
     cold_starts: tuple[ColdStartStatus, ...] = ()
     placements: tuple[PlacementStatus, ...] = ()
     last_decision: DecisionStatus | None = None
@@ -614,6 +639,8 @@ class InferenceServiceStatus:
             out["observedRps"] = _dec(self.observed_rps)
         if self.forecast is not None:
             out["forecast"] = self.forecast.to_dict()
+        if self.slo is not None:
+            out["slo"] = self.slo.to_dict()
         if self.cold_starts:
             out["coldStarts"] = [c.to_dict() for c in self.cold_starts]
         if self.placements:
@@ -626,6 +653,11 @@ class InferenceServiceStatus:
 def _dec(value: float) -> str:
     """Fractional numbers in status are strings (Kubernetes API convention: no floats in the wire format)."""
     return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def _dec4(value: float) -> str:
+    """A share to four places (0.9934: 99.34 %), as `_dec` writes other fractional numbers."""
+    return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
 
 
 STATUS_SCHEMA = Prop(
@@ -657,6 +689,18 @@ STATUS_SCHEMA = Prop(
             "horizonSeconds": Prop("integer", "Horizon (cold start p90 plus one control period)."),
             "method": Prop("string", "Forecasting method in use (and why, when it fell back)."),
             "quantile": Prop("string", "The upper quantile's level."),
+        }),
+        "slo": Prop("object", "Measured attainment: the share of requests the model servers answered within "
+                    "spec.slo.latencyP95Ms over a trailing window (read off their latency histogram), beside the "
+                    "objective. Present for services that state slo.latencyP95Ms.", properties={
+            "objective": Prop("string", "The share of requests that should be within the latency (the spec's or "
+                              "the preset's)."),
+            "latencyMs": Prop("string", "The latency the share is measured against (slo.latencyP95Ms)."),
+            "attainment": Prop("string", "The share measured; absent when no request was counted."),
+            "requests": Prop("integer", "Requests counted in the window."),
+            "windowSeconds": Prop("integer", "The trailing window (scaling policy's attainmentWindowSeconds, or "
+                                  "since the controller started, when shorter)."),
+            "message": Prop("string", "How it was measured (the histogram's buckets used), or why it was not."),
         }),
         "coldStarts": Prop("array", "Measured cold starts (creation to ready) per accelerator and model-cache "
                            "state.", items=Prop("object", properties={

@@ -68,6 +68,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Reason", "type": "string", "description": "Why the controller wants that many (the decision's reason).",
      "jsonPath": f"{_SCALING}.reason"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Attainment", "type": "string", "priority": 1,
+     "description": "Share of requests within the latency objective over the trailing window (status.slo).",
+     "jsonPath": ".status.slo.attainment"},
     {"name": "Sleeping", "type": "integer", "description": "Replicas asleep on warm hosts, woken in seconds.",
      "jsonPath": ".status.replicas.sleeping", "priority": 1},  # -o wide: the sleeping tier is opt-in
     {"name": "Accelerator", "type": "string", "priority": 1,

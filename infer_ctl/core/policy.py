@@ -6,6 +6,7 @@ loaded dicts and report every problem with its path (`accelerators[2].memory: ..
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +20,26 @@ from infer_ctl.core.promql import check_template
 from infer_ctl.core.quantity import parse_bytes
 
 POLICY_VERSION = "v1alpha1"
-# The requests in flight of a service (in service and queued), read through Prometheus every control period: the
-# model servers' gauge, or the requests the front door holds for a replica (disjoint series: `or` adds them).
 # Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
 # service with the cached tier on mount it read-only): scaling.yaml's modelCacheHostPath.
 DEFAULT_MODEL_CACHE_HOST_PATH = "/var/lib/infer-ctl/models"
+# The model servers' latency histogram (a classic histogram's `_bucket` counter, as a PromQL selector): measured
+# attainment (the share of requests within slo.latencyP95Ms) is read off its buckets (`infer_ctl.core.slo`).
+DEFAULT_LATENCY_HISTOGRAM = 'infer_ctl_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
+DEFAULT_ATTAINMENT_WINDOW_S = 3600.0
+SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{.*\})?\s*$", re.DOTALL)
+
+
+def histogram_metric(selector: str) -> str:
+    """The metric name of a `latencyHistogram` selector (what a direct scrape of the replicas reads)."""
+    match = SELECTOR.match(selector)
+    if match is None:
+        raise ValueError(f"not a metric selector: {selector!r}")
+    return match.group(1)
+
+
+# The requests in flight of a service (in service and queued), read through Prometheus every control period: the
+# model servers' gauge, or the requests the front door holds for a replica (disjoint series: `or` adds them).
 DEFAULT_CONCURRENCY_QUERY = (
     'sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}'
     ' or infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"})'
@@ -141,6 +157,10 @@ class ScalingPolicy:
     # the requests in flight of each service, a PromQL template with {{name}} and {{namespace}} (the confinement
     # of `infer_ctl.core.promql`), read through Prometheus for the burst guard; "" reads none
     concurrency_query: str = DEFAULT_CONCURRENCY_QUERY
+    # measured attainment: the model servers' latency histogram (a selector of its `_bucket` counter; "" measures
+    # none), and the trailing window the share of requests within the SLO is reported over
+    latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
+    attainment_window_s: float = DEFAULT_ATTAINMENT_WINDOW_S
     # the sleeping tier: a wake's host-to-device bandwidth in GB/s (10^9 bytes/s), for the wake time until wakes
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
@@ -304,8 +324,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim",
-                            "presets"))
+                            "concurrencyQuery", "latencyHistogram", "attainmentWindowSeconds", "wakeGbps",
+                            "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -320,6 +340,15 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if concurrency_query:
         for problem in check_template(concurrency_query):
             r.error(f"{source}: concurrencyQuery", problem)
+    histogram = r.string(doc, "latencyHistogram", f"{source}: latencyHistogram", default=DEFAULT_LATENCY_HISTOGRAM)
+    if histogram:
+        if SELECTOR.match(histogram) is None:
+            r.error(f"{source}: latencyHistogram", "must be a metric selector, name{label=\"value\",...}: the "
+                                                   "_bucket counter of the model servers' latency histogram")
+        for problem in check_template(histogram):
+            r.error(f"{source}: latencyHistogram", problem)
+    attainment_window = r.number(doc, "attainmentWindowSeconds", f"{source}: attainmentWindowSeconds",
+                                 default=DEFAULT_ATTAINMENT_WINDOW_S, minimum=60, maximum=30 * 86_400)
     cache_path = _model_cache_host_path(r, doc, source)
     aims = _parse_aims(r, doc, source)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
@@ -356,6 +385,9 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          cached_start_ratio=0.25 if cached_ratio is None else cached_ratio,
                          concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
                                             else concurrency_query),
+                         latency_histogram=DEFAULT_LATENCY_HISTOGRAM if histogram is None else histogram,
+                         attainment_window_s=(DEFAULT_ATTAINMENT_WINDOW_S if attainment_window is None
+                                              else attainment_window),
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
                          model_cache_host_path=cache_path, aims=aims)

@@ -21,6 +21,7 @@ answered (connection refused or dropped, HTTP 502/503/504), after `retry_backoff
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,30 @@ class Concurrency:
 
 
 NOT_READ = Concurrency(math.nan, "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """A latency histogram's increase over a time: (upper bound in seconds, cumulative count) pairs, +Inf last;
+    empty with an `error` and a `reason` (`Outage`) when it could not be read, empty without one when there was
+    nothing to read yet (a direct scrape's first look at its replicas)."""
+
+    pairs: tuple[tuple[float, float], ...]
+    source: str  # "prometheus" | "scrape"
+    error: str = ""
+    reason: str = ""
+
+
+def bucket_bound(le: object) -> float:
+    """A bucket's `le` label as a number ("+Inf", "0.25", "1.0"); ValueError for anything else."""
+    bound = float(str(le))
+    if math.isnan(bound) or bound < 0:
+        raise ValueError(f"not a bucket bound: {le!r}")
+    return bound
+
+
+def cumulative(by_bound: Mapping[float, float]) -> tuple[tuple[float, float], ...]:
+    return tuple(sorted(by_bound.items()))
 
 DEFAULT_TIMEOUT_S = 3.0  # below the default 10 s control period, with room for the rest of a cycle
 RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy without an upstream, Prometheus not ready, a gateway timeout
@@ -151,6 +176,40 @@ class PrometheusRates:
                                                                     "the concurrency query now", read.reason or
                                Outage.NAN)
         return Concurrency(value, "prometheus")
+
+    async def abuckets(self, *, selector: str, name: str, namespace: str, at_s: float, window_s: float,
+                       field: str = "scaling.yaml: latencyHistogram") -> Buckets:
+        """The increase of a latency histogram's buckets over the `window_s` before `at_s`, summed by bound over
+        the selected series: `sum by (le) (increase(<selector>[<window>s]))` (increase() handles the counter
+        resets of replicas that restarted; a replica gone within the window still counts what it answered)."""
+        try:
+            rendered = render(selector, name=name, namespace=namespace)
+        except PromQLTemplateError as exc:
+            return Buckets((), "prometheus", f"{field}: {exc}", Outage.INVALID_QUERY)
+        query = f"sum by (le) (increase({rendered}[{max(1, round(window_s))}s]))"
+        try:
+            async with asyncio.timeout(self.timeout_s), httpx.AsyncClient(verify=self._tls) as client:
+                result = await self._query_range(client, query, at_s, at_s, 1.0)
+        except TimeoutError:
+            return Buckets((), "prometheus", f"Prometheus at {self.url} timed out after {self.timeout_s:g} s "
+                                             "(no complete answer)", Outage.TIMEOUT)
+        except _ReadFailed as exc:
+            return Buckets((), "prometheus", exc.message, exc.reason)
+        by_bound: dict[float, float] = {}
+        for series in result:
+            labels, values = series.get("metric"), series.get("values")
+            try:
+                bound = bucket_bound((labels or {}).get("le") if isinstance(labels, Mapping) else None)
+                value = float(values[-1][1]) if isinstance(values, list) and values else math.nan
+            except (TypeError, ValueError, IndexError):
+                continue
+            if math.isfinite(value):
+                by_bound[bound] = by_bound.get(bound, 0.0) + value
+        if math.inf not in by_bound:
+            return Buckets((), "prometheus", f"Prometheus at {self.url} has no +Inf bucket of {rendered} over the "
+                                             f"last {window_s:g} s (no request answered, or not a histogram)",
+                           Outage.EMPTY)
+        return Buckets(cumulative(by_bound), "prometheus")
 
     async def _read_range(self, client: httpx.AsyncClient, query: str, start_s: float, end_s: float,
                           step_s: float) -> RateSamples:
@@ -293,7 +352,12 @@ class ScrapeRates:
 
     metric: str = REQUESTS_METRIC
     timeout_s: float = 2.0
+    # the latency histogram's bucket counter (a metric name, e.g. infer_ctl_request_duration_seconds_bucket; ""
+    # reads none): each read leaves the buckets' increase over the replicas since the previous read in `latency`
+    histogram: str = ""
+    latency: Buckets = field(default_factory=lambda: Buckets((), "scrape"))
     _last: dict[str, _Counter] = field(default_factory=dict)
+    _last_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float) -> RateSamples:
         """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time."""
@@ -308,6 +372,7 @@ class ScrapeRates:
         failed: list[str] = []
         reasons: list[Outage] = []
         in_flight, missing_gauge = 0.0, []
+        buckets: dict[str, dict[float, float]] = {}
         for replica, url in endpoints.items():
             try:
                 response = await client.get(url, timeout=self.timeout_s)
@@ -322,7 +387,12 @@ class ScrapeRates:
                 in_flight += series_total(text, INFLIGHT_METRIC, {})
             except ValueError:
                 missing_gauge.append(replica)
+            if self.histogram:
+                with contextlib.suppress(ValueError):  # a replica without the histogram adds nothing
+                    buckets[replica] = histogram_buckets(text, self.histogram)
         rate = self._advance(totals, now_s)
+        self.latency = self._advance_buckets(buckets) if not failed else Buckets(
+            (), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
         if failed:
             error = "cannot scrape " + ", ".join(failed)
             return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
@@ -333,6 +403,22 @@ class ScrapeRates:
         else:
             concurrency = Concurrency(in_flight, "scrape") if endpoints else NOT_READ
         return RateSamples(((now_s, rate),), "scrape"), concurrency
+
+    def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]]) -> Buckets:
+        """The buckets' increase over the replicas since their previous scrape (a replica whose +Inf count went
+        down restarted: its whole new counts are the increase); empty while no replica has been seen twice."""
+        increase: dict[float, float] = {}
+        for replica, now in buckets.items():
+            previous = self._last_buckets.get(replica)
+            if previous is not None:
+                reset = now.get(math.inf, 0.0) < previous.get(math.inf, 0.0)
+                for bound, count in now.items():
+                    delta = count if reset else count - previous.get(bound, 0.0)
+                    increase[bound] = increase.get(bound, 0.0) + max(0.0, delta)
+            self._last_buckets[replica] = dict(now)
+        for gone in set(self._last_buckets) - set(buckets):
+            del self._last_buckets[gone]
+        return Buckets(cumulative(increase) if math.inf in increase else (), "scrape")
 
     def _advance(self, totals: Mapping[str, float], now_s: float) -> float:
         """Sum of the replicas' rates since their previous scrape; NaN while nothing is known yet (the very first
@@ -405,6 +491,20 @@ def _scrape_outage(exc: Exception) -> Outage:
     if isinstance(exc, httpx.TransportError):
         return Outage.REFUSED if _refused(exc) else Outage.UNREACHABLE
     return Outage.BAD_RESPONSE  # no counter in the exposition, or not an exposition
+
+
+def histogram_buckets(text: str, metric: str) -> dict[float, float]:
+    """A histogram's bucket counter (`metric`, the `_bucket` samples) summed by bound over its label sets, in a
+    Prometheus text exposition; a ValueError when the exposition has no +Inf bucket of it."""
+    by_bound: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric and "le" in sample.labels:
+                bound = bucket_bound(sample.labels["le"])
+                by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+    if math.inf not in by_bound:
+        raise ValueError(f"no {metric}{{le=\"+Inf\"}} in the exposition")
+    return by_bound
 
 
 def counter_total(text: str, metric: str) -> float:

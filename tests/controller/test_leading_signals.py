@@ -50,10 +50,12 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
     reconciler = Reconciler(kube, Settings(cluster.policies, gateway_metrics_url=sandbox.router.metrics_url))
 
     ready = 0
+    slo: dict[str, object] = {}
 
     async def cycle() -> tuple[int, str, str, float]:
-        nonlocal ready
+        nonlocal ready, slo
         result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, "lead", "default"), datetime.now(UTC))
+        slo = result.status.get("slo") or {}
         desired = result.status.get("desired") or {}
         ready = int((result.status.get("replicas") or {}).get("ready") or 0)
         assert result.output is not None
@@ -86,9 +88,11 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
     wait_for("loadgen's first request", requests_seen, timeout_s=30)
     started = time.monotonic()
     history: list[tuple[float, int, str, str, float]] = []
+    slos: list[tuple[float, dict[str, object]]] = []  # status.slo after each cycle
     try:
         while time.monotonic() - started < STEP_AT_S + 12:
             history.append((time.monotonic() - started, *await cycle()))
+            slos.append((history[-1][0], slo))
             await asyncio.sleep(1.0)
     finally:
         loadgen.terminate()
@@ -112,3 +116,12 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
     # the first cycle that sees the queue sizes above what the rate says (how far above depends on how long the
     # queue had grown when the cycle came: 2-5 replicas in runs here, the rate catching up a cycle or two later)
     assert n > rate_needs(rate), f"{n} replicas with the rate at {rate:.1f} req/s:\n{table}"
+    # the measured attainment (status.slo, from the same scrape: the model servers' latency histogram): every request
+    # within the 300 ms before the step (a replica answers 4 req/s in 100 ms), fewer once the step's queue forms
+    assert all(s.get("objective") == "0.95" and s.get("latencyMs") == "300" for _, s in slos), slos
+    calm = [s for t, s in slos if t < STEP_AT_S - 1 and int(str(s.get("requests", 0))) > 0]
+    assert calm and all(s.get("attainment") == "1" for s in calm), slos
+    assert str(calm[-1].get("message")).endswith("scraped from the replicas, bucket le=0.3 s"), calm[-1]
+    last = slos[-1][1]
+    assert int(str(last["requests"])) > int(str(calm[-1]["requests"])), slos
+    assert float(str(last["attainment"])) < 0.95, f"the step's queue does not show in the attainment: {slos}"

@@ -51,6 +51,27 @@ def in_flight_history(now_s: float) -> list[str]:
     return lines
 
 
+# the backfilled latency histogram: per 15 s each replica of prod/llm answers 10 requests, (bound, cumulative count)
+LATENCY_BUCKETS = (("0.1", 6), ("0.2", 8), ("0.3", 9), ("+Inf", 10))
+OTHER_BUCKETS = (("0.1", 0), ("0.2", 0), ("0.3", 0), ("+Inf", 10))  # another service's: every request late
+LATENCY_MINUTES = 30
+
+
+def latency_history(now_s: float) -> list[str]:
+    """OpenMetrics lines: the `infer_ctl_request_duration_seconds_bucket` counters of llm-a and llm-b of prod/llm
+    (`LATENCY_BUCKETS` every 15 s: 80 % within 0.2 s) and of other-a of prod/other (`OTHER_BUCKETS`), for the last
+    LATENCY_MINUTES up to `now_s` (an untyped family: what matters is the series, as Prometheus stores them)."""
+    metric = "infer_ctl_request_duration_seconds_bucket"
+    lines = [f"# TYPE {metric} unknown"]
+    start = int(now_s) - LATENCY_MINUTES * 60
+    for service, pod, buckets in (("llm", "llm-a", LATENCY_BUCKETS), ("llm", "llm-b", LATENCY_BUCKETS),
+                                  ("other", "other-a", OTHER_BUCKETS)):
+        for le, per_step in buckets:
+            labels = f'namespace="prod",service="{service}",pod="{pod}",le="{le}"'
+            lines += [f"{metric}{{{labels}}} {per_step * i} {start + i * 15}" for i in range(LATENCY_MINUTES * 4 + 1)]
+    return lines
+
+
 class Backfilled(NamedTuple):
     url: str
     now_s: float  # the last backfilled sample is at int(now_s)
@@ -61,7 +82,7 @@ def backfilled_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """A real Prometheus with `requests_history` and `in_flight_history` up to now backfilled (one server for
     test_rates.py and test_concurrency.py: the two read disjoint metrics)."""
     now_s = time.time()
-    text = "\n".join([*requests_history(now_s), *in_flight_history(now_s), "# EOF"]) + "\n"
+    text = "\n".join([*requests_history(now_s), *in_flight_history(now_s), *latency_history(now_s), "# EOF"]) + "\n"
     with prometheus(tmp_path_factory.mktemp("prom"), history=text) as url:
         yield Backfilled(url, now_s)
 

@@ -1,0 +1,96 @@
+"""Measured attainment read off a latency histogram's buckets, and the trailing window a direct scrape keeps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.policy import histogram_metric, parse_scaling_policy
+from infer_ctl.core.slo import SloWindow, within_threshold
+
+INF = math.inf
+# 100 requests: 60 within 0.1 s, 80 within 0.2 s, 90 within 0.3 s, 100 in all
+BUCKETS = ((0.1, 60.0), (0.2, 80.0), (0.3, 90.0), (INF, 100.0))
+
+
+def test_a_bucket_bound_at_the_threshold_counts_exactly() -> None:
+    w = within_threshold(BUCKETS, 0.2)
+    assert (w.within, w.total, w.exact) == (80.0, 100.0, True)
+
+
+def test_between_two_bounds_the_bucket_is_read_linearly_as_histogram_quantile_does() -> None:
+    w = within_threshold(reversed(BUCKETS), 0.25)  # any order
+    assert w.within == pytest.approx(85.0) and (w.lower_s, w.upper_s) == (0.2, 0.3) and not w.exact
+    assert within_threshold(BUCKETS, 0.05).within == pytest.approx(30.0)  # from 0 up to the first bound
+
+
+def test_beyond_the_last_finite_bound_nothing_more_is_counted_within() -> None:
+    w = within_threshold(BUCKETS, 2.0)
+    assert (w.within, w.lower_s, w.upper_s) == (90.0, 0.3, INF)
+
+
+@pytest.mark.parametrize(("buckets", "threshold", "message"), [
+    (((0.1, 1.0), (0.2, 2.0)), 0.1, r"\+Inf bucket"),
+    (((0.1, -1.0), (INF, 2.0)), 0.1, r">= 0"),
+    (((0.1, math.nan), (INF, 2.0)), 0.1, r">= 0"),
+    (BUCKETS, 0.0, "positive"),
+])
+def test_a_histogram_that_is_not_one_is_refused(buckets: Any, threshold: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        within_threshold(buckets, threshold)
+
+
+@given(st.lists(st.tuples(st.sampled_from((0.05, 0.1, 0.25, 0.5, 1.0, 2.5)), st.floats(0, 1e6)), max_size=6),
+       st.floats(0, 1e6), st.floats(0.001, 5.0), st.floats(0.001, 5.0))
+def test_within_is_never_above_the_total_and_never_falls_as_the_threshold_rises(
+        points: list[tuple[float, float]], extra: float, a: float, b: float) -> None:
+    # cumulative: each bound's count the sum of those below it plus its own
+    bounds = sorted({le for le, _ in points})
+    counts = dict(points)
+    running, buckets = 0.0, []
+    for le in bounds:
+        running += counts[le]
+        buckets.append((le, running))
+    buckets.append((INF, running + extra))
+    low, high = sorted((a, b))
+    w_low, w_high = within_threshold(buckets, low), within_threshold(buckets, high)
+    tolerance = 1e-9 * max(1.0, w_high.total)
+    assert 0 <= w_low.within <= w_high.within + tolerance
+    assert w_high.within <= w_high.total + tolerance
+
+
+def test_the_window_keeps_the_increments_of_its_span_only() -> None:
+    window = SloWindow()
+    for t, within, total in ((0.0, 10, 10), (100.0, 5, 10), (200.0, 0, 10)):
+        window = window.add(t, within, total, window_s=150.0)
+    assert [e[0] for e in window.entries] == [100.0, 200.0]
+    at = window.attainment(200.0, 150.0)
+    assert (at.share, at.requests) == (0.25, 20.0)
+    assert window.attainment(400.0, 150.0).share is None  # nothing counted in the last 150 s
+
+
+def test_a_missing_increment_is_not_a_request() -> None:
+    window = SloWindow().add(0.0, math.nan, math.nan, 60.0).add(1.0, 3, 4, 60.0)
+    assert window.attainment(1.0, 60.0).share == 0.75
+
+
+def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
+    policy = parse_scaling_policy(yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text()))
+    assert histogram_metric(policy.latency_histogram) == "infer_ctl_request_duration_seconds_bucket"
+    assert policy.attainment_window_s == 3600
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text())
+    with pytest.raises(SpecError, match=r"latencyHistogram: must be a metric selector"):
+        parse_scaling_policy({**doc, "latencyHistogram": "sum(rate(x[1m]))"})
+    with pytest.raises(SpecError, match=r"latencyHistogram: .*must match"):
+        parse_scaling_policy({**doc, "latencyHistogram": "infer_ctl_request_duration_seconds_bucket"})
+    with pytest.raises(SpecError, match=r"attainmentWindowSeconds"):
+        parse_scaling_policy({**doc, "attainmentWindowSeconds": 1})
+    assert parse_scaling_policy({**doc, "latencyHistogram": ""}).latency_histogram == ""
