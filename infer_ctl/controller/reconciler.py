@@ -66,7 +66,7 @@ from infer_ctl.core import api
 from infer_ctl.core.conditions import set_condition
 from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import range_window_s
-from infer_ctl.core.slo import SloWindow, within_threshold
+from infer_ctl.core.slo import Attainment, SloWindow, within_threshold
 from infer_ctl.engine.cycle import (
     CyclePlan,
     CyclePolicies,
@@ -258,6 +258,13 @@ async def _value(value: _T) -> _T:
     return value
 
 
+def measured_attainment(slo: api.SloStatus | None) -> Attainment | None:
+    """What the aim moves on (`infer_ctl.engine.aim`): the status' measured attainment, when there is one."""
+    if slo is None or slo.attainment is None:
+        return None
+    return Attainment(slo.attainment, float(slo.requests), slo.window_s)
+
+
 def failure_kind(exc: BaseException) -> str:
     """A short name for what a cycle failed on, for the metric's label and the Event."""
     if isinstance(exc, KubeError):
@@ -407,7 +414,8 @@ class Reconciler:
         replicas = replica_pods(pods)
         now_s = now.timestamp()
         rates, concurrency, buckets = await self._rates(svc, memory, replicas, now_s)
-        observed = _Observed(svc, generation, now, replicas, claims, rates, slo=self._slo(svc, memory, buckets, now_s))
+        slo = self._slo(svc, memory, buckets, now_s)
+        observed = _Observed(svc, generation, now, replicas, claims, rates, slo=slo)
         memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
         observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
                               foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
@@ -418,7 +426,7 @@ class Reconciler:
                                                          if retry_s > now_s),
                               node_cache_off=self._cache_off(ns, now_s),
                               wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
-                              wakes=tuple(memory.wakes))
+                              wakes=tuple(memory.wakes), attainment=measured_attainment(slo))
         memory.wakes.clear()
         observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
                                                       if r.state is api.ReplicaState.SLEEPING))

@@ -161,6 +161,8 @@ class ScalingPolicy:
     # none), and the trailing window the share of requests within the SLO is reported over
     latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
     attainment_window_s: float = DEFAULT_ATTAINMENT_WINDOW_S
+    # move each service's aim along the `aims` table from the attainment it measures (`infer_ctl.engine.aim`)
+    adapt_aim: bool = False
     # the sleeping tier: a wake's host-to-device bandwidth in GB/s (10^9 bytes/s), for the wake time until wakes
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
@@ -324,8 +326,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "latencyHistogram", "attainmentWindowSeconds", "wakeGbps",
-                            "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
+                            "concurrencyQuery", "latencyHistogram", "attainmentWindowSeconds", "adaptAim",
+                            "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -349,8 +351,12 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
             r.error(f"{source}: latencyHistogram", problem)
     attainment_window = r.number(doc, "attainmentWindowSeconds", f"{source}: attainmentWindowSeconds",
                                  default=DEFAULT_ATTAINMENT_WINDOW_S, minimum=60, maximum=30 * 86_400)
+    adapt = r.boolean(doc, "adaptAim", f"{source}: adaptAim", default=False)
     cache_path = _model_cache_host_path(r, doc, source)
     aims = _parse_aims(r, doc, source)
+    if adapt and (not aims or not histogram):
+        r.error(f"{source}: adaptAim", "moves a service's aim along the 'aim' table from the attainment measured "
+                                       "through latencyHistogram: it needs both")
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
     for preset in api.Preset:
@@ -388,6 +394,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          latency_histogram=DEFAULT_LATENCY_HISTOGRAM if histogram is None else histogram,
                          attainment_window_s=(DEFAULT_ATTAINMENT_WINDOW_S if attainment_window is None
                                               else attainment_window),
+                         adapt_aim=bool(adapt),
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
                          model_cache_host_path=cache_path, aims=aims)

@@ -44,10 +44,12 @@ from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.coldstart import ColdStarts
 from infer_ctl.core.conditions import rfc3339
-from infer_ctl.core.policy import Policies, effective_scaling
+from infer_ctl.core.policy import EffectiveScaling, Policies, ScalingPolicy, effective_scaling
 from infer_ctl.core.promql import range_window_s
+from infer_ctl.core.slo import Attainment
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
+from infer_ctl.engine.aim import AimState, Rung, adapt, ladder
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import (
     ReplicaPlacement,
@@ -213,6 +215,9 @@ class Observation:
     # the caller clears them; the plan creates replicas instead
     wake_refused: Mapping[str, str] = field(default_factory=dict)
     wakes: tuple[float, ...] = ()  # seconds each wake since the last cycle took (measured by the caller)
+    # the share of requests within the SLO over a trailing window (the controller's status.slo; the simulator's
+    # own measure): what the aim moves on (`infer_ctl.engine.aim`); None when not measured
+    attainment: Attainment | None = None
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -245,6 +250,11 @@ class ServicePolicy:
     cached_start_ratio: float = 0.25  # a cached start's share of the cold start until cached ones are measured
     sleep: bool = False  # the sleeping tier (spec.scaling.prewarm.sleep or the preset's)
     wake_gbps: float = 20.0  # a wake's host-to-device bandwidth until wakes are measured (policies' wakeGbps)
+    # the aim moved from the measured attainment (`infer_ctl.engine.aim`): the ladder's rungs and the one
+    # calibrated for the objective; () when the aim stays where it is (no objective, no latency to measure, a
+    # quantile or stabilization the spec states, or the policies' adaptAim off)
+    aim_rungs: tuple[Rung, ...] = ()
+    aim_start: int = 0
 
 
 def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
@@ -260,8 +270,20 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality,
                                                                 policies.engine.season_step_s, policies.engine.day_s),
                      rate_window_s=window if window is not None else policies.period_s)
+    rungs, start = _aim_ladder(spec, policies.policies.scaling, effective)
     return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio, effective.sleep,
-                         policies.policies.scaling.wake_gbps)
+                         policies.policies.scaling.wake_gbps, rungs, start)
+
+
+def _aim_ladder(spec: api.InferenceServiceSpec, scaling: ScalingPolicy, effective: EffectiveScaling
+                ) -> tuple[tuple[Rung, ...], int]:
+    """The rungs a service's aim moves along and where it starts, or ((), 0) when it does not move."""
+    if not scaling.adapt_aim or effective.attainment is None or spec.slo.latency_p95_ms is None \
+            or spec.scaling.forecast.quantile is not None or spec.scaling.scale_down_stabilization_s is not None:
+        return (), 0
+    rungs = ladder(scaling.aims)
+    here = Rung(effective.quantile, effective.scale_down_stabilization_s)
+    return (rungs, rungs.index(here)) if here in rungs else ((), 0)  # a preset's own knobs: not the table's
 
 
 # ----------------------------------------------------------------------------------------------- state, plan
@@ -280,6 +302,7 @@ class CycleState:
     resolved: tuple[api.InferenceServiceSpec, ServicePolicy] | None = None  # the last spec's policy
     orphan_claims: frozenset[str] = frozenset()  # claims without a replica in the last observation
     wake_durations: tuple[float, ...] = ()  # the last WAKE_WINDOW wakes' seconds (the sleeping tier's time)
+    aim: AimState = field(default_factory=AimState)  # where the service's aim is on its ladder
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,8 +375,9 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     ledger = _WarmLedger(observation, replicas) if observation.warm_hosts is not None else None
     tiers, prefetchable = slow_tiers(observation, policies, policy, cold_starts, products,
                                           wake_durations=wake_durations, ledger=ledger)
-    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, policy.decide, tiers,
-                                             observation.concurrency), state.engine, policy.engine)
+    decide_policy, engine_before, aim = _aimed(policy, state, observation.attainment, now_s)
+    output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, decide_policy, tiers,
+                                             observation.concurrency), engine_before, policy.engine)
     prefetch = _prefetch(output, prefetchable, observation.prefetching, observation.prefetch_backoff)
     serving, standby = output.desired_serving, output.desired_standby
     reason, message = str(output.decision.reason), output.decision.message
@@ -433,10 +457,26 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         message = f"{message}; sleeping pool: {sleeping} of {pool} held ({why})"
     if fallback:
         message = f"{message}; {fallback}"
+    if aim.note and aim.since_s == now_s:
+        message = f"{message}; {aim.note}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
                      measured, scaled, unavailable, prefetch, sleeping, fallback)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
-                            orphans - set(delete_claims), wake_durations)
+                            orphans - set(delete_claims), wake_durations, aim)
+
+
+def _aimed(policy: ServicePolicy, state: CycleState, attainment: Attainment | None, now_s: float
+           ) -> tuple[DecidePolicy, EngineState, AimState]:
+    """The decision's policy with the aim where the measured attainment moved it (`infer_ctl.engine.aim`), and
+    the engine state to step from: refitted this cycle when the quantile moved (the forecast's is a fit's)."""
+    if not policy.aim_rungs or policy.decide.attainment is None:
+        return policy.decide, state.engine, state.aim
+    aim = adapt(state.aim, policy.aim_rungs, policy.aim_start, policy.decide.attainment, attainment, now_s=now_s)
+    assert aim.rung is not None
+    rung = policy.aim_rungs[aim.rung]
+    decide = replace(policy.decide, quantile=rung.quantile, scale_down_stabilization_s=rung.scale_down_stabilization_s)
+    moved = state.aim.rung is not None and aim.rung != state.aim.rung
+    return decide, replace(state.engine, next_refit_s=now_s) if moved else state.engine, aim
 
 
 def unavailable_replicas(replicas: Sequence[ObservedReplica], now_s: float, after_s: float) -> dict[str, str]:

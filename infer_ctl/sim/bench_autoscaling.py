@@ -110,7 +110,8 @@ class Scored(Protocol):
     def gpu_hours(self) -> float: ...
 
 
-OURS = ("infer-ctl", "infer-ctl+tiers")  # the rows the targets are judged on: without tiers, and with them
+# the rows the targets are judged on: without tiers, with them, and with the aim moved from measured attainment
+OURS = ("infer-ctl", "infer-ctl+tiers", "infer-ctl+aim")
 
 
 def verdict(results: Sequence[Scored], hindsight: HindsightBest | None = None, ours_name: str = "infer-ctl",

@@ -96,6 +96,7 @@ from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy, tier_use
 from infer_ctl.sim.run import (
+    MeasuredSlo,
     Replicas,
     SimConfig,
     SimResult,
@@ -468,6 +469,7 @@ class _ServiceRun:
         self.backlog = np.zeros(n_ticks)
         self.fc_upper = np.full(n_ticks, np.nan)
         self.probe = _forecast_probe if isinstance(policy, InferCtl) else None
+        self.measured = MeasuredSlo.of(policy)  # the attainment infer-ctl's aim moves on
         self.use = tier_use(policy)
         # the service's InferenceService (infer-ctl's own; for the others, the one infer-ctl would run): what its
         # replicas hold asleep and take awake on a warm host are the engine's (`weight_bytes`,
@@ -699,6 +701,8 @@ class _FleetSim:
                                                              arrivals=run.arrivals, ready_n=run.ready_n,
                                                              backlog=run.backlog,
                                                              window_s=self.config.ongoing_window_s))
+            observation = run.measured.attach(observation, t, dt=self.config.tick_s, arrivals=run.arrivals,
+                                              ready_n=run.ready_n, backlog=run.backlog, model=run.model)
             if run.use.sleeping or run.use.node_cache:
                 # a refused wake is told once its host's GPU is free again (the caller clears it)
                 run.refused = {k: why for k, why in run.refused.items() if k in run.replicas.replicas

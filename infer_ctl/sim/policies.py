@@ -22,7 +22,7 @@ import numpy as np
 from infer_ctl.core.api import InferenceService
 from infer_ctl.core.policy import effective_scaling
 from infer_ctl.core.promql import range_window_s
-from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle
+from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle, service_policy
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
 
@@ -1077,6 +1077,15 @@ class InferCtl:
     ) -> tuple[CyclePlan, tuple[CycleState, CyclePlan | None]]:
         plan, cycle_state = plan_cycle(observation, state[0], self.policies, now_s)
         return plan, (cycle_state, plan)
+
+    @property
+    def adaptive(self) -> bool:
+        """Its aim moves from the attainment it measures (`infer_ctl.engine.aim`): the simulator then gives it one."""
+        return bool(service_policy(self.service.spec, self.policies).aim_rungs)
+
+    @property
+    def attainment_window_s(self) -> float:
+        return self.policies.policies.scaling.attainment_window_s
 
     @property
     def sleeping_tier(self) -> bool:

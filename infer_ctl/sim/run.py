@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from infer_ctl.core.api import ReplicaState
+from infer_ctl.core.slo import Attainment, SloWindow
 from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
@@ -308,6 +309,7 @@ def _simulate(
     desired = initial_replicas
     report_every = max(1, n_ticks // 100)
     p90, p90_dirty = math.nan, False
+    measured = MeasuredSlo.of(policy)
 
     def start(now: float, name: str | None, standby: bool) -> None:
         nonlocal p90_dirty
@@ -339,6 +341,8 @@ def _simulate(
                                       concurrency=in_flight_seen(policy, model, t, dt, arrivals=arrivals,
                                                                   ready_n=ready_n, backlog=backlog,
                                                                   window_s=config.ongoing_window_s))
+                observation = measured.attach(observation, t, dt=dt, arrivals=arrivals, ready_n=ready_n,
+                                              backlog=backlog, model=model)
                 plan, state = policy.plan(observation, now, state)
                 if on_cycle is not None:
                     on_cycle(observation, plan)
@@ -422,10 +426,11 @@ def _apply(plan: CyclePlan, fleet: _Fleet, cache: deque[float], now: float,
         start(now, replica.name, replica.standby)
 
 
-def latency_stats(
-    arrivals: FloatArray, ready_n: np.ndarray[Any, Any], backlog: FloatArray, model: ServiceModel, dt: float
-) -> tuple[float, float, float]:
-    """SLO attainment and p95/p99 over all requests, from each tick's latency distribution."""
+def _tick_latency(arrivals: FloatArray, ready_n: np.ndarray[Any, Any], backlog: FloatArray, model: ServiceModel,
+                  dt: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Each tick's latency distribution (base + wait, then exponential at rate nu: `shift`, `nu`) and the share
+    of its requests within the SLO. A tick with no replica ready waits for the next tick that has one (within the
+    arrays: beyond their end, for ever)."""
     n = arrivals.size
     mu = model.service_rate_rps
     # time until a replica is ready, for ticks with none: index of the next tick with ready > 0
@@ -437,12 +442,57 @@ def latency_stats(
         w = np.where(ready_n > 0, backlog / (np.maximum(ready_n, 1) * mu), wait_none)
     nu = np.where(ready_n > 0, np.maximum(mu - lam, 0.02 * mu), mu)
     shift = model.base_latency_s + w
-    total = float(arrivals.sum())
-    if total == 0:
-        return 1.0, 0.0, 0.0
     slack = np.maximum(model.slo_latency_s - shift, 0.0)
     within = np.where(shift < model.slo_latency_s, 1.0 - np.exp(-nu * slack), 0.0)
     within = np.where(shift > model.request_timeout_s, 0.0, within)
+    return shift, nu, within
+
+
+@dataclass
+class MeasuredSlo:
+    """The attainment infer-ctl is given, as the controller reads status.slo (`infer_ctl.core.slo`): the share of
+    requests within the SLO over the trailing `window_s`, from the ticks since the last measure, every
+    `every_s` (Prometheus' buckets are read once a cycle; a minute's resolution moves nothing an hour's window
+    decides on). Requests of a tick whose wait runs past the ticks measured (no replica ready yet) count as late."""
+
+    window_s: float
+    enabled: bool = True  # only for a policy whose aim moves on it (the measure costs simulator time)
+    every_s: float = 60.0
+    window: SloWindow = field(default_factory=SloWindow)
+    upto: int = 0  # the first tick not measured yet
+
+    @staticmethod
+    def of(policy: SimPolicy | InferCtl) -> MeasuredSlo:
+        if isinstance(policy, InferCtl):
+            return MeasuredSlo(policy.attainment_window_s, policy.adaptive)
+        return MeasuredSlo(3600.0, enabled=False)
+
+    def attach(self, observation: CycleObservation, t: int, *, dt: float, arrivals: FloatArray,
+               ready_n: np.ndarray[Any, Any], backlog: FloatArray, model: ServiceModel) -> CycleObservation:
+        """The observation with the attainment measured up to tick `t` (unchanged when not enabled)."""
+        if not self.enabled:
+            return observation
+        return replace(observation, attainment=self.at(t, dt=dt, arrivals=arrivals, ready_n=ready_n,
+                                                       backlog=backlog, model=model))
+
+    def at(self, t: int, *, dt: float, arrivals: FloatArray, ready_n: np.ndarray[Any, Any], backlog: FloatArray,
+           model: ServiceModel) -> Attainment:
+        if (t - self.upto) * dt >= self.every_s:
+            a = arrivals[self.upto:t]
+            _, _, within = _tick_latency(a, ready_n[self.upto:t], backlog[self.upto:t], model, dt)
+            self.window = self.window.add(t * dt, float((a * within).sum()), float(a.sum()), self.window_s)
+            self.upto = t
+        return self.window.attainment(t * dt, self.window_s)
+
+
+def latency_stats(
+    arrivals: FloatArray, ready_n: np.ndarray[Any, Any], backlog: FloatArray, model: ServiceModel, dt: float
+) -> tuple[float, float, float]:
+    """SLO attainment and p95/p99 over all requests, from each tick's latency distribution."""
+    total = float(arrivals.sum())
+    if total == 0:
+        return 1.0, 0.0, 0.0
+    shift, nu, within = _tick_latency(arrivals, ready_n, backlog, model, dt)
     attainment = float((arrivals * within).sum() / total)
     weights = arrivals / total
 

@@ -35,9 +35,9 @@ from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.trace import Trace
 
 # infer-ctl (its spec's tiers: none on the balanced preset), infer-ctl+tiers (the sleeping and cached tiers on),
-# the peers, the single-tier products, the oracle
-POLICY_NAMES = ("infer-ctl", "infer-ctl+tiers", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa", "fma-pool",
-                "kserve-cache", "oracle")
+# infer-ctl+aim (its aim moved from the attainment it measures), the peers, the single-tier products, the oracle
+POLICY_NAMES = ("infer-ctl", "infer-ctl+tiers", "infer-ctl+aim", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa",
+                "fma-pool", "kserve-cache", "oracle")
 START_PROTOCOLS = ("warm", "first-minute-mean")
 
 
@@ -151,6 +151,16 @@ def tiered_service(settings: ScenarioSettings) -> api.InferenceService:
     return parse_inference_service(manifest)
 
 
+def aimed_service(settings: ScenarioSettings) -> api.InferenceService:
+    """The scenario's InferenceService with its objective stated (99 %, the targets') and the quantile and the
+    stabilization left to the aim: what `adaptAim` moves (a spec that states them keeps them)."""
+    manifest = scenario_manifest(settings)
+    del manifest["spec"]["scaling"]["forecast"]["quantile"]
+    del manifest["spec"]["scaling"]["scaleDownStabilizationSeconds"]
+    manifest["spec"]["slo"]["attainment"] = 0.99
+    return parse_inference_service(manifest)
+
+
 def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, tick_s: float) -> SimPolicy:
     """A policy of `POLICY_NAMES` for the scenario. The sleeping pool's size (`fma-pool`) is the operator's fixed
     choice: here as many sleepers as the service runs at t = 0 (`initial_replicas`, the warm start)."""
@@ -162,6 +172,11 @@ def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, ti
         return InferCtl(scenario_service(settings), scenario_policies(settings))
     if name == "infer-ctl+tiers":
         return InferCtl(tiered_service(settings), scenario_policies(settings), name=name)
+    if name == "infer-ctl+aim":
+        adaptive = scenario_policies(settings)
+        adaptive = replace(adaptive, policies=replace(adaptive.policies, scaling=replace(
+            adaptive.policies.scaling, adapt_aim=True)))
+        return InferCtl(aimed_service(settings), adaptive, name=name)
     if name == "fma-pool":
         return SleepingPool(Hpa(c, max(1, m.min_replicas), m.max_replicas),
                             pool=max(1, initial_replicas(arrivals, tick_s, m)))

@@ -21,8 +21,8 @@ def test_the_report_has_means_over_seeds_each_preset_the_references_and_the_verd
     out = capsys.readouterr().out
     assert "means over seeds 0,1; infer-ctl reached 99% in 0 of 2" in out
     rows = {m.group(1) for m in re.finditer(r"^  (\S+)\s+\d+\.\d+%\s+\d+\.\d+%", out, re.MULTILINE)}
-    assert rows == {"infer-ctl", "infer-ctl+tiers", "infer-ctl/latency-critical", "hpa", "kpa", "keda", "ray-serve",
-                    "aibrix-apa", "fma-pool", "kserve-cache", "oracle"}
+    assert rows == {"infer-ctl", "infer-ctl+tiers", "infer-ctl+aim", "infer-ctl/latency-critical", "hpa", "kpa",
+                    "keda", "ray-serve", "aibrix-apa", "fma-pool", "kserve-cache", "oracle"}
     assert "reference: the cheapest constant fleet at >= 99% is" in out
     assert "reference: none of 518 peak-hold rules reaches 99%" in out
     assert "out of reach of every peak-hold rule too" in out

@@ -1,0 +1,98 @@
+"""The aim moved along the calibrated ladder from the measured attainment (`infer_ctl.engine.aim`), alone and in
+`plan_cycle`: in-memory values, time moved by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from infer_ctl.core.slo import Attainment
+from infer_ctl.engine.aim import AimState, Rung, adapt, ladder
+from infer_ctl.engine.cycle import CyclePolicies, CycleState, plan_cycle, service_policy
+from tests.engine.test_cycle import CYCLE, POLICIES, T0, observe, ready, service
+
+RUNGS = (Rung(0.8, 300), Rung(0.95, 300), Rung(0.99, 600))
+HOUR = 3600.0
+
+
+def measured(share: float, requests: float = 10_000) -> Attainment:
+    return Attainment(share, requests, HOUR)
+
+
+def test_the_ladder_is_the_tables_distinct_aims_lowest_first() -> None:
+    assert ladder(POLICIES.scaling.aims) == RUNGS
+
+
+def test_a_service_starts_at_the_rung_calibrated_for_its_objective() -> None:
+    assert adapt(AimState(), RUNGS, 1, 0.99, None, now_s=T0) == AimState(1, T0)
+
+
+@pytest.mark.parametrize(("share", "rung"), [
+    (0.985, 2),  # below 99 %: up
+    (0.99, 1),  # at the objective, missing more than half the allowance: stays
+    (0.9949, 1),
+    (0.995, 0),  # missing at most half of the 1 % allowed: down
+    (1.0, 0),
+])
+def test_after_a_window_below_the_objective_it_steps_up_and_well_above_it_steps_down(share: float, rung: int) -> None:
+    aim = adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(share), now_s=T0 + HOUR)
+    assert aim.rung == rung
+    assert (aim.since_s == T0 + HOUR) == (rung != 1)
+    if rung != 1:
+        assert aim.note.startswith(f"aim {'up' if rung > 1 else 'down'} to q{RUNGS[rung].quantile:g}")
+
+
+def test_it_waits_a_whole_window_of_the_current_aim_and_enough_requests() -> None:
+    low = measured(0.5)
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, low, now_s=T0 + HOUR - 1).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(0.5, requests=999), now_s=T0 + HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, Attainment(None, 0, HOUR), now_s=T0 + HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, None, now_s=T0 + HOUR).rung == 1
+
+
+def test_the_ends_of_the_ladder_hold() -> None:
+    assert adapt(AimState(2, T0), RUNGS, 1, 0.99, measured(0.5), now_s=T0 + HOUR) == AimState(2, T0)
+    assert adapt(AimState(0, T0), RUNGS, 1, 0.99, measured(1.0), now_s=T0 + HOUR) == AimState(0, T0)
+
+
+ADAPTIVE = CyclePolicies(replace(POLICIES, scaling=replace(POLICIES.scaling, adapt_aim=True)), CYCLE.placement)
+
+
+def slo_service(**fields: object) -> object:
+    return service(spec__slo={"latencyP95Ms": 500}, spec__scaling__preset="balanced", **fields)
+
+
+def test_only_a_service_with_a_latency_objective_and_the_aim_unstated_moves() -> None:
+    assert service_policy(slo_service().spec, ADAPTIVE).aim_rungs == RUNGS  # type: ignore[attr-defined]
+    assert service_policy(slo_service().spec, ADAPTIVE).aim_start == 1  # type: ignore[attr-defined]
+    assert not service_policy(slo_service().spec, CYCLE).aim_rungs  # type: ignore[attr-defined]  # adaptAim off
+    assert not service_policy(service().spec, ADAPTIVE).aim_rungs  # no latency to measure against
+    pinned = slo_service(spec__scaling__forecast={"quantile": 0.9})
+    assert not service_policy(pinned.spec, ADAPTIVE).aim_rungs  # type: ignore[attr-defined]
+    window = slo_service(spec__scaling__scaleDownStabilizationSeconds=60)
+    assert not service_policy(window.spec, ADAPTIVE).aim_rungs  # type: ignore[attr-defined]
+
+
+def test_in_the_cycle_the_aim_moves_the_stabilization_and_refits_the_forecast_at_the_new_quantile() -> None:
+    svc = slo_service()
+    replicas = (ready("llm-r0"), ready("llm-r1"))
+    state = CycleState()
+    for i in range(0, int(HOUR), 30):  # an hour of a steady rate: a forecast at the calibrated q0.95
+        plan, state = plan_cycle(observe(svc, *replicas, rate=5.0 + i % 7, now=T0 + i), state, ADAPTIVE,  # type: ignore[arg-type]
+                                 T0 + i)
+        assert state.aim == AimState(1, T0)
+    assert plan.output.forecast is not None and plan.output.forecast.quantile == 0.95
+    # an hour on, 98 % of 10,000 requests within the SLO: up to q0.99 / 600 s, said in the decision's message
+    now = T0 + HOUR
+    observation = replace(observe(svc, *replicas, rate=5.0, now=now), attainment=measured(0.98))  # type: ignore[arg-type]
+    plan, after = plan_cycle(observation, state, ADAPTIVE, now)
+    assert after.aim.rung == 2 and after.aim.since_s == now
+    assert "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over the last 3600 s (below the " \
+           "objective, 99 %)" in plan.message
+    # the forecast was refitted this cycle at the new quantile
+    assert plan.output.forecast is not None and plan.output.forecast.quantile == 0.99
+    # the next cycle holds it (a whole window must pass under the new aim) and says nothing more
+    later = replace(observe(svc, *replicas, rate=5.0, now=now + 10), attainment=measured(0.98))  # type: ignore[arg-type]
+    plan, held = plan_cycle(later, after, ADAPTIVE, now + 10)
+    assert held.aim == after.aim and "aim up" not in plan.message
