@@ -256,6 +256,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fleet-hours", type=float, default=6.0)
     ap.add_argument("--fleet-tick-s", type=float, default=5.0)
     ap.add_argument("--fleet-policies", default="all", help="all or a comma-separated list of suite.POLICY_NAMES")
+    ap.add_argument("--policies", default="all", help="the trace scenarios' policies: all or a comma-separated list "
+                                                      "of suite.POLICY_NAMES (the oracle is always run)")
     ap.add_argument("--plot-dir", default=None)
     ap.add_argument(
         "--starts",
@@ -316,13 +318,14 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 
 def _run_seeds(scenario: Scenario, settings: ScenarioSettings, presets: list[Preset], seeds: list[int],
-               start: str) -> list[list[SimResult]]:
+               start: str, *, names: Sequence[str] = POLICY_NAMES) -> list[list[SimResult]]:
     """Every policy on each seed, and infer-ctl on each further preset as a row `infer-ctl/<preset>` before the
-    oracle's."""
+    oracle's (the oracle last, always)."""
     _, trace, scale, tick, warmup_s = scenario
+    names = (*(n for n in names if n != "oracle"), "oracle")
     per_seed = [
         run_policies(
-            trace, POLICY_NAMES, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start,
+            trace, names, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start,
             seed=seed,
         )
         for seed in seeds
@@ -375,7 +378,7 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
     presets = parse_presets(args.bank_presets if name == "bank" else args.presets)
     settings = with_preset(default_settings(cold), presets[0])
     t0 = time.perf_counter()
-    per_seed = _run_seeds(scenario, settings, presets, seeds, start)
+    per_seed = _run_seeds(scenario, settings, presets, seeds, start, names=parse_policy_names(args.policies))
     results, lowest = aggregate(per_seed)
     met = sum(1 for rs in per_seed for r in rs if r.policy == "infer-ctl" and r.slo_attainment >= 0.99)
     arrivals = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0]))

@@ -35,6 +35,8 @@ def service_status() -> dict[str, Any]:
         observed_generation=1, replicas=api.ReplicaCounts(ready=3, serving=2, standby=1, loading=1, sleeping=1),
         desired=api.DesiredReplicas(serving=3, standby=1),
         forecast=api.ForecastStatus(rate_rps=31.5, upper_rps=42.25, horizon_s=190, method="ewma", quantile=0.95),
+        slo=api.SloStatus(objective=0.99, latency_ms=800, window_s=3600, attainment=0.99341, requests=120_000,
+                          message="infer_ctl_request_duration_seconds_bucket from Prometheus, bucket le=0.8 s"),
         conditions=(condition("Valid", "True", "SpecValid", "the spec passed the parser and catalog checks"),
                     condition("Scaling", "True", "Forecast", "3 wanted: upper q0.95 forecast 42.2 rps within "
                                                                  "190 s at 15 rps per replica"))).to_dict()
@@ -51,7 +53,7 @@ def create_service(http: httpx.Client, name: str = "llm") -> None:
 
 
 EXPECTED = {"Name": "llm", "Desired": 3, "Serving": 2, "Standby": 1, "Loading": 1, "Forecast RPS": "42.25",
-            "Reason": "Forecast", "Sleeping": 1, "Accelerator": "H100-80GB", "Valid": "True",
+            "Reason": "Forecast", "Attainment": "0.9934", "Sleeping": 1, "Accelerator": "H100-80GB", "Valid": "True",
             "Decision": "3 wanted: upper q0.95 forecast 42.2 rps within 190 s at 15 rps per replica"}
 
 
@@ -69,7 +71,7 @@ def test_each_column_shows_the_status_field_it_names(http: httpx.Client) -> None
     assert {k: v for k, v in cells.items() if k != "Age"} == EXPECTED
     assert re.fullmatch(r"\d+[smhd]", cells["Age"])
     wide = {c["name"] for c in table["columnDefinitions"] if c["priority"] == 1}
-    assert wide == {"Sleeping", "Accelerator", "Valid", "Decision"}
+    assert wide == {"Attainment", "Sleeping", "Accelerator", "Valid", "Decision"}
 
 
 def test_kubectl_get_prints_the_columns_by_their_names(api: RunningApiServer, tmp_path: Path) -> None:
@@ -90,5 +92,5 @@ def test_kubectl_get_prints_the_columns_by_their_names(api: RunningApiServer, tm
     assert header == ["NAME", "DESIRED", "SERVING", "STANDBY", "LOADING", "FORECAST RPS", "REASON", "AGE"]
     assert row[:7] == ["llm", "3", "2", "1", "1", "42.25", "Forecast"]
     header, row = get("-o", "wide")
-    assert header[8:] == ["SLEEPING", "ACCELERATOR", "VALID", "DECISION"]
-    assert row[8:] == [str(EXPECTED["Sleeping"]), "H100-80GB", "True", EXPECTED["Decision"]]
+    assert header[8:] == ["ATTAINMENT", "SLEEPING", "ACCELERATOR", "VALID", "DECISION"]
+    assert row[8:] == ["0.9934", str(EXPECTED["Sleeping"]), "H100-80GB", "True", EXPECTED["Decision"]]
