@@ -161,7 +161,8 @@ class ScalingPolicy:
     # none), and the trailing window the share of requests within the SLO is reported over
     latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
     attainment_window_s: float = DEFAULT_ATTAINMENT_WINDOW_S
-    # move each service's aim along the `aims` table from the attainment it measures (`infer_ctl.engine.aim`)
+    # move each service's aim along the `aims` table from the attainment it measures (`infer_ctl.engine.aim`; the
+    # policy file's default: on wherever there is a table and a histogram)
     adapt_aim: bool = False
     # the sleeping tier: a wake's host-to-device bandwidth in GB/s (10^9 bytes/s), for the wake time until wakes
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
@@ -351,9 +352,10 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
             r.error(f"{source}: latencyHistogram", problem)
     attainment_window = r.number(doc, "attainmentWindowSeconds", f"{source}: attainmentWindowSeconds",
                                  default=DEFAULT_ATTAINMENT_WINDOW_S, minimum=60, maximum=30 * 86_400)
-    adapt = r.boolean(doc, "adaptAim", f"{source}: adaptAim", default=False)
     cache_path = _model_cache_host_path(r, doc, source)
     aims = _parse_aims(r, doc, source)
+    # unstated: on wherever it can be
+    adapt = r.boolean(doc, "adaptAim", f"{source}: adaptAim", default=bool(aims) and bool(histogram))
     if adapt and (not aims or not histogram):
         r.error(f"{source}: adaptAim", "moves a service's aim along the 'aim' table from the attainment measured "
                                        "through latencyHistogram: it needs both")

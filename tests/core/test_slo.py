@@ -93,4 +93,4 @@ def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
         parse_scaling_policy({**doc, "latencyHistogram": "infer_ctl_request_duration_seconds_bucket"})
     with pytest.raises(SpecError, match=r"attainmentWindowSeconds"):
         parse_scaling_policy({**doc, "attainmentWindowSeconds": 1})
-    assert parse_scaling_policy({**doc, "latencyHistogram": ""}).latency_histogram == ""
+    assert parse_scaling_policy({**doc, "latencyHistogram": "", "adaptAim": False}).latency_histogram == ""

@@ -57,6 +57,23 @@ def test_the_ends_of_the_ladder_hold() -> None:
 
 
 ADAPTIVE = CyclePolicies(replace(POLICIES, scaling=replace(POLICIES.scaling, adapt_aim=True)), CYCLE.placement)
+FIXED = CyclePolicies(replace(POLICIES, scaling=replace(POLICIES.scaling, adapt_aim=False)), CYCLE.placement)
+
+
+def test_the_shipped_policies_move_the_aim_and_a_file_without_a_table_does_not() -> None:
+    import yaml
+
+    from infer_ctl.core.errors import SpecError
+    from infer_ctl.core.policy import parse_scaling_policy
+    from tests.engine.test_cycle import ROOT
+
+    assert POLICIES.scaling.adapt_aim
+    doc = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    del doc["adaptAim"]
+    assert parse_scaling_policy(doc).adapt_aim  # unstated: on, with a table and a histogram
+    assert not parse_scaling_policy({**doc, "latencyHistogram": ""}).adapt_aim
+    with pytest.raises(SpecError, match=r"adaptAim: .*needs both"):
+        parse_scaling_policy({**doc, "latencyHistogram": "", "adaptAim": True})
 
 
 def slo_service(**fields: object) -> object:
@@ -66,7 +83,7 @@ def slo_service(**fields: object) -> object:
 def test_only_a_service_with_a_latency_objective_and_the_aim_unstated_moves() -> None:
     assert service_policy(slo_service().spec, ADAPTIVE).aim_rungs == RUNGS  # type: ignore[attr-defined]
     assert service_policy(slo_service().spec, ADAPTIVE).aim_start == 1  # type: ignore[attr-defined]
-    assert not service_policy(slo_service().spec, CYCLE).aim_rungs  # type: ignore[attr-defined]  # adaptAim off
+    assert not service_policy(slo_service().spec, FIXED).aim_rungs  # type: ignore[attr-defined]  # adaptAim off
     assert not service_policy(service().spec, ADAPTIVE).aim_rungs  # no latency to measure against
     pinned = slo_service(spec__scaling__forecast={"quantile": 0.9})
     assert not service_policy(pinned.spec, ADAPTIVE).aim_rungs  # type: ignore[attr-defined]
