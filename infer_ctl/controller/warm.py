@@ -40,7 +40,7 @@ from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import parse_bytes
-from infer_ctl.engine.cycle import WarmDevice, WarmHosts
+from infer_ctl.engine.cycle import WarmDevice, WarmHosts, makes_warm_hosts
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import replica_request
 from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
@@ -119,7 +119,8 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
         taken = {d.id for d in hosts.values()}
         for device in free_gpus(svc, catalog, snapshot.state, snapshot.gang_reservation()):
             name = warm_host_name(device.id)
-            if device.id in taken or name in candidates or not fits(device):
+            if device.id in taken or name in candidates or not fits(device) \
+                    or not makes_warm_hosts(spec, device.memory_bytes):
                 continue
             devices.append(WarmDevice(name, device.node_name, product_of(device), device.memory_bytes, False,
                                       device=device.id))

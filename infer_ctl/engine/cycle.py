@@ -670,6 +670,13 @@ def awake_device_bytes(spec: api.InferenceServiceSpec, device_memory_bytes: int)
     return spec.model.memory_bytes
 
 
+def makes_warm_hosts(spec: api.InferenceServiceSpec, device_memory_bytes: int) -> bool:
+    """Whether a free GPU of `device_memory_bytes` could become a warm host for the service's sleepers: only where
+    it holds two of its replicas awake (`_WarmLedger._candidate`). The controller's and the simulator's views offer
+    the others no free GPU (the ledger would leave them out: a cluster offers many)."""
+    return device_memory_bytes // max(1, awake_device_bytes(spec, device_memory_bytes)) >= 2
+
+
 class _WarmLedger:
     """The warm hosts' memory for one cycle: device memory free per warm host (a wake takes what the service's
     replica takes awake, `awake_device_bytes`; a sleep gives it back) and host memory free per node (a sleeper
@@ -686,7 +693,7 @@ class _WarmLedger:
         self._need: dict[int, int] = {}
         # a free GPU this service would not make a warm host on (it holds fewer than two of its replicas awake,
         # see `_candidate`) can neither take a sleeper nor hold one: left out (a cluster offers many)
-        self.devices = {d.claim: d for d in warm.devices if d.exists or d.memory_bytes // max(1, self.need(d)) >= 2}
+        self.devices = {d.claim: d for d in warm.devices if d.exists or makes_warm_hosts(self.spec, d.memory_bytes)}
         self.device_free = {c: d.memory_bytes - d.awake_bytes for c, d in self.devices.items()}
         self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
         self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}

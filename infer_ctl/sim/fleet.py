@@ -89,7 +89,14 @@ from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.decide.tiers import Room
-from infer_ctl.engine.cycle import CyclePlan, ObservedReplica, SlowTiers, awake_device_bytes, weight_bytes
+from infer_ctl.engine.cycle import (
+    CyclePlan,
+    ObservedReplica,
+    SlowTiers,
+    awake_device_bytes,
+    makes_warm_hosts,
+    weight_bytes,
+)
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
@@ -737,7 +744,8 @@ class _FleetSim:
         spec = run.spec
         if not run.use.sleeping or spec.accelerator.count != 1 or spec.accelerator.sharing is api.Sharing.MIG:
             return None
-        return self.warm.observe(spec.model.memory_bytes, self.product, free_gpus=spec.scaling.max_replicas)
+        free = spec.scaling.max_replicas if makes_warm_hosts(spec, self.warm.device_memory) else 0
+        return self.warm.observe(spec.model.memory_bytes, self.product, free_gpus=free)
 
     def _decide_count(self, run: _ServiceRun, policy: SimPolicy, t: int, now: float, metric: float) -> int:
         if run.p90_dirty:

@@ -102,14 +102,27 @@ def test_the_warm_hosts_a_service_is_offered_leave_the_gpus_of_pending_gangs_fre
     snapshot = Snapshot(0.0, inventory, state, observed_mix(inventory), np.arange(2, dtype=np.int64), {}, (gang,))
     nodes = [{"metadata": {"name": n}, "status": {"capacity": {"memory": "512Gi"}}} for n in ("a", "b")]
     policies = load_policies(ROOT / "policies")
-    hosts, devices = warm_hosts(parsed(sleepy()), policies.catalog, snapshot, claims=[], pods=[], nodes=nodes,
+    # a service whose replicas share a GPU by memory (an Exclusive one makes no warm host: below)
+    shared = parsed(sleepy().with_("spec.accelerator.sharing", "Shared").with_("spec.model.memory", "20Gi"))
+    hosts, devices = warm_hosts(shared, policies.catalog, snapshot, claims=[], pods=[], nodes=nodes,
                                 host_fraction=0.5)
     assert {d.node for d in hosts.devices} == {"b"} and not any(d.exists for d in hosts.devices)
     assert {d.node_name for d in devices.values()} == {"b"}
     without_gang = Snapshot(0.0, inventory, state, observed_mix(inventory), np.arange(2, dtype=np.int64), {}, ())
-    hosts, _ = warm_hosts(parsed(sleepy()), policies.catalog, without_gang, claims=[], pods=[], nodes=nodes,
+    hosts, _ = warm_hosts(shared, policies.catalog, without_gang, claims=[], pods=[], nodes=nodes,
                           host_fraction=0.5)
     assert {d.node for d in hosts.devices} == {"a", "b"}
+
+
+def test_an_exclusive_service_is_offered_no_free_gpu_only_the_warm_hosts_that_exist() -> None:
+    # a warm host for one replica that takes the whole GPU awake would cost what a standby does (`makes_warm_hosts`)
+    inventory = h100_cluster({"a": 4})
+    state = ClusterState.from_inventory(inventory)
+    snapshot = Snapshot(0.0, inventory, state, observed_mix(inventory), np.arange(1, dtype=np.int64), {}, ())
+    nodes = [{"metadata": {"name": "a"}, "status": {"capacity": {"memory": "512Gi"}}}]
+    hosts, devices = warm_hosts(parsed(sleepy()), load_policies(ROOT / "policies").catalog, snapshot, claims=[],
+                                pods=[], nodes=nodes, host_fraction=0.5)
+    assert hosts.devices == () and devices == {}
 
 
 # ------------------------------------------------------------------------------------------------ collection
