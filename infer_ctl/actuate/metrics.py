@@ -30,6 +30,12 @@ class ControllerMetrics:
                                   [*svc, "bound"], registry=r)
         self.observed_rps = Gauge("infer_ctl_observed_requests_per_second", "Request rate the controller observed.",
                                   svc, registry=r)
+        self.slo_attainment = Gauge("infer_ctl_slo_attainment",
+                                    "Share of requests answered within the latency objective over the trailing "
+                                    "window (status.slo; absent when not measured).", svc, registry=r)
+        self.slo_objective = Gauge("infer_ctl_slo_objective",
+                                   "The share of requests that should be within the latency objective.", svc,
+                                   registry=r)
         self.decisions = Counter("infer_ctl_scaling_decisions", "Scaling decisions, by reason code.",
                                  [*svc, "reason"], registry=r)
         self.cold_start = Histogram("infer_ctl_cold_start_seconds", "Replica creation to Ready.",
@@ -60,7 +66,8 @@ class ControllerMetrics:
         """Drop a deleted service's series so that they do not linger at their last values."""
         per_service: tuple[tuple[Gauge | Counter, tuple[str, ...]], ...] = (
             (self.replicas, ("state",)), (self.desired, ("role",)), (self.forecast_rps, ("bound",)),
-            (self.observed_rps, ()), (self.decisions, ("reason",)), (self.placement_failures, ("reason",)),
+            (self.observed_rps, ()), (self.slo_attainment, ()), (self.slo_objective, ()),
+            (self.decisions, ("reason",)), (self.placement_failures, ("reason",)),
             (self.cycle_errors, ("kind",)),
         )
         for metric, extra in per_service:

@@ -1177,6 +1177,15 @@ class Reconciler:
         else:  # no rate: no series (a stale last value would hide the gap from alerts)
             with contextlib.suppress(KeyError):
                 self.metrics.observed_rps.remove(ns, name)
+        # measured attainment and its objective: no series while unknown (an alert compares the two)
+        slo = o.slo
+        for gauge, value in ((self.metrics.slo_attainment, None if slo is None else slo.attainment),
+                             (self.metrics.slo_objective, None if slo is None else slo.objective)):
+            if value is not None:
+                gauge.labels(ns, name).set(value)
+            else:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(ns, name)
         fc = plan.output.forecast
         if fc is not None:
             horizon = plan.output.decision.horizon_s

@@ -111,6 +111,8 @@ def controller_metrics() -> ControllerMetrics:
     m.forecast_rps.labels("prod", "chat", "mean").set(40)
     m.forecast_rps.labels("prod", "chat", "upper").set(55)
     m.observed_rps.labels("prod", "chat").set(38)
+    m.slo_attainment.labels("prod", "chat").set(0.993)
+    m.slo_objective.labels("prod", "chat").set(0.99)
     for reason in [*(r.value for r in Reason), *EXTRA_DECISION_REASONS]:
         m.decisions.labels("prod", "chat", reason).inc()
     for cached in ("true", "false"):
@@ -152,7 +154,8 @@ def exported() -> Exported:
 def test_the_exports_include_every_metric_of_the_controller_and_the_gateway() -> None:
     names = set(exported().labels)
     assert {"infer_ctl_replicas", "infer_ctl_desired_replicas", "infer_ctl_forecast_requests_per_second",
-            "infer_ctl_observed_requests_per_second", "infer_ctl_scaling_decisions_total",
+            "infer_ctl_observed_requests_per_second", "infer_ctl_slo_attainment", "infer_ctl_slo_objective",
+            "infer_ctl_scaling_decisions_total",
             "infer_ctl_cold_start_seconds_bucket", "infer_ctl_placement_failures_total",
             "infer_ctl_gpu_fragmentation_ratio", "infer_ctl_pending_gang_gpus", "infer_ctl_reconcile_seconds_bucket",
             "infer_ctl_reconcile_seconds_count", f"{GATEWAY_METRIC}_total"} <= names
