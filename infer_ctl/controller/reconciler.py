@@ -258,6 +258,16 @@ async def _value(value: _T) -> _T:
     return value
 
 
+def _with_aim(slo: api.SloStatus | None, state: CycleState) -> api.SloStatus | None:
+    """The status' attainment with the aim the scaling runs with, for a service whose aim moves with it."""
+    policy = state.resolved[1] if state.resolved is not None else None
+    if slo is None or policy is None or not policy.aim_rungs or state.aim.rung is None:
+        return slo
+    rung = policy.aim_rungs[state.aim.rung]
+    where = f"last moved: {state.aim.note}" if state.aim.note else "as calibrated for the objective"
+    return replace(slo, aim=f"q{rung.quantile:g} / {rung.scale_down_stabilization_s:g} s ({where})")
+
+
 def measured_attainment(slo: api.SloStatus | None) -> Attainment | None:
     """What the aim moves on (`infer_ctl.engine.aim`): the status' measured attainment, when there is one."""
     if slo is None or slo.attainment is None:
@@ -1153,7 +1163,7 @@ class Reconciler:
             selector=selector(o.svc.meta),
             # no rate was read this cycle: none is reported (not the last one read)
             observed_rps=None if o.rates.error or math.isnan(plan.output.observed_rps) else plan.output.observed_rps,
-            forecast=forecast, slo=o.slo,
+            forecast=forecast, slo=_with_aim(o.slo, state),
             cold_starts=cold, placements=placed,
             last_decision=state.last_decision, conditions=conditions)
         return status.to_dict()

@@ -532,10 +532,13 @@ class SloStatus:
     attainment: float | None = None
     requests: int = 0
     message: str = ""
+    aim: str = ""  # the aim the scaling runs with, when it moves with the attainment (adaptAim), and its last move
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"latencyMs": _dec(self.latency_ms), "windowSeconds": round(self.window_s),
                                "requests": self.requests}
+        if self.aim:
+            out["aim"] = self.aim
         if self.objective is not None:
             out["objective"] = _dec4(self.objective)
         if self.attainment is not None:
@@ -701,6 +704,9 @@ STATUS_SCHEMA = Prop(
             "windowSeconds": Prop("integer", "The trailing window (scaling policy's attainmentWindowSeconds, or "
                                   "since the controller started, when shorter)."),
             "message": Prop("string", "How it was measured (the histogram's buckets used), or why it was not."),
+            "aim": Prop("string", "The forecast quantile and scale-down stabilization the scaling runs with, when "
+                        "they move with the measured attainment (the scaling policy's adaptAim), and the last move "
+                        "with its reason."),
         }),
         "coldStarts": Prop("array", "Measured cold starts (creation to ready) per accelerator and model-cache "
                            "state.", items=Prop("object", properties={
