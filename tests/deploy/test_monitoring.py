@@ -464,6 +464,7 @@ def test_the_dashboard_shows_what_an_operator_of_the_controller_needs() -> None:
         "GPU fragmentation": {"infer_ctl_gpu_fragmentation_ratio"},
         "Pending gang GPUs": {"infer_ctl_pending_gang_gpus"},
         "Reconcile latency p50 / p99": {"infer_ctl_reconcile_seconds_bucket"},
+        "SLO attainment vs objective": {"infer_ctl_slo_attainment", "infer_ctl_slo_objective"},
     }
     for title, metrics in wanted.items():
         assert metrics <= metrics_of.get(title, set()), title
