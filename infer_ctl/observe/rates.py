@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 import httpx
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.core.promql import PromQLTemplateError, render
@@ -377,7 +378,7 @@ class ScrapeRates:
             try:
                 response = await client.get(url, timeout=self.timeout_s)
                 response.raise_for_status()
-                text = response.text
+                text = _families(response.text)  # parsed once for the counter, the gauge and the histogram
                 totals[replica] = counter_total(text, self.metric)
             except (httpx.HTTPError, ValueError) as exc:
                 failed.append(f"{replica}: {type(exc).__name__}")
@@ -468,11 +469,18 @@ async def read_gateway_held(client: httpx.AsyncClient, url: str, namespace: str,
     return Concurrency(held, "scrape")
 
 
-def series_total(text: str, metric: str, labels: Mapping[str, str]) -> float:
+Exposition = str | Sequence[Metric]  # a Prometheus text exposition, or its metric families parsed
+
+
+def _families(exposition: Exposition) -> Sequence[Metric]:
+    return list(text_string_to_metric_families(exposition)) if isinstance(exposition, str) else exposition
+
+
+def series_total(text: Exposition, metric: str, labels: Mapping[str, str]) -> float:
     """The sum of a metric's samples whose labels include `labels`, in a Prometheus text exposition; a
     ValueError when no sample matches (the target does not export the series)."""
     total, seen = 0.0, False
-    for family in text_string_to_metric_families(text):
+    for family in _families(text):
         for sample in family.samples:
             if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
@@ -493,11 +501,11 @@ def _scrape_outage(exc: Exception) -> Outage:
     return Outage.BAD_RESPONSE  # no counter in the exposition, or not an exposition
 
 
-def histogram_buckets(text: str, metric: str) -> dict[float, float]:
+def histogram_buckets(text: Exposition, metric: str) -> dict[float, float]:
     """A histogram's bucket counter (`metric`, the `_bucket` samples) summed by bound over its label sets, in a
     Prometheus text exposition; a ValueError when the exposition has no +Inf bucket of it."""
     by_bound: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in _families(text):
         for sample in family.samples:
             if sample.name == metric and "le" in sample.labels:
                 bound = bucket_bound(sample.labels["le"])
@@ -507,11 +515,11 @@ def histogram_buckets(text: str, metric: str) -> dict[float, float]:
     return by_bound
 
 
-def counter_total(text: str, metric: str) -> float:
+def counter_total(text: Exposition, metric: str) -> float:
     """The sum of a counter's samples over all label sets in a Prometheus text exposition."""
     base = metric.removesuffix("_total")
     total, seen = 0.0, False
-    for family in text_string_to_metric_families(text):
+    for family in _families(text):
         if family.name not in (base, metric):
             continue
         for sample in family.samples:
