@@ -645,10 +645,12 @@ class Reconciler:
         objective = effective_scaling(svc.spec.scaling, policy, svc.spec.slo.attainment).attainment
         source = "scraped from the replicas" if buckets.source == "scrape" else "from Prometheus"
         if buckets.error:
-            attainment = memory.slo.attainment(now_s, window_s) if buckets.source == "scrape" else None
-            return api.SloStatus(objective, latency_ms, window_s, None if attainment is None else attainment.share,
-                                 0 if attainment is None else round(attainment.requests),
-                                 f"not measured this cycle: {buckets.error}")
+            if buckets.source == "prometheus":
+                return api.SloStatus(objective, latency_ms, window_s, message=f"not measured: {buckets.error}")
+            kept = memory.slo.attainment(now_s, window_s)  # the window so far, without this cycle's increase
+            since = now_s if memory.slo_since_s is None else memory.slo_since_s
+            return api.SloStatus(objective, latency_ms, min(window_s, now_s - since), kept.share, round(kept.requests),
+                                 f"this cycle's increase not measured: {buckets.error}")
         note = ""
         within = None
         if buckets.pairs:

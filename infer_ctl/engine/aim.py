@@ -8,8 +8,9 @@ calibrated for its objective and moves along the table's rungs from what it meas
 
 - below the objective over the last window: one rung up (more capacity);
 - missing at most half of what the objective allows (99.5 % or more for 99 %): one rung down (less);
-- else, or with fewer than `min_requests` requests counted, or before a whole window has passed since the last
-  move (the measurement must be of the current aim, not of the one before): stay.
+- else, or with fewer than `min_requests` requests counted, or on a measure of less than a whole window, or before
+  a whole window has passed since the last move (the measure must be of the current aim, not of the one before):
+  stay.
 
 At the top rung it stays there however far below the objective; at the bottom likewise above it. Only the aim
 moves: a quantile or a stabilization the spec states itself is the user's and never adjusted (`adaptive`).
@@ -52,14 +53,15 @@ class AimState:
 
 
 def adapt(state: AimState, rungs: tuple[Rung, ...], start: int, objective: float, measured: Attainment | None, *,
-          now_s: float, min_requests: float = MIN_REQUESTS) -> AimState:
-    """The aim for this cycle. `start`: the rung calibrated for the objective (where a service begins)."""
+          now_s: float, window_s: float, min_requests: float = MIN_REQUESTS) -> AimState:
+    """The aim for this cycle. `start`: the rung calibrated for the objective (where a service begins); `window_s`:
+    the window a measure must cover (a direct scrape's covers only the time since the controller started)."""
     if not rungs:
         raise ValueError("no aim to adapt")
     if state.rung is None:
         return AimState(max(0, min(start, len(rungs) - 1)), now_s)
     if measured is None or measured.share is None or measured.requests < min_requests \
-            or now_s - state.since_s < measured.window_s:
+            or measured.window_s < window_s or now_s - state.since_s < window_s:
         return state
     share, allowed_miss = measured.share, 1.0 - objective
     rung = state.rung

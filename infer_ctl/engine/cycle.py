@@ -255,6 +255,7 @@ class ServicePolicy:
     # quantile or stabilization the spec states, or the policies' adaptAim off)
     aim_rungs: tuple[Rung, ...] = ()
     aim_start: int = 0
+    aim_window_s: float = 3600.0  # the window a measured attainment must cover to move the aim
 
 
 def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> ServicePolicy:
@@ -272,7 +273,8 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
                      rate_window_s=window if window is not None else policies.period_s)
     rungs, start = _aim_ladder(spec, policies.policies.scaling, effective)
     return ServicePolicy(decide, engine, effective.node_cache, effective.cached_start_ratio, effective.sleep,
-                         policies.policies.scaling.wake_gbps, rungs, start)
+                         policies.policies.scaling.wake_gbps, rungs, start,
+                         policies.policies.scaling.attainment_window_s)
 
 
 def _aim_ladder(spec: api.InferenceServiceSpec, scaling: ScalingPolicy, effective: EffectiveScaling
@@ -471,7 +473,8 @@ def _aimed(policy: ServicePolicy, state: CycleState, attainment: Attainment | No
     the engine state to step from: refitted this cycle when the quantile moved (the forecast's is a fit's)."""
     if not policy.aim_rungs or policy.decide.attainment is None:
         return policy.decide, state.engine, state.aim
-    aim = adapt(state.aim, policy.aim_rungs, policy.aim_start, policy.decide.attainment, attainment, now_s=now_s)
+    aim = adapt(state.aim, policy.aim_rungs, policy.aim_start, policy.decide.attainment, attainment, now_s=now_s,
+                window_s=policy.aim_window_s)
     assert aim.rung is not None
     rung = policy.aim_rungs[aim.rung]
     decide = replace(policy.decide, quantile=rung.quantile, scale_down_stabilization_s=rung.scale_down_stabilization_s)

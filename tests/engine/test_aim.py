@@ -25,7 +25,7 @@ def test_the_ladder_is_the_tables_distinct_aims_lowest_first() -> None:
 
 
 def test_a_service_starts_at_the_rung_calibrated_for_its_objective() -> None:
-    assert adapt(AimState(), RUNGS, 1, 0.99, None, now_s=T0) == AimState(1, T0)
+    assert adapt(AimState(), RUNGS, 1, 0.99, None, now_s=T0, window_s=HOUR) == AimState(1, T0)
 
 
 @pytest.mark.parametrize(("share", "rung"), [
@@ -36,7 +36,7 @@ def test_a_service_starts_at_the_rung_calibrated_for_its_objective() -> None:
     (1.0, 0),
 ])
 def test_after_a_window_below_the_objective_it_steps_up_and_well_above_it_steps_down(share: float, rung: int) -> None:
-    aim = adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(share), now_s=T0 + HOUR)
+    aim = adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(share), now_s=T0 + HOUR, window_s=HOUR)
     assert aim.rung == rung
     assert (aim.since_s == T0 + HOUR) == (rung != 1)
     if rung != 1:
@@ -45,15 +45,18 @@ def test_after_a_window_below_the_objective_it_steps_up_and_well_above_it_steps_
 
 def test_it_waits_a_whole_window_of_the_current_aim_and_enough_requests() -> None:
     low = measured(0.5)
-    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, low, now_s=T0 + HOUR - 1).rung == 1
-    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(0.5, requests=999), now_s=T0 + HOUR).rung == 1
-    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, Attainment(None, 0, HOUR), now_s=T0 + HOUR).rung == 1
-    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, None, now_s=T0 + HOUR).rung == 1
+    # a direct scrape's measure covers only the time since the controller started: 10 minutes do not move it
+    short = Attainment(0.5, 10_000, 600.0)
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, short, now_s=T0 + HOUR, window_s=HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, low, now_s=T0 + HOUR - 1, window_s=HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, measured(0.5, requests=999), now_s=T0 + HOUR, window_s=HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, Attainment(None, 0, HOUR), now_s=T0 + HOUR, window_s=HOUR).rung == 1
+    assert adapt(AimState(1, T0), RUNGS, 1, 0.99, None, now_s=T0 + HOUR, window_s=HOUR).rung == 1
 
 
 def test_the_ends_of_the_ladder_hold() -> None:
-    assert adapt(AimState(2, T0), RUNGS, 1, 0.99, measured(0.5), now_s=T0 + HOUR) == AimState(2, T0)
-    assert adapt(AimState(0, T0), RUNGS, 1, 0.99, measured(1.0), now_s=T0 + HOUR) == AimState(0, T0)
+    assert adapt(AimState(2, T0), RUNGS, 1, 0.99, measured(0.5), now_s=T0 + HOUR, window_s=HOUR) == AimState(2, T0)
+    assert adapt(AimState(0, T0), RUNGS, 1, 0.99, measured(1.0), now_s=T0 + HOUR, window_s=HOUR) == AimState(0, T0)
 
 
 ADAPTIVE = CyclePolicies(replace(POLICIES, scaling=replace(POLICIES.scaling, adapt_aim=True)), CYCLE.placement)
