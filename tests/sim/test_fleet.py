@@ -285,6 +285,27 @@ def test_a_single_service_fleet_with_ample_gpus_reproduces_the_single_service_si
     assert fleet.slo_attainment == one.slo_attainment and fleet.pending_replica_s == 0
 
 
+def test_the_fleet_gives_infer_ctl_the_attainment_the_single_service_simulator_gives_it() -> None:
+    # 2.5 hours of a light load, well within the objective: the aim steps down after the first hour, in both
+    arrivals = np.random.default_rng(5).poisson(np.full(1800, 3.0) * TICK).astype(np.float64)
+    svc = service("sim", arrivals, ServiceModel(min_replicas=0), seed=7)
+    config = SimConfig(tick_s=TICK, seed=7)
+    moves: list[str] = []
+
+    def on_cycle(name: str, observation: Observation, plan: CyclePlan) -> None:
+        assert observation.attainment is not None
+        moves.extend(m for m in plan.message.split("; ") if m.startswith("aim "))
+
+    one = simulate(arrivals, build_policy("infer-ctl+aim", svc.settings, arrivals, TICK), svc.settings.model, config,
+                   initial_replicas=1)
+    fleet = simulate_fleet([svc], [build_policy("infer-ctl+aim", svc.settings, arrivals, TICK)],
+                           ClusterSpec(nodes=64), config, initial=[1], on_cycle=on_cycle)
+    assert len(moves) == 1 and moves[0].startswith("aim down to q0.8 / 300 s"), moves
+    got = fleet.services[0]
+    assert (got.slo_attainment, got.gpu_hours) == (one.slo_attainment, one.gpu_hours)
+    assert np.array_equal(got.desired, one.desired)
+
+
 # ------------------------------------------------------------------------------------------------ the benchmark
 
 
