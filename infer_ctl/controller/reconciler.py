@@ -670,7 +670,8 @@ class Reconciler:
         else:
             share = within.within / within.total if within is not None and within.total > 0 else None
             requests = within.total if within is not None else 0.0
-        histogram = policy.latency_histogram if buckets.source == "prometheus" else memory.scrape.histogram
+        histogram = histogram_metric(policy.latency_histogram) if buckets.source == "prometheus" \
+            else memory.scrape.histogram
         message = f"{histogram} {source}" + (f", {note}" if note else "") if requests else \
             f"no request answered in the window ({histogram} {source})"
         return api.SloStatus(objective, latency_ms, window_s, share, round(requests), message)
