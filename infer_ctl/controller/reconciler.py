@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -63,10 +63,11 @@ from infer_ctl.actuate.metrics import ControllerMetrics
 from infer_ctl.controller.snapshot import ClusterView, Snapshot
 from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
-from infer_ctl.core.conditions import set_condition
+from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.core.slo import Attainment, SloWindow, within_threshold
+from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.cycle import (
     CyclePlan,
     CyclePolicies,
@@ -264,8 +265,23 @@ def _with_aim(slo: api.SloStatus | None, state: CycleState) -> api.SloStatus | N
     if slo is None or policy is None or not policy.aim_rungs or state.aim.rung is None:
         return slo
     rung = policy.aim_rungs[state.aim.rung]
-    where = f"last moved: {state.aim.note}" if state.aim.note else "as calibrated for the objective"
-    return replace(slo, aim=f"q{rung.quantile:g} / {rung.scale_down_stabilization_s:g} s ({where})")
+    return replace(slo, aim=api.AimStatus(rung.quantile, rung.scale_down_stabilization_s,
+                                          rfc3339(datetime.fromtimestamp(state.aim.since_s, UTC)), state.aim.note))
+
+
+def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
+    """Where a previous controller left the service's aim (`status.slo.aim`), or None when the status records
+    none or one this controller cannot read (then the aim starts at the calibrated rung)."""
+    aim = ((body.get("status") or {}).get("slo") or {}).get("aim")
+    if not isinstance(aim, Mapping):
+        return None
+    try:
+        since = datetime.fromisoformat(str(aim["since"]))
+        return RecordedAim(float(aim["quantile"]), float(aim["scaleDownStabilizationSeconds"]),
+                           (since if since.tzinfo else since.replace(tzinfo=UTC)).timestamp(),
+                           str(aim.get("lastMove") or ""))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def measured_attainment(slo: api.SloStatus | None) -> Attainment | None:
@@ -436,7 +452,8 @@ class Reconciler:
                                                          if retry_s > now_s),
                               node_cache_off=self._cache_off(ns, now_s),
                               wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
-                              wakes=tuple(memory.wakes), attainment=measured_attainment(slo))
+                              wakes=tuple(memory.wakes), attainment=measured_attainment(slo),
+                              recorded_aim=recorded_aim(body) if memory.state.aim.rung is None else None)
         memory.wakes.clear()
         observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
                                                       if r.state is api.ReplicaState.SLEEPING))

@@ -522,6 +522,26 @@ class ForecastStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class AimStatus:
+    """The forecast quantile and scale-down stabilization the scaling runs with, where they move with the measured
+    attainment (`infer_ctl.engine.aim`): since when, and the last move with its reason. A controller that starts
+    again resumes from it."""
+
+    quantile: float
+    scale_down_stabilization_s: float
+    since: str  # RFC 3339: when the aim last moved (or was first set)
+    last_move: str = ""  # "" while the aim is the one calibrated for the objective
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"quantile": _dec4(self.quantile),
+                               "scaleDownStabilizationSeconds": round(self.scale_down_stabilization_s),
+                               "since": self.since}
+        if self.last_move:
+            out["lastMove"] = self.last_move
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class SloStatus:
     """The share of requests answered within the latency objective over a trailing window, beside the objective
     (`infer_ctl.core.slo`): None when nothing was measured (then `message` says why)."""
@@ -532,13 +552,13 @@ class SloStatus:
     attainment: float | None = None
     requests: int = 0
     message: str = ""
-    aim: str = ""  # the aim the scaling runs with, when it moves with the attainment (adaptAim), and its last move
+    aim: AimStatus | None = None  # the aim the scaling runs with, when it moves with the attainment (adaptAim)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"latencyMs": _dec(self.latency_ms), "windowSeconds": round(self.window_s),
                                "requests": self.requests}
-        if self.aim:
-            out["aim"] = self.aim
+        if self.aim is not None:
+            out["aim"] = self.aim.to_dict()
         if self.objective is not None:
             out["objective"] = _dec4(self.objective)
         if self.attainment is not None:
@@ -704,9 +724,15 @@ STATUS_SCHEMA = Prop(
             "windowSeconds": Prop("integer", "The trailing window (scaling policy's attainmentWindowSeconds, or "
                                   "since the controller started, when shorter)."),
             "message": Prop("string", "How it was measured (the histogram's buckets used), or why it was not."),
-            "aim": Prop("string", "The forecast quantile and scale-down stabilization the scaling runs with, when "
-                        "they move with the measured attainment (the scaling policy's adaptAim), and the last move "
-                        "with its reason."),
+            "aim": Prop("object", "The forecast quantile and scale-down stabilization the scaling runs with, "
+                        "when they move with the measured attainment (the scaling policy's adaptAim). A controller "
+                        "that starts again resumes from it.", properties={
+                "quantile": Prop("string", "The forecast's upper quantile the replicas are sized for."),
+                "scaleDownStabilizationSeconds": Prop("integer", "The scale-down stabilization window."),
+                "since": Prop("string", "When the aim last moved (or was first set).", format="date-time"),
+                "lastMove": Prop("string", "The last move and why; absent while the aim is the one calibrated "
+                                 "for the objective."),
+            }),
         }),
         "coldStarts": Prop("array", "Measured cold starts (creation to ready) per accelerator and model-cache "
                            "state.", items=Prop("object", properties={

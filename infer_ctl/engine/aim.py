@@ -15,6 +15,12 @@ calibrated for its objective and moves along the table's rungs from what it meas
 At the top rung it stays there however far below the objective; at the bottom likewise above it. Only the aim
 moves: a quantile or a stabilization the spec states itself is the user's and never adjusted (`adaptive`).
 
+Where the aim is survives the controller: the status records it (`status.slo.aim`: the rung's quantile and
+stabilization, since when, the last move), and a controller that starts again resumes there (`RecordedAim`,
+passed on its first cycle) instead of at the calibrated rung an hour away from where the measure had moved it.
+A recorded aim that is no rung of the ladder any more (the table was edited) is dropped: the service starts at
+the rung calibrated for its objective.
+
 Pure: the caller passes `now` and the measured attainment.
 """
 
@@ -52,14 +58,37 @@ class AimState:
     note: str = ""  # the last move and why ("" before one)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedAim:
+    """The aim a controller ran with, as the service's status recorded it (`status.slo.aim`)."""
+
+    quantile: float
+    scale_down_stabilization_s: float
+    since_s: float  # when it last moved (or was first set)
+    note: str = ""  # its last move and why ("" when it never moved)
+
+
+def resume(recorded: RecordedAim, rungs: tuple[Rung, ...], now_s: float) -> AimState | None:
+    """The state a recorded aim stands for on this ladder, or None when it is none of its rungs. A `since` in the
+    future (another clock) counts from now: the aim then waits a whole window before it moves."""
+    for i, rung in enumerate(rungs):
+        if math.isclose(rung.quantile, recorded.quantile, abs_tol=1e-9) and \
+                math.isclose(rung.scale_down_stabilization_s, recorded.scale_down_stabilization_s, abs_tol=1e-6):
+            return AimState(i, min(recorded.since_s, now_s), recorded.note)
+    return None
+
+
 def adapt(state: AimState, rungs: tuple[Rung, ...], start: int, objective: float, measured: Attainment | None, *,
-          now_s: float, window_s: float, min_requests: float = MIN_REQUESTS) -> AimState:
+          now_s: float, window_s: float, min_requests: float = MIN_REQUESTS,
+          recorded: RecordedAim | None = None) -> AimState:
     """The aim for this cycle. `start`: the rung calibrated for the objective (where a service begins); `window_s`:
-    the window a measure must cover (a direct scrape's covers only the time since the controller started)."""
+    the window a measure must cover (a direct scrape's covers only the time since the controller started);
+    `recorded`: where a previous controller left the aim, resumed on the first cycle when it is a rung."""
     if not rungs:
         raise ValueError("no aim to adapt")
     if state.rung is None:
-        return AimState(max(0, min(start, len(rungs) - 1)), now_s)
+        resumed = resume(recorded, rungs, now_s) if recorded is not None else None
+        return resumed if resumed is not None else AimState(max(0, min(start, len(rungs) - 1)), now_s)
     if measured is None or measured.share is None or measured.requests < min_requests \
             or measured.window_s < window_s or now_s - state.since_s < window_s:
         return state

@@ -49,7 +49,7 @@ from infer_ctl.core.promql import range_window_s
 from infer_ctl.core.slo import Attainment
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
-from infer_ctl.engine.aim import AimState, Rung, adapt, ladder
+from infer_ctl.engine.aim import AimState, RecordedAim, Rung, adapt, ladder
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import (
     ReplicaPlacement,
@@ -218,6 +218,8 @@ class Observation:
     # the share of requests within the SLO over a trailing window (the controller's status.slo; the simulator's
     # own measure): what the aim moves on (`infer_ctl.engine.aim`); None when not measured
     attainment: Attainment | None = None
+    # where a previous controller left the service's aim (its status.slo.aim): resumed on the first cycle
+    recorded_aim: RecordedAim | None = None
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -377,7 +379,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     ledger = _WarmLedger(observation, replicas) if observation.warm_hosts is not None else None
     tiers, prefetchable = slow_tiers(observation, policies, policy, cold_starts, products,
                                           wake_durations=wake_durations, ledger=ledger)
-    decide_policy, engine_before, aim = _aimed(policy, state, observation.attainment, now_s)
+    decide_policy, engine_before, aim = _aimed(policy, state, observation, now_s)
     output, engine_state = step(EngineInputs(now_s, observation.samples, views, cold_p90, decide_policy, tiers,
                                              observation.concurrency), engine_before, policy.engine)
     prefetch = _prefetch(output, prefetchable, observation.prefetching, observation.prefetch_backoff)
@@ -467,14 +469,14 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                             orphans - set(delete_claims), wake_durations, aim)
 
 
-def _aimed(policy: ServicePolicy, state: CycleState, attainment: Attainment | None, now_s: float
+def _aimed(policy: ServicePolicy, state: CycleState, observation: Observation, now_s: float
            ) -> tuple[DecidePolicy, EngineState, AimState]:
     """The decision's policy with the aim where the measured attainment moved it (`infer_ctl.engine.aim`), and
     the engine state to step from: refitted this cycle when the quantile moved (the forecast's is a fit's)."""
     if not policy.aim_rungs or policy.decide.attainment is None:
         return policy.decide, state.engine, state.aim
-    aim = adapt(state.aim, policy.aim_rungs, policy.aim_start, policy.decide.attainment, attainment, now_s=now_s,
-                window_s=policy.aim_window_s)
+    aim = adapt(state.aim, policy.aim_rungs, policy.aim_start, policy.decide.attainment, observation.attainment,
+                now_s=now_s, window_s=policy.aim_window_s, recorded=observation.recorded_aim)
     assert aim.rung is not None
     rung = policy.aim_rungs[aim.rung]
     decide = replace(policy.decide, quantile=rung.quantile, scale_down_stabilization_s=rung.scale_down_stabilization_s)

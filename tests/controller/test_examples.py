@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.core.conditions import rfc3339
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
 from tests.controller.conftest import ROOT, Cluster
 from tests.prometheus_server import prometheus
@@ -156,10 +157,24 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
         assert (slo["attainment"], slo["latencyMs"], slo["windowSeconds"]) == ("0.86", "800", 3600), slo
         assert slo["message"] == ("infer_ctl_request_duration_seconds_bucket from Prometheus, interpolated between "
                                   "the buckets le=0.5 s and le=1 s"), slo
-        assert slo["objective"] == "0.99" and slo["aim"] == "q0.95 / 300 s (as calibrated for the objective)", slo
+        assert slo["objective"] == "0.99", slo
+        assert slo["aim"] == {"quantile": "0.95", "scaleDownStabilizationSeconds": 300, "since": rfc3339(at)}, slo
 
         quiet = results["llama-8b-later"]
         assert "attainment" not in quiet.status["slo"], quiet.status["slo"]  # its servers answered nothing
         assert quiet.output is not None and quiet.output.observed_rps == pytest.approx(NIGHT_RPS, rel=0.05)
         assert quiet.status["desired"] == {"serving": scaling["minReplicas"], "standby": standby}
         await reconciler.close()
+
+        # a controller started again resumes the aim its status records, moved up since the calibrated q0.95
+        # (sized and said at q0.99 / 600 s; its since and last move kept), not the calibrated rung an hour away
+        moved = {"quantile": "0.99", "scaleDownStabilizationSeconds": 600, "since": rfc3339(at - timedelta(minutes=20)),
+                 "lastMove": "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over the last 3600 s"}
+        recorded = cluster.kube.get(INFERENCE_SERVICES, "llama-8b", "default")
+        recorded["status"] = {**ahead.status, "slo": {**ahead.status["slo"], "aim": moved}}
+        restarted = Reconciler(cluster.kube, Settings(cluster.policies, prometheus_url=url))
+        again = await restarted.cycle(recorded, at + timedelta(seconds=10))
+        await restarted.close()
+        assert again.status["slo"]["aim"] == moved, again.status["slo"]
+        assert again.status["forecast"]["quantile"] == "0.99", again.status["forecast"]
+        assert "aim up" not in again.status["lastDecision"]["message"], again.status["lastDecision"]  # no move now

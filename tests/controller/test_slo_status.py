@@ -1,24 +1,32 @@
-"""status.slo's aim: the quantile and stabilization the scaling runs with, when they move with the attainment."""
+"""status.slo's aim: the quantile and stabilization the scaling runs with, when they move with the attainment, and
+the aim a controller started again reads back from it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
-from infer_ctl.controller.reconciler import _with_aim
+import pytest
+
+from infer_ctl.controller.reconciler import _with_aim, recorded_aim
 from infer_ctl.core import api
-from infer_ctl.engine.aim import AimState
+from infer_ctl.engine.aim import AimState, RecordedAim
 from infer_ctl.engine.cycle import CycleState, service_policy
 from tests.engine.test_aim import ADAPTIVE, FIXED, slo_service
 
 SLO = api.SloStatus(objective=0.99, latency_ms=500, window_s=3600, attainment=0.98, requests=10_000)
+T = datetime(2026, 12, 5, 1, 0, tzinfo=UTC).timestamp()
+MOVE = "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over the last 3600 s"
 
 
 def test_the_aim_is_shown_where_it_moves_with_its_last_move() -> None:
     spec = slo_service().spec  # type: ignore[attr-defined]
-    state = CycleState(resolved=(spec, service_policy(spec, ADAPTIVE)), aim=AimState(1, 0.0))
-    assert _with_aim(SLO, state) == replace(SLO, aim="q0.95 / 300 s (as calibrated for the objective)")
-    moved = replace(state, aim=AimState(2, 3600.0, "aim up to q0.99 / 600 s: 98.00 % of ..."))
-    assert _with_aim(SLO, moved).aim == "q0.99 / 600 s (last moved: aim up to q0.99 / 600 s: 98.00 % of ...)"  # type: ignore[union-attr]
+    state = CycleState(resolved=(spec, service_policy(spec, ADAPTIVE)), aim=AimState(1, T))
+    assert _with_aim(SLO, state) == replace(SLO, aim=api.AimStatus(0.95, 300, "2026-12-05T01:00:00Z"))
+    moved = replace(state, aim=AimState(2, T + 3600, MOVE))
+    shown = _with_aim(SLO, moved)
+    assert shown is not None and shown.to_dict()["aim"] == {
+        "quantile": "0.99", "scaleDownStabilizationSeconds": 600, "since": "2026-12-05T02:00:00Z", "lastMove": MOVE}
 
 
 def test_no_aim_is_shown_where_it_does_not_move_or_nothing_was_measured() -> None:
@@ -26,3 +34,24 @@ def test_no_aim_is_shown_where_it_does_not_move_or_nothing_was_measured() -> Non
     fixed = CycleState(resolved=(spec, service_policy(spec, FIXED)), aim=AimState())
     assert _with_aim(SLO, fixed) == SLO
     assert _with_aim(None, CycleState()) is None
+
+
+def test_the_status_a_controller_wrote_is_the_aim_the_next_one_reads() -> None:
+    spec = slo_service().spec  # type: ignore[attr-defined]
+    state = CycleState(resolved=(spec, service_policy(spec, ADAPTIVE)), aim=AimState(2, T, MOVE))
+    shown = _with_aim(SLO, state)
+    assert shown is not None
+    body = {"status": {"slo": shown.to_dict()}}
+    assert recorded_aim(body) == RecordedAim(0.99, 600, T, MOVE)
+
+
+@pytest.mark.parametrize("aim", [
+    None,
+    "q0.95 / 300 s (as calibrated for the objective)",  # the string an older controller wrote
+    {"quantile": "0.95", "scaleDownStabilizationSeconds": 300},  # no since
+    {"quantile": "high", "scaleDownStabilizationSeconds": 300, "since": "2026-12-05T01:00:00Z"},
+    {"quantile": "0.95", "scaleDownStabilizationSeconds": 300, "since": "yesterday"},
+])
+def test_an_aim_the_status_does_not_record_readably_is_none(aim: object) -> None:
+    assert recorded_aim({"status": {"slo": {"aim": aim}}}) is None
+    assert recorded_aim({}) is None

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from infer_ctl.core.slo import Attainment
-from infer_ctl.engine.aim import AimState, Rung, adapt, ladder
+from infer_ctl.engine.aim import AimState, RecordedAim, Rung, adapt, ladder, resume
 from infer_ctl.engine.cycle import CyclePolicies, CycleState, plan_cycle, service_policy
 from tests.engine.test_cycle import CYCLE, POLICIES, T0, observe, ready, service
 
@@ -116,3 +116,36 @@ def test_in_the_cycle_the_aim_moves_the_stabilization_and_refits_the_forecast_at
     later = replace(observe(svc, *replicas, rate=5.0, now=now + 10), attainment=measured(0.98))  # type: ignore[arg-type]
     plan, held = plan_cycle(later, after, ADAPTIVE, now + 10)
     assert held.aim == after.aim and "aim up" not in plan.message
+
+
+def test_a_recorded_aim_is_resumed_on_the_first_cycle_and_moves_a_window_after_its_own_move() -> None:
+    recorded = RecordedAim(0.99, 600, T0 - HOUR / 2, "aim up to q0.99 / 600 s: ...")
+    resumed = adapt(AimState(), RUNGS, 1, 0.99, measured(1.0), now_s=T0, window_s=HOUR, recorded=recorded)
+    assert resumed == AimState(2, T0 - HOUR / 2, recorded.note)
+    # the window counts from the recorded move, not from the restart
+    assert adapt(resumed, RUNGS, 1, 0.99, measured(1.0), now_s=T0 + HOUR / 2 - 1, window_s=HOUR).rung == 2
+    assert adapt(resumed, RUNGS, 1, 0.99, measured(1.0), now_s=T0 + HOUR / 2, window_s=HOUR).rung == 1
+    # only on the first cycle: a running controller's own state wins over what the status said
+    assert adapt(AimState(0, T0), RUNGS, 1, 0.99, None, now_s=T0, window_s=HOUR, recorded=recorded) == AimState(0, T0)
+
+
+def test_a_recorded_aim_that_is_no_rung_or_from_another_clock() -> None:
+    # the table was edited: no rung q0.9 / 300 s any more, the calibrated rung
+    assert resume(RecordedAim(0.9, 300, T0), RUNGS, T0) is None
+    assert adapt(AimState(), RUNGS, 1, 0.99, None, now_s=T0, window_s=HOUR,
+                 recorded=RecordedAim(0.9, 300, T0 - HOUR)) == AimState(1, T0)
+    assert resume(RecordedAim(0.95, 600, T0), RUNGS, T0) is None  # a quantile of the table with another window
+    # a since in the future (another clock): counted from now, so a whole window passes before a move
+    assert resume(RecordedAim(0.8, 300, T0 + HOUR), RUNGS, T0) == AimState(0, T0)
+
+
+def test_in_the_cycle_a_recorded_aim_sizes_the_first_decision() -> None:
+    svc = slo_service()
+    replicas = (ready("llm-r0"), ready("llm-r1"))
+    observation = replace(observe(svc, *replicas, rate=5.0, now=T0),  # type: ignore[arg-type]
+                          recorded_aim=RecordedAim(0.99, 600, T0 - HOUR / 2))
+    plan, state = plan_cycle(observation, CycleState(), ADAPTIVE, T0)
+    assert state.aim == AimState(2, T0 - HOUR / 2)
+    # the rung's stabilization (the calibrated rung's is 300 s; no forecast yet on a first cycle without history)
+    assert plan.output.decision.message == "1 wanted, holding 2 (highest recommendation in the last 600 s is 2)"
+    assert "aim " not in plan.message
