@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from infer_ctl.core import api
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.parse import parse_inference_service
-from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.kube.client import INFERENCE_SERVICES, KubeClient, KubeError
 from infer_ctl.kube.crd import apply_defaults, validate
 from infer_ctl.kube.inferenceservice import load_crd
 from infer_ctl.sandbox.localcluster import LocalCluster
@@ -150,3 +151,31 @@ def test_the_parser_refuses_the_label_values_the_server_refuses(kube: KubeClient
         assert all(e.path.startswith("metadata.labels") for e in exc.errors), exc
         parsed = False
     assert served is accepted and parsed is accepted
+
+
+def test_every_status_field_the_controller_writes_survives_the_servers_pruning(kube: KubeClient,
+                                                                              namespace: str) -> None:
+    """The status schema is structural: a field it does not declare is dropped without a word. A status with every
+    optional field set (the aim a restarted controller resumes from among them) reads back as written."""
+    body = InferenceServiceBuilder().build()
+    body["metadata"]["namespace"] = namespace
+    name = body["metadata"]["name"]
+    kube.create(INFERENCE_SERVICES, body, namespace)
+    at = "2026-12-05T01:00:00Z"
+    status = api.InferenceServiceStatus(
+        observed_generation=1, replicas=api.ReplicaCounts(3, 2, 1, 1, 1, 2), desired=api.DesiredReplicas(3, 1),
+        selector="infer-ctl.io/service=x", observed_rps=12.5,
+        forecast=api.ForecastStatus(12.5, 20.25, 70, "daily (refit)", 0.95),
+        slo=api.SloStatus(objective=0.99, latency_ms=250, window_s=3600, attainment=0.9876, requests=10_000,
+                          message="interpolated between the buckets le=0.2 s and le=0.3 s",
+                          aim=api.AimStatus(0.99, 600, at, "aim up to q0.99 / 600 s: 98.76 % ...")),
+        cold_starts=(api.ColdStartStatus("H100-80GB", True, 12.5, 20, 4),),
+        placements=(api.PlacementStatus("x-r0", "node-a", ("gpu-0",), "A100-40GB", "1g.5gb",
+                                        api.ReplicaState.SLEEPING),),
+        last_decision=api.DecisionStatus(at, 2, 3, "Forecast", "3 for 36 req/s"),
+        conditions=(api.Condition("Ready", "True", "Ready", "3/3", at, 1),),
+    ).to_dict()
+    written = kube.merge_patch(INFERENCE_SERVICES, name, {"status": status}, namespace, subresource="status")
+    assert written["status"] == status
+    read = kube.get(INFERENCE_SERVICES, name, namespace)
+    assert read is not None and read["status"] == status
