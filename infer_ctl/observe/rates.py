@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client.core import Metric
@@ -111,6 +111,9 @@ RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy without an upstream, Prom
 MAX_POINTS_PER_QUERY = 10_000  # below Prometheus's limit of 11,000 points per series in a range query
 
 
+_T = TypeVar("_T")
+
+
 class _ReadFailed(Exception):
     def __init__(self, reason: Outage, message: str, status: int | None = None, *, retry: bool = False) -> None:
         super().__init__(message)
@@ -153,16 +156,23 @@ class PrometheusRates:
         except PromQLTemplateError as exc:
             return RateSamples((), "prometheus", f"{field}: {exc}", Outage.INVALID_QUERY)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                if client is not None:
-                    return await self._read_range(client, query, start_s, end_s, step_s)
-                async with httpx.AsyncClient(verify=self._tls) as own:
-                    return await self._read_range(own, query, start_s, end_s, step_s)
-        except TimeoutError:
-            return RateSamples((), "prometheus", f"Prometheus at {self.url} timed out after {self.timeout_s:g} s "
-                                                 "(no complete answer)", Outage.TIMEOUT)
+            return await self._within_deadline(lambda c: self._read_range(c, query, start_s, end_s, step_s), client)
         except _ReadFailed as exc:
             return RateSamples((), "prometheus", exc.message, exc.reason, exc.status)
+
+    async def _within_deadline(self, read: Callable[[httpx.AsyncClient], Awaitable[_T]],
+                               client: httpx.AsyncClient | None = None) -> _T:
+        """`read` on the caller's client (or an own one), all of its requests and retries within `timeout_s`; a read
+        that cannot finish by then fails as `Outage.TIMEOUT`."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if client is not None:
+                    return await read(client)
+                async with httpx.AsyncClient(verify=self._tls) as own:
+                    return await read(own)
+        except TimeoutError:
+            raise _ReadFailed(Outage.TIMEOUT, f"Prometheus at {self.url} timed out after {self.timeout_s:g} s "
+                                              "(no complete answer)") from None
 
     async def aconcurrency(self, *, template: str, name: str, namespace: str, at_s: float,
                            field: str = "scaling.yaml: concurrencyQuery") -> Concurrency:
@@ -179,6 +189,7 @@ class PrometheusRates:
         return Concurrency(value, "prometheus")
 
     async def abuckets(self, *, selector: str, name: str, namespace: str, at_s: float, window_s: float,
+                       client: httpx.AsyncClient | None = None,
                        field: str = "scaling.yaml: latencyHistogram") -> Buckets:
         """The increase of a latency histogram's buckets over the `window_s` before `at_s`, summed by bound over
         the selected series: `sum by (le) (increase(<selector>[<window>s]))` (increase() handles the counter
@@ -189,11 +200,7 @@ class PrometheusRates:
             return Buckets((), "prometheus", f"{field}: {exc}", Outage.INVALID_QUERY)
         query = f"sum by (le) (increase({rendered}[{max(1, round(window_s))}s]))"
         try:
-            async with asyncio.timeout(self.timeout_s), httpx.AsyncClient(verify=self._tls) as client:
-                result = await self._query_range(client, query, at_s, at_s, 1.0)
-        except TimeoutError:
-            return Buckets((), "prometheus", f"Prometheus at {self.url} timed out after {self.timeout_s:g} s "
-                                             "(no complete answer)", Outage.TIMEOUT)
+            result = await self._within_deadline(lambda c: self._query_range(c, query, at_s, at_s, 1.0), client)
         except _ReadFailed as exc:
             return Buckets((), "prometheus", exc.message, exc.reason)
         by_bound: dict[float, float] = {}
