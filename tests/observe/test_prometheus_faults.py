@@ -154,14 +154,16 @@ def test_a_server_that_never_answers_times_out_at_the_deadline(serve: Callable[.
 def test_the_latency_histograms_read_has_the_same_deadline_and_outages(serve: Callable[..., FaultServer]) -> None:
     server = serve(lambda handler, _count: server.release.wait(60))
     started = time.monotonic()
+    # (a selector must name the service's namespace: render() refuses one that does not)
+    selector = 'infer_ctl_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
     buckets = asyncio.run(PrometheusRates(server.url, timeout_s=1).abuckets(
-        selector='infer_ctl_request_duration_seconds_bucket{service="{{name}}"}', name="llm", namespace="prod",
-        at_s=1060.5, window_s=3600))
+        selector=selector, name="llm", namespace="prod", at_s=1060.5, window_s=3600))
     assert (buckets.reason, buckets.pairs) == (Outage.TIMEOUT, ())
     assert buckets.error == f"Prometheus at {server.url} timed out after 1 s (no complete answer)"
     assert time.monotonic() - started < 1 + SLACK_S
     assert len(server.requests) == 1
-    assert server.requests[0]["query"] == 'sum by (le) (increase(infer_ctl_request_duration_seconds_bucket{service="llm"}[3600s]))'
+    assert server.requests[0]["query"] == \
+        'sum by (le) (increase(infer_ctl_request_duration_seconds_bucket{namespace="prod",service="llm"}[3600s]))'
 
 
 def test_an_answer_that_trickles_is_cut_at_the_deadline(serve: Callable[..., FaultServer]) -> None:
