@@ -37,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from infer_ctl.cli.demoday import DEFAULT_DAY_S, HISTORY_DAYS, Day, Phase
 from infer_ctl.cli.extras import missing, require
@@ -147,6 +148,7 @@ class _Demo:
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
+        self.gateway_metrics: str | None = None  # the sandbox's front doors' /metrics (set when it starts)
         self.measured: dict[str, Any] = {}  # the driven service's status.slo, as the last poll read it
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
@@ -197,6 +199,9 @@ class _Demo:
             kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=yaml.safe_load(CRD_PATH.read_text()))
         print(f"  API server  {sandbox.url}   (KUBECONFIG={self.kubeconfig})", flush=True)
+        # the front doors' /metrics: a Prometheus target beside the replicas (their latency at the door, their
+        # refusals, the requests they hold), or the controller's own scrape without Prometheus
+        self.gateway_metrics = str(sandbox.endpoints()["gateway-metrics"])
         return kube
 
     def _start_prometheus(self, stack: contextlib.ExitStack) -> Any:
@@ -246,7 +251,8 @@ class _Demo:
         from infer_ctl.sandbox.threaded import LoopThread
 
         engine = EngineConfig(history_step_s=FORECAST_STEP_S, day_s=self.day.day_s, season_step_s=FORECAST_STEP_S)
-        settings = Settings(self.policies, prometheus_url=prometheus_url, engine_config=engine)
+        settings = Settings(self.policies, prometheus_url=prometheus_url, engine_config=engine,
+                            gateway_metrics_url=self.gateway_metrics)
         operator_loop = LoopThread("controller")
         operator_stop = threading.Event()
         future = asyncio.run_coroutine_threadsafe(
@@ -297,7 +303,8 @@ class _Demo:
         while loadgen.poll() is None:
             pods = kube.list(PODS, "default")
             if prometheus is not None:
-                prometheus.set_targets(p.address for p in replica_pods(pods) if p.address)
+                prometheus.set_targets([*(p.address for p in replica_pods(pods) if p.address),
+                                        urlsplit(self.gateway_metrics).netloc])
             t = time.monotonic() - day0_mono
             views = [self._service_view(kube, name, pods) for name in self._names()]
             self._record(t, views[0], held_gpus(pods, DRIVEN))
@@ -375,14 +382,13 @@ class _Demo:
             print(f"  traffic     {summary.get('sent', 0)} requests, {summary.get('ok', 0)} ok, "
                   f"{summary.get('errors', 0)} errors{' (' + kinds + ')' if kinds else ''}; p50 "
                   f"{summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms overall", flush=True)
-        if measured := self.measured:  # the controller's status.slo: read at the model servers
+        if measured := self.measured:  # the controller's status.slo: read at the front door
             share = measured.get("attainment")
             print(f"  measured    {float(share) * 100:.2f} %" if share is not None else "  measured    -",
-                  f"of {measured.get('requests', 0)} requests within {measured.get('latencyMs')} ms at the model "
-                  f"servers over the last {measured.get('windowSeconds')} s, objective "
-                  f"{float(measured.get('objective', 'nan')) * 100:g} % (the controller's status.slo: "
-                  f"{measured.get('message', '')}; loadgen's latencies also count the time at the front door)",
-                  flush=True)
+                  f"of {measured.get('requests', 0)} requests within {measured.get('latencyMs')} ms at the front "
+                  f"door (time held for a replica included, refusals as misses) over the last "
+                  f"{measured.get('windowSeconds')} s, objective {float(measured.get('objective', 'nan')) * 100:g} % "
+                  f"(the controller's status.slo: {measured.get('message', '')})", flush=True)
         print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (the GPUs its Pods' claims "
               "hold, loading included; a warm host's GPU once)", flush=True)
         write_samples(rec, self.out / "controller-timeline.csv")

@@ -65,8 +65,8 @@ from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host
 from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
-from infer_ctl.core.promql import range_window_s
-from infer_ctl.core.slo import Attainment, SloWindow, within_threshold
+from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
+from infer_ctl.core.slo import Attainment, SloWindow, Within, within_threshold
 from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.cycle import (
     CyclePlan,
@@ -107,6 +107,7 @@ from infer_ctl.observe.rates import (
     NOT_READ,
     Buckets,
     Concurrency,
+    GatewaySeries,
     PrometheusRates,
     RateSamples,
     ScrapeRates,
@@ -617,7 +618,8 @@ class Reconciler:
                 if wants_concurrency and template else _value(NOT_READ)
             buckets_read = self.prometheus.abuckets(
                 selector=histogram, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s,
-                window_s=self.settings.policies.scaling.attainment_window_s) if histogram else _value(None)
+                window_s=self.settings.policies.scaling.attainment_window_s,
+                failed=self.settings.policies.scaling.failed_requests) if histogram else _value(None)
             rates, concurrency, buckets = await asyncio.gather(rate_read, concurrency_read, buckets_read)
         else:
             endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
@@ -629,7 +631,10 @@ class Reconciler:
                 if wants_concurrency:  # the held requests are all that is in flight
                     concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
             else:
+                failed = self.settings.policies.scaling.failed_requests if histogram else ""
                 memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
+                memory.scrape.failed = histogram_metric(failed) if failed else ""
+                memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
                 rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s)
                 if wants_concurrency:
                     concurrency = await self._with_held(svc, in_flight)
@@ -650,6 +655,19 @@ class Reconciler:
         memory.concurrency_outage = concurrency.reason if concurrency.error else ""
         return rates, concurrency, buckets
 
+    def _gateway_series(self, svc: api.InferenceService, histogram: str, failed: str) -> GatewaySeries | None:
+        """Where a direct scrape finds the service's latency series on the front door's /metrics (when its URL is
+        known): those the policy's selectors, rendered for the service, select."""
+        url = self.settings.gateway_metrics_url
+        if url is None or not (histogram or failed):
+            return None
+
+        def match(selector: str) -> SampleMatch | None:
+            return sample_matcher(render(selector, name=svc.meta.name, namespace=svc.meta.namespace)) \
+                if selector else None
+
+        return GatewaySeries(url, match(histogram), match(failed))
+
     def _slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Buckets | None,
              now_s: float) -> api.SloStatus | None:
         """The measured attainment for the status: through Prometheus one reading covers the window; from a
@@ -660,7 +678,9 @@ class Reconciler:
         policy = self.settings.policies.scaling
         window_s = policy.attainment_window_s
         objective = effective_scaling(svc.spec.scaling, policy, svc.spec.slo.attainment).attainment
-        source = "scraped from the replicas" if buckets.source == "scrape" else "from Prometheus"
+        source = "from Prometheus" if buckets.source != "scrape" else \
+            "scraped from the replicas and the front door" if memory.scrape.gateway is not None else \
+            "scraped from the replicas"
         if buckets.error:
             if buckets.source == "prometheus":
                 return api.SloStatus(objective, latency_ms, window_s, message=f"not measured: {buckets.error}")
@@ -676,6 +696,11 @@ class Reconciler:
                     f"interpolated between the buckets le={within.lower_s:g} s and le={within.upper_s:g} s"
                     if math.isfinite(within.upper_s) else
                     f"no bucket above le={within.lower_s:g} s: requests beyond it counted as late")
+        if buckets.failed > 0:  # each a miss: in the count, not within
+            within = replace(within, total=within.total + buckets.failed) if within is not None else \
+                Within(0.0, buckets.failed, math.inf, math.inf)
+            note = ", ".join(n for n in (note, f"{buckets.failed:.0f} failed counted as misses "
+                                               f"({histogram_metric(policy.failed_requests)})") if n)
         if buckets.source == "scrape":
             if memory.slo_since_s is None:
                 memory.slo_since_s = now_s

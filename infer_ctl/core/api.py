@@ -713,9 +713,10 @@ STATUS_SCHEMA = Prop(
             "method": Prop("string", "Forecasting method in use (and why, when it fell back)."),
             "quantile": Prop("string", "The upper quantile's level."),
         }),
-        "slo": Prop("object", "Measured attainment: the share of requests the model servers answered within "
-                    "spec.slo.latencyP95Ms over a trailing window (read off their latency histogram), beside the "
-                    "objective. Present for services that state slo.latencyP95Ms.", properties={
+        "slo": Prop("object", "Measured attainment: the share of requests answered within spec.slo.latencyP95Ms "
+                    "over a trailing window (read off the latency histogram the scaling policy names, the requests "
+                    "that failed counted as misses), beside the objective. Present for services that state "
+                    "slo.latencyP95Ms.", properties={
             "objective": Prop("string", "The share of requests that should be within the latency (the spec's or "
                               "the preset's)."),
             "latencyMs": Prop("string", "The latency the share is measured against (slo.latencyP95Ms)."),

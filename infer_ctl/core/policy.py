@@ -23,15 +23,21 @@ POLICY_VERSION = "v1alpha1"
 # Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
 # service with the cached tier on mount it read-only): scaling.yaml's modelCacheHostPath.
 DEFAULT_MODEL_CACHE_HOST_PATH = "/var/lib/infer-ctl/models"
-# The model servers' latency histogram (a classic histogram's `_bucket` counter, as a PromQL selector): measured
-# attainment (the share of requests within slo.latencyP95Ms) is read off its buckets (`infer_ctl.core.slo`).
-DEFAULT_LATENCY_HISTOGRAM = 'infer_ctl_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
+# The latency histogram of the requests answered (a classic histogram's `_bucket` counter, as a PromQL selector):
+# measured attainment (the share of requests within slo.latencyP95Ms) is read off its buckets
+# (`infer_ctl.core.slo`); the requests failed (a counter selector; none in the histogram) count as misses. The
+# defaults are the sandbox's front door's (infer_ctl/sandbox/router.py): what a client sees, held time included.
+DEFAULT_LATENCY_HISTOGRAM = (
+    'infer_ctl_gateway_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}')
+DEFAULT_FAILED_REQUESTS = (
+    'infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}')
 DEFAULT_ATTAINMENT_WINDOW_S = 3600.0
 SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{.*\})?\s*$", re.DOTALL)
 
 
 def histogram_metric(selector: str) -> str:
-    """The metric name of a `latencyHistogram` selector (what a direct scrape of the replicas reads)."""
+    """The metric name of a `latencyHistogram` or `failedRequests` selector (what a direct scrape of the replicas
+    reads)."""
     match = SELECTOR.match(selector)
     if match is None:
         raise ValueError(f"not a metric selector: {selector!r}")
@@ -160,6 +166,7 @@ class ScalingPolicy:
     # measured attainment: the model servers' latency histogram (a selector of its `_bucket` counter; "" measures
     # none), and the trailing window the share of requests within the SLO is reported over
     latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
+    failed_requests: str = DEFAULT_FAILED_REQUESTS  # a counter of the requests failed, each a miss ("": none)
     attainment_window_s: float = DEFAULT_ATTAINMENT_WINDOW_S
     # move each service's aim along the `aims` table from the attainment it measures (`infer_ctl.engine.aim`; the
     # policy file's default: on wherever there is a table and a histogram)
@@ -321,14 +328,25 @@ def _parse_mig_profiles(r: FieldReader, item: Mapping[str, Any], p: str, gpu_mem
     return tuple(out)
 
 
+def _selector(r: FieldReader, doc: Mapping[str, Any], key: str, source: str, *, default: str, what: str) -> str | None:
+    """A series selector field (a PromQL template confined to the service's own series; "" reads none)."""
+    selector = r.string(doc, key, f"{source}: {key}", default=default)
+    if selector:
+        if SELECTOR.match(selector) is None:
+            r.error(f"{source}: {key}", f"must be a metric selector, name{{label=\"value\",...}}: {what}")
+        for problem in check_template(selector):
+            r.error(f"{source}: {key}", problem)
+    return selector
+
+
 def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -> ScalingPolicy:
     r = FieldReader()
     if not isinstance(doc, Mapping):
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
-                            "concurrencyQuery", "latencyHistogram", "attainmentWindowSeconds", "adaptAim",
-                            "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
+                            "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
+                            "adaptAim", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -343,13 +361,10 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if concurrency_query:
         for problem in check_template(concurrency_query):
             r.error(f"{source}: concurrencyQuery", problem)
-    histogram = r.string(doc, "latencyHistogram", f"{source}: latencyHistogram", default=DEFAULT_LATENCY_HISTOGRAM)
-    if histogram:
-        if SELECTOR.match(histogram) is None:
-            r.error(f"{source}: latencyHistogram", "must be a metric selector, name{label=\"value\",...}: the "
-                                                   "_bucket counter of the model servers' latency histogram")
-        for problem in check_template(histogram):
-            r.error(f"{source}: latencyHistogram", problem)
+    histogram = _selector(r, doc, "latencyHistogram", source, default=DEFAULT_LATENCY_HISTOGRAM,
+                          what="the _bucket counter of the latency histogram of the requests answered")
+    failed = _selector(r, doc, "failedRequests", source, default=DEFAULT_FAILED_REQUESTS,
+                       what="a counter of the requests that failed (none of them in latencyHistogram)")
     attainment_window = r.number(doc, "attainmentWindowSeconds", f"{source}: attainmentWindowSeconds",
                                  default=DEFAULT_ATTAINMENT_WINDOW_S, minimum=60, maximum=30 * 86_400)
     cache_path = _model_cache_host_path(r, doc, source)
@@ -394,6 +409,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
                                             else concurrency_query),
                          latency_histogram=DEFAULT_LATENCY_HISTOGRAM if histogram is None else histogram,
+                         failed_requests=DEFAULT_FAILED_REQUESTS if failed is None else failed,
                          attainment_window_s=(DEFAULT_ATTAINMENT_WINDOW_S if attainment_window is None
                                               else attainment_window),
                          adapt_aim=bool(adapt),

@@ -15,6 +15,7 @@ service's own namespace and name by equality (`namespace="{{namespace}}"` and, u
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,3 +189,40 @@ def range_window_s(template: str) -> float | None:
               if isinstance(node, promql_parser.MatrixSelector | promql_parser.SubqueryExpr)
               and node.range is not None]
     return max(ranges) if ranges else None
+
+
+SampleMatch = Callable[[str, Mapping[str, str]], bool]
+
+
+def sample_matcher(selector: str) -> SampleMatch:
+    """Whether a scraped sample (its name and labels) is one a rendered series selector such as
+    `requests_total{namespace="prod",code!~"2.."}` selects: the name, and every matcher (`=`, `!=`, and `=~` /
+    `!~` anchored as Prometheus anchors its regular expressions; a missing label is ""). For a direct scrape of a
+    target that exports many services' series (a gateway). Raises PromQLTemplateError for anything but one
+    series selector."""
+    try:
+        expr = promql_parser.parse(selector)
+    except ValueError as exc:
+        raise PromQLTemplateError(f"not a PromQL selector: {exc}") from None
+    if not isinstance(expr, promql_parser.VectorSelector) or expr.matchers.or_matchers:
+        raise PromQLTemplateError(f"not one series selector: {selector}")
+    ops = promql_parser.MatchOp
+    # (label, wanted equal, value) and (label, wanted matching, pattern)
+    equal: list[tuple[str, bool, str]] = []
+    regex: list[tuple[str, bool, re.Pattern[str]]] = []
+    for m in expr.matchers.matchers:
+        label, value = str(m.name), str(m.value)
+        if label == "__name__":
+            continue  # the name is `expr.name` (checked below)
+        if m.op in (ops.Equal, ops.NotEqual):
+            equal.append((label, m.op == ops.Equal, value))
+        else:
+            regex.append((label, m.op == ops.Re, re.compile(value)))
+    name = str(expr.name or "")
+
+    def matches(sample: str, labels: Mapping[str, str]) -> bool:
+        return (not name or sample == name) \
+            and all((labels.get(k, "") == v) == keep for k, keep, v in equal) \
+            and all((p.fullmatch(labels.get(k, "")) is not None) == keep for k, keep, p in regex)
+
+    return matches

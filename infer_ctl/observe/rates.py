@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ import httpx
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from infer_ctl.core.promql import PromQLTemplateError, render
+from infer_ctl.core.promql import PromQLTemplateError, SampleMatch, render
 
 REQUESTS_METRIC = "infer_ctl_requests_total"
 GATEWAY_HELD_METRIC = "infer_ctl_gateway_queue_depth"  # requests a front door holds for a replica
@@ -93,6 +93,7 @@ class Buckets:
     source: str  # "prometheus" | "scrape"
     error: str = ""
     reason: str = ""
+    failed: float = 0.0  # requests that failed over the same time (none of them in the buckets): misses
 
 
 def bucket_bound(le: object) -> float:
@@ -112,6 +113,11 @@ MAX_POINTS_PER_QUERY = 10_000  # below Prometheus's limit of 11,000 points per s
 
 
 _T = TypeVar("_T")
+
+
+def _last_value(values: object) -> float:
+    """The last value of a range query's series (`[[t, "v"], ...]`); NaN when there is none."""
+    return float(values[-1][1]) if isinstance(values, list) and values else math.nan
 
 
 class _ReadFailed(Exception):
@@ -189,18 +195,29 @@ class PrometheusRates:
         return Concurrency(value, "prometheus")
 
     async def abuckets(self, *, selector: str, name: str, namespace: str, at_s: float, window_s: float,
-                       client: httpx.AsyncClient | None = None,
+                       failed: str = "", client: httpx.AsyncClient | None = None,
                        field: str = "scaling.yaml: latencyHistogram") -> Buckets:
         """The increase of a latency histogram's buckets over the `window_s` before `at_s`, summed by bound over
         the selected series: `sum by (le) (increase(<selector>[<window>s]))` (increase() handles the counter
-        resets of replicas that restarted; a replica gone within the window still counts what it answered)."""
+        resets of replicas that restarted; a replica gone within the window still counts what it answered); and,
+        with a `failed` counter selector, the requests that failed over the same window
+        (`sum(increase(<failed>[<window>s]))`, read beside it; no series is none failed)."""
         try:
             rendered = render(selector, name=name, namespace=namespace)
+            rendered_failed = render(failed, name=name, namespace=namespace) if failed else ""
         except PromQLTemplateError as exc:
             return Buckets((), "prometheus", f"{field}: {exc}", Outage.INVALID_QUERY)
-        query = f"sum by (le) (increase({rendered}[{max(1, round(window_s))}s]))"
+        window = f"[{max(1, round(window_s))}s]"
+
+        async def both(c: httpx.AsyncClient) -> tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]:
+            queries = [f"sum by (le) (increase({rendered}{window}))"]
+            if rendered_failed:
+                queries.append(f"sum(increase({rendered_failed}{window}))")
+            results = await asyncio.gather(*(self._query_range(c, q, at_s, at_s, 1.0) for q in queries))
+            return results[0], results[1] if rendered_failed else ()
+
         try:
-            result = await self._within_deadline(lambda c: self._query_range(c, query, at_s, at_s, 1.0), client)
+            result, failed_result = await self._within_deadline(both, client)
         except _ReadFailed as exc:
             return Buckets((), "prometheus", exc.message, exc.reason)
         by_bound: dict[float, float] = {}
@@ -208,16 +225,21 @@ class PrometheusRates:
             labels, values = series.get("metric"), series.get("values")
             try:
                 bound = bucket_bound((labels or {}).get("le") if isinstance(labels, Mapping) else None)
-                value = float(values[-1][1]) if isinstance(values, list) and values else math.nan
+                value = _last_value(values)
             except (TypeError, ValueError, IndexError):
                 continue
             if math.isfinite(value):
                 by_bound[bound] = by_bound.get(bound, 0.0) + value
-        if math.inf not in by_bound:
+        failures = 0.0
+        for series in failed_result:
+            with contextlib.suppress(TypeError, ValueError, IndexError):
+                value = _last_value(series.get("values"))
+                failures += value if math.isfinite(value) else 0.0
+        if math.inf not in by_bound and not failures:
             return Buckets((), "prometheus", f"Prometheus at {self.url} has no +Inf bucket of {rendered} over the "
                                              f"last {window_s:g} s (no request answered, or not a histogram)",
                            Outage.EMPTY)
-        return Buckets(cumulative(by_bound), "prometheus")
+        return Buckets(cumulative(by_bound) if math.inf in by_bound else (), "prometheus", failed=failures)
 
     async def _read_range(self, client: httpx.AsyncClient, query: str, start_s: float, end_s: float,
                           step_s: float) -> RateSamples:
@@ -341,6 +363,16 @@ def _sum_series(result: Sequence[Mapping[str, object]], start_s: float, end_s: f
     return tuple(zip(times, totals, strict=True))
 
 
+@dataclass(frozen=True, slots=True)
+class GatewaySeries:
+    """Where a direct scrape finds a service's series on a front door's /metrics, which exports every service's:
+    the latency histogram's and the failed counter's selectors, rendered for the service (None: not read there)."""
+
+    url: str
+    histogram: SampleMatch | None = None
+    failed: SampleMatch | None = None
+
+
 @dataclass
 class _Counter:
     time_s: float
@@ -364,8 +396,14 @@ class ScrapeRates:
     # reads none): each read leaves the buckets' increase over the replicas since the previous read in `latency`
     histogram: str = ""
     latency: Buckets = field(default_factory=lambda: Buckets((), "scrape"))
+    # the counter of failed requests (a metric name; "" reads none): their increase joins `latency` as `failed`
+    failed: str = ""
+    # a front door's /metrics, where the histogram's and the failed counter's series of the service are those
+    # the whole selectors select (it exports every service's): read beside the replicas' (None: no front door)
+    gateway: GatewaySeries | None = None
     _last: dict[str, _Counter] = field(default_factory=dict)
     _last_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+    _last_failed: dict[str, float] = field(default_factory=dict)
 
     async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float) -> RateSamples:
         """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time."""
@@ -381,6 +419,7 @@ class ScrapeRates:
         reasons: list[Outage] = []
         in_flight, missing_gauge = 0.0, []
         buckets: dict[str, dict[float, float]] = {}
+        failures: dict[str, float] = {}
         for replica, url in endpoints.items():
             try:
                 response = await client.get(url, timeout=self.timeout_s)
@@ -398,9 +437,17 @@ class ScrapeRates:
             if self.histogram:
                 with contextlib.suppress(ValueError):  # a replica without the histogram adds nothing
                     buckets[replica] = histogram_buckets(text, self.histogram)
+            if self.failed:
+                with contextlib.suppress(ValueError):  # nor one without the counter
+                    failures[replica] = series_total(text, self.failed, {})
         rate = self._advance(totals, now_s)
-        self.latency = self._advance_buckets(buckets) if not failed else Buckets(
-            (), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
+        gateway_error = await self._read_gateway(client, buckets, failures) if self.gateway is not None else None
+        if failed:
+            self.latency = Buckets((), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
+        elif gateway_error is not None:
+            self.latency = Buckets((), "scrape", gateway_error[0], gateway_error[1])
+        else:
+            self.latency = replace(self._advance_buckets(buckets), failed=self._advance_failed(failures))
         if failed:
             error = "cannot scrape " + ", ".join(failed)
             return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
@@ -411,6 +458,38 @@ class ScrapeRates:
         else:
             concurrency = Concurrency(in_flight, "scrape") if endpoints else NOT_READ
         return RateSamples(((now_s, rate),), "scrape"), concurrency
+
+    async def _read_gateway(self, client: httpx.AsyncClient, buckets: dict[str, dict[float, float]],
+                            failures: dict[str, float]) -> tuple[str, Outage] | None:
+        """The front door's series of the service (those its selectors select) into `buckets` and `failures`
+        under its URL; (why, outage) when it cannot be scraped."""
+        gateway = self.gateway
+        assert gateway is not None
+        try:
+            response = await client.get(gateway.url, timeout=self.timeout_s)
+            response.raise_for_status()
+            families = _families(response.text)
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"cannot scrape the gateway at {gateway.url}: {type(exc).__name__}", _scrape_outage(exc)
+        if gateway.histogram is not None:
+            with contextlib.suppress(ValueError):  # a door without the service's histogram adds nothing
+                buckets[gateway.url] = histogram_buckets(families, self.histogram, gateway.histogram)
+        if gateway.failed is not None:
+            failures[gateway.url] = sum(sample.value for family in families for sample in family.samples
+                                        if gateway.failed(sample.name, sample.labels))
+        return None
+
+    def _advance_failed(self, failures: Mapping[str, float]) -> float:
+        """The failed requests' increase since the previous scrape (a counter that went down was reset)."""
+        increase = 0.0
+        for target, now in failures.items():
+            previous = self._last_failed.get(target)
+            if previous is not None:
+                increase += now if now < previous else now - previous
+            self._last_failed[target] = now
+        for gone in set(self._last_failed) - set(failures):
+            del self._last_failed[gone]
+        return increase
 
     def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]]) -> Buckets:
         """The buckets' increase over the replicas since their previous scrape (a replica whose +Inf count went
@@ -508,13 +587,15 @@ def _scrape_outage(exc: Exception) -> Outage:
     return Outage.BAD_RESPONSE  # no counter in the exposition, or not an exposition
 
 
-def histogram_buckets(text: Exposition, metric: str) -> dict[float, float]:
-    """A histogram's bucket counter (`metric`, the `_bucket` samples) summed by bound over its label sets, in a
-    Prometheus text exposition; a ValueError when the exposition has no +Inf bucket of it."""
+def histogram_buckets(text: Exposition, metric: str, match: SampleMatch | None = None) -> dict[float, float]:
+    """A histogram's bucket counter (`metric`, the `_bucket` samples) summed by bound over its label sets (those
+    `match` selects, when given), in a Prometheus text exposition; a ValueError when the exposition has no +Inf
+    bucket of it."""
     by_bound: dict[float, float] = {}
     for family in _families(text):
         for sample in family.samples:
-            if sample.name == metric and "le" in sample.labels:
+            if sample.name == metric and "le" in sample.labels and (match is None or match(sample.name,
+                                                                                           sample.labels)):
                 bound = bucket_bound(sample.labels["le"])
                 by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
     if math.inf not in by_bound:

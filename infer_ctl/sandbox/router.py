@@ -15,7 +15,10 @@ scale-to-zero service's query reads to wake (deploy/examples/scale-to-zero.yaml,
 tests/controller/test_scale_to_zero.py). Any other service with no Pod at all is answered 503 at once, as a
 Service without endpoints refuses the connection.
 Gateway metrics (one registry for every door, served by `Router.serve_metrics`): the counter
-`infer_ctl_gateway_requests_total{namespace,service,code}`, and the gauges
+`infer_ctl_gateway_requests_total{namespace,service,code}`, the histogram
+`infer_ctl_gateway_request_duration_seconds{namespace,service}` of the requests answered 2xx, from their arrival
+at the door to their answer (time held for an endpoint included: what a client waits; the others are in the
+counter by code, which is how the controller's measured attainment counts them as misses), and the gauges
 `infer_ctl_gateway_queue_depth{namespace,service}` (requests held for an endpoint) and
 `infer_ctl_gateway_inflight{namespace,service}` (requests forwarded to a replica and not yet answered; held ones
 are not in it, so the two add up to the requests at the door).
@@ -30,15 +33,16 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
 import aiohttp.web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from infer_ctl.kube.client import PODS, KubeError, Resource
 from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH, ROLE_SERVING
-from infer_ctl.sandbox.modelserver import ASLEEP_HEADER
+from infer_ctl.sandbox.modelserver import ASLEEP_HEADER, LATENCY_BUCKETS_S
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
 from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import ClusterView
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 GATEWAY_METRIC = "infer_ctl_gateway_requests"
 QUEUE_DEPTH_METRIC = "infer_ctl_gateway_queue_depth"
 INFLIGHT_METRIC = "infer_ctl_gateway_inflight"
+DURATION_METRIC = "infer_ctl_gateway_request_duration_seconds"
 _CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
 RETRY_AFTER_S = 1
 # A model server that is asleep (or going to sleep) answers 503 with ASLEEP_HEADER before doing any work: the front
@@ -67,15 +72,22 @@ class GatewayMetrics:
                                  "serving endpoint.", ["namespace", "service"], registry=self.registry)
         self.inflight = Gauge(INFLIGHT_METRIC, "Requests forwarded to a service's replicas and not yet answered.",
                               ["namespace", "service"], registry=self.registry)
+        self.duration = Histogram(DURATION_METRIC, "Time from a request's arrival at the front door to its answer "
+                                  "(held time included), of the requests answered 2xx.", ["namespace", "service"],
+                                  buckets=LATENCY_BUCKETS_S, registry=self.registry)
 
     def open(self, namespace: str, service: str) -> None:
         for code in _CODES:
             self.requests.labels(namespace, service, code)
         self.queue_depth.labels(namespace, service)
         self.inflight.labels(namespace, service)
+        self.duration.labels(namespace, service)
 
-    def count(self, namespace: str, service: str, code: int) -> None:
+    def count(self, namespace: str, service: str, code: int, seconds: float) -> None:
+        """One answered request: by its code, and its time at the door when answered 2xx."""
         self.requests.labels(namespace, service, str(code)).inc()
+        if 200 <= code < 300:
+            self.duration.labels(namespace, service).observe(seconds)
 
 
 ANNOTATION_URL = PREFIX + "url"
@@ -172,9 +184,10 @@ class FrontDoor:
         return candidates[next(self._rr) % len(candidates)]
 
     async def forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        arrived = time.monotonic()
         response = await self._forward(request)
         if self.metrics is not None:
-            self.metrics.count(self.namespace, self.service, response.status)
+            self.metrics.count(self.namespace, self.service, response.status, time.monotonic() - arrived)
         return response
 
     def _gauges(self) -> None:

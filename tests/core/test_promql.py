@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from infer_ctl.core.api import DEFAULT_METRIC_QUERY
-from infer_ctl.core.promql import PromQLTemplateError, check_template, render
+from infer_ctl.core.promql import PromQLTemplateError, check_template, render, sample_matcher
 
 
 def _literals(query: str) -> list[str]:
@@ -104,3 +104,24 @@ def test_the_range_window_of_a_query_is_found(query: str, window: float | None) 
     from infer_ctl.core.promql import range_window_s
 
     assert range_window_s(query) == window
+
+
+@pytest.mark.parametrize(("labels", "selected"), [
+    ({"namespace": "prod", "service": "llm", "code": "503"}, True),
+    ({"namespace": "prod", "service": "llm", "code": "429", "pod": "x"}, True),  # other labels do not matter
+    ({"namespace": "prod", "service": "llm", "code": "200"}, False),  # !~ "2.." anchored: 200 is excluded
+    ({"namespace": "prod", "service": "llm", "code": "1200"}, True),  # ... and 1200 is not a match of 2..
+    ({"namespace": "prod", "service": "llm-2", "code": "503"}, False),
+    ({"namespace": "prod", "code": "503"}, False),  # a missing label is ""
+])
+def test_a_sample_matcher_selects_what_prometheus_would(labels: dict[str, str], selected: bool) -> None:
+    rendered = render('infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}',
+                      name="llm", namespace="prod")
+    assert sample_matcher(rendered)("infer_ctl_gateway_requests_total", labels) is selected
+    assert not sample_matcher(rendered)("infer_ctl_requests_total", labels)  # another metric
+
+
+def test_a_sample_matcher_needs_one_selector() -> None:
+    with pytest.raises(PromQLTemplateError, match="not one series selector"):
+        sample_matcher('sum(x{namespace="a"})')
+    assert sample_matcher('x{pod=~"a|b",zone!="z"}')("x", {"pod": "b", "zone": "y"})

@@ -84,7 +84,10 @@ def test_a_missing_increment_is_not_a_request() -> None:
 def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
     policy = parse_scaling_policy(yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text()))
-    assert histogram_metric(policy.latency_histogram) == "infer_ctl_request_duration_seconds_bucket"
+    # at the sandbox's front door: the requests answered, and those it failed (by code) as misses
+    assert histogram_metric(policy.latency_histogram) == "infer_ctl_gateway_request_duration_seconds_bucket"
+    assert policy.failed_requests == \
+        'infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}'
     assert policy.attainment_window_s == 3600
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text())
     with pytest.raises(SpecError, match=r"latencyHistogram: must be a metric selector"):
@@ -94,3 +97,8 @@ def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
     with pytest.raises(SpecError, match=r"attainmentWindowSeconds"):
         parse_scaling_policy({**doc, "attainmentWindowSeconds": 1})
     assert parse_scaling_policy({**doc, "latencyHistogram": "", "adaptAim": False}).latency_histogram == ""
+    with pytest.raises(SpecError, match=r"failedRequests: must be a metric selector"):
+        parse_scaling_policy({**doc, "failedRequests": "sum(rate(x[1m]))"})
+    with pytest.raises(SpecError, match=r"failedRequests: .*must match"):
+        parse_scaling_policy({**doc, "failedRequests": 'infer_ctl_gateway_requests_total{code="503"}'})
+    assert parse_scaling_policy({**doc, "failedRequests": ""}).failed_requests == ""

@@ -72,6 +72,28 @@ def latency_history(now_s: float) -> list[str]:
     return lines
 
 
+# the backfilled front door of prod/llm: per 15 s it answers 8 requests 2xx (GATEWAY_BUCKETS) and refuses 2 (503);
+# prod/other's door refuses 5 per 15 s, which a read for llm must not count
+GATEWAY_BUCKETS = (("0.1", 4), ("0.2", 6), ("0.3", 7), ("+Inf", 8))
+
+
+def gateway_history(now_s: float) -> list[str]:
+    """OpenMetrics lines: the front door's `infer_ctl_gateway_request_duration_seconds_bucket` (requests answered
+    2xx) and `infer_ctl_gateway_requests_total` by code, for the last LATENCY_MINUTES up to `now_s`."""
+    histogram, counter = "infer_ctl_gateway_request_duration_seconds_bucket", "infer_ctl_gateway_requests_total"
+    lines = [f"# TYPE {histogram} unknown"]
+    start = int(now_s) - LATENCY_MINUTES * 60
+    steps = range(LATENCY_MINUTES * 4 + 1)
+    for le, per_step in GATEWAY_BUCKETS:
+        labels = f'namespace="prod",service="llm",le="{le}"'
+        lines += [f"{histogram}{{{labels}}} {per_step * i} {start + i * 15}" for i in steps]
+    lines.append(f"# TYPE {counter} unknown")
+    for service, code, per_step in (("llm", "200", 8), ("llm", "503", 2), ("other", "503", 5)):
+        labels = f'namespace="prod",service="{service}",code="{code}"'
+        lines += [f"{counter}{{{labels}}} {per_step * i} {start + i * 15}" for i in steps]
+    return lines
+
+
 class Backfilled(NamedTuple):
     url: str
     now_s: float  # the last backfilled sample is at int(now_s)
@@ -82,7 +104,8 @@ def backfilled_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """A real Prometheus with `requests_history` and `in_flight_history` up to now backfilled (one server for
     test_rates.py and test_concurrency.py: the two read disjoint metrics)."""
     now_s = time.time()
-    text = "\n".join([*requests_history(now_s), *in_flight_history(now_s), *latency_history(now_s), "# EOF"]) + "\n"
+    text = "\n".join([*requests_history(now_s), *in_flight_history(now_s), *latency_history(now_s),
+                      *gateway_history(now_s), "# EOF"]) + "\n"
     with prometheus(tmp_path_factory.mktemp("prom"), history=text) as url:
         yield Backfilled(url, now_s)
 

@@ -1,6 +1,7 @@
 """A service's latency histogram, read for its measured attainment: through a real Prometheus (the increase of its
-buckets over the window, summed by bound over the service's series only) and from the replicas' own /metrics (the
-increase since the previous scrape, across a replica's restart)."""
+buckets over the window, summed by bound over the service's series only, and the requests its front door failed)
+and from the replicas' own /metrics and the front door's (the increase since the previous scrape, across a
+replica's restart)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,23 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from infer_ctl.core.policy import DEFAULT_LATENCY_HISTOGRAM, histogram_metric
+from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTOGRAM, histogram_metric
+from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
-from infer_ctl.observe.rates import Outage, PrometheusRates, ScrapeRates
+from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates, ScrapeRates
 from tests.observe.conftest import Backfilled, MetricsEndpoint
 from tests.prometheus_server import free_port
+
+# the model servers' own histogram (the sandbox's), measured at the replicas
+MODEL_SERVERS = 'infer_ctl_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
 
 
 async def test_the_buckets_over_the_window_are_the_services_own(backfilled_prometheus: Backfilled) -> None:
     url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
-    read = await PrometheusRates(url).abuckets(selector=DEFAULT_LATENCY_HISTOGRAM, name="llm", namespace="prod",
+    read = await PrometheusRates(url).abuckets(selector=MODEL_SERVERS, name="llm", namespace="prod",
                                                at_s=last_s, window_s=600)
     assert not read.error, read.error
+    assert read.failed == 0
     assert [b for b, _ in read.pairs] == [0.1, 0.2, 0.3, float("inf")]
     # 2 replicas x 10 requests per 15 s over 600 s: 800 (increase() extrapolates within a scrape interval)
     total = read.pairs[-1][1]
@@ -33,7 +39,7 @@ async def test_the_buckets_over_the_window_are_the_services_own(backfilled_prome
 
 async def test_a_window_without_samples_is_missing_with_its_reason(backfilled_prometheus: Backfilled) -> None:
     read = await PrometheusRates(backfilled_prometheus.url).abuckets(
-        selector=DEFAULT_LATENCY_HISTOGRAM, name="llm", namespace="prod",
+        selector=MODEL_SERVERS, name="llm", namespace="prod", failed=DEFAULT_FAILED_REQUESTS,
         at_s=int(backfilled_prometheus.now_s) - 86_400, window_s=600)
     assert read.pairs == () and read.reason == Outage.EMPTY and "+Inf bucket" in read.error, read
 
@@ -51,6 +57,19 @@ async def test_prometheus_down_is_an_outage_with_its_reason() -> None:
     assert read.pairs == () and read.reason == Outage.REFUSED
 
 
+async def test_at_the_front_door_the_requests_it_failed_are_read_beside_the_answered(
+        backfilled_prometheus: Backfilled) -> None:
+    url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
+    read = await PrometheusRates(url).abuckets(selector=DEFAULT_LATENCY_HISTOGRAM, failed=DEFAULT_FAILED_REQUESTS,
+                                               name="llm", namespace="prod", at_s=last_s, window_s=600)
+    assert not read.error, read.error
+    # per 15 s: 8 answered (7 within 0.3 s), 2 refused; prod/other's 5 refusals are not llm's
+    answered = read.pairs[-1][1]
+    assert answered == pytest.approx(8 * 40, rel=0.05)
+    assert read.failed == pytest.approx(answered / 4, rel=1e-6)
+    assert within_threshold(read.pairs, 0.3).within / (answered + read.failed) == pytest.approx(0.7)
+
+
 def latency(registry: CollectorRegistry) -> Histogram:
     """A model server's latency histogram, beside the request counter every replica exports."""
     Counter("infer_ctl_requests", "requests", registry=registry).inc(0)
@@ -63,7 +82,7 @@ async def test_a_scrape_gives_the_increase_since_the_previous_one_across_a_resta
     first, second = CollectorRegistry(), CollectorRegistry()
     a, b = latency(first).labels("a"), latency(second).labels("b")
     endpoints = {"a": serve_metrics(first).url, "b": serve_metrics(second).url}
-    scrape = ScrapeRates(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM))
+    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS))
     async with httpx.AsyncClient() as client:
         a.observe(0.05)
         await scrape.read_with_concurrency(client, endpoints, 0.0)
@@ -83,3 +102,48 @@ async def test_a_scrape_gives_the_increase_since_the_previous_one_across_a_resta
         endpoints["c"] = f"http://127.0.0.1:{free_port()}/metrics"
         await scrape.read_with_concurrency(client, endpoints, 30.0)
         assert not scrape.latency.pairs and scrape.latency.reason == Outage.REFUSED
+
+
+def front_door(registry: CollectorRegistry) -> tuple[Histogram, Counter]:
+    """A front door's metrics: every service's requests answered 2xx (their latency) and all of them by code."""
+    return (Histogram("infer_ctl_gateway_request_duration_seconds", "latency", ["namespace", "service"],
+                      buckets=(0.1, 0.3), registry=registry),
+            Counter("infer_ctl_gateway_requests", "requests", ["namespace", "service", "code"], registry=registry))
+
+
+async def test_a_scrape_of_the_front_door_reads_the_services_own_series_and_its_failures(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    door, replica = CollectorRegistry(), CollectorRegistry()
+    latency(replica).labels("a").observe(0.05)  # the model server's histogram: another metric, not read
+    answered, codes = front_door(door)
+    answered.labels("prod", "llm")  # a door's series exist from its opening (the sandbox's router makes them so)
+    gateway = serve_metrics(door).url
+
+    def selected(selector: str) -> object:
+        return sample_matcher(render(selector, name="llm", namespace="prod"))
+
+    scrape = ScrapeRates(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM),
+                         failed=histogram_metric(DEFAULT_FAILED_REQUESTS),
+                         gateway=GatewaySeries(gateway, selected(DEFAULT_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
+                                               selected(DEFAULT_FAILED_REQUESTS)))  # type: ignore[arg-type]
+    endpoints = {"a": serve_metrics(replica).url}
+    async with httpx.AsyncClient() as client:
+        await scrape.read_with_concurrency(client, endpoints, 0.0)
+        assert not scrape.latency.pairs and not scrape.latency.error and scrape.latency.failed == 0
+        for seconds in (0.05, 0.2, 0.5):
+            answered.labels("prod", "llm").observe(seconds)
+            codes.labels("prod", "llm", "200").inc()
+        codes.labels("prod", "llm", "503").inc(2)  # refused: not in the histogram, counted by code
+        codes.labels("prod", "llm", "429").inc()
+        answered.labels("prod", "other").observe(0.05)  # another service's, on the same door
+        codes.labels("prod", "other", "503").inc(7)
+        await scrape.read_with_concurrency(client, endpoints, 10.0)
+        assert scrape.latency.pairs == ((0.1, 1.0), (0.3, 2.0), (float("inf"), 3.0))
+        assert scrape.latency.failed == 3.0
+        await scrape.read_with_concurrency(client, endpoints, 20.0)  # nothing since: no increase
+        assert scrape.latency.pairs == ((0.1, 0.0), (0.3, 0.0), (float("inf"), 0.0)) and scrape.latency.failed == 0
+        # a front door that cannot be scraped: no measure this time, with the reason
+        scrape.gateway = GatewaySeries(f"http://127.0.0.1:{free_port()}/metrics")
+        await scrape.read_with_concurrency(client, endpoints, 30.0)
+        assert not scrape.latency.pairs and scrape.latency.reason == Outage.REFUSED
+        assert "cannot scrape the gateway" in scrape.latency.error

@@ -446,6 +446,13 @@ async def test_the_front_door_holds_requests_until_a_replica_is_ready_and_refuse
         metrics = (await http.get(box.router.metrics_url)).text
         assert gateway(box, metrics, "infer_ctl_gateway_queue_depth", "llm") == 0
         assert gateway(box, metrics, "infer_ctl_gateway_inflight", "llm") == 0
+        # the latency histogram has the answered request, its time held included; the refusal is counted by code
+        duration = "infer_ctl_gateway_request_duration_seconds"
+        assert gateway(box, metrics, f"{duration}_count", "llm") == 1
+        assert 0.5 <= gateway(box, metrics, f"{duration}_sum", "llm") <= answer_s
+        assert [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                if line.startswith("infer_ctl_gateway_requests_total{") and 'service="llm"' in line
+                and 'code="503"' in line] == [1.0]
         # 100 x the reference tokens at 5 ms: half a second at the replica, counted in flight meanwhile.
         slow = asyncio.ensure_future(http.post(f"{url}/v1/completions", json={"max_tokens": 256 * 100}))
         async with asyncio.timeout(5):
