@@ -128,7 +128,8 @@ def controller_metrics() -> ControllerMetrics:
 def gateway_metrics() -> GatewayMetrics:
     gateway = GatewayMetrics()
     gateway.open("prod", "chat")
-    gateway.count("prod", "chat", 200)
+    gateway.count("prod", "chat", 200, 0.15)
+    gateway.count("prod", "chat", 503, 30.0)
     return gateway
 
 
