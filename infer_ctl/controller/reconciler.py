@@ -267,7 +267,8 @@ def _with_aim(slo: api.SloStatus | None, state: CycleState) -> api.SloStatus | N
         return slo
     rung = policy.aim_rungs[state.aim.rung]
     return replace(slo, aim=api.AimStatus(rung.quantile, rung.scale_down_stabilization_s,
-                                          rfc3339(datetime.fromtimestamp(state.aim.since_s, UTC)), state.aim.note))
+                                          rfc3339(datetime.fromtimestamp(state.aim.since_s, UTC)), state.aim.note,
+                                          rung.headroom))
 
 
 def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
@@ -280,7 +281,7 @@ def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
         since = datetime.fromisoformat(str(aim["since"]))
         return RecordedAim(float(aim["quantile"]), float(aim["scaleDownStabilizationSeconds"]),
                            (since if since.tzinfo else since.replace(tzinfo=UTC)).timestamp(),
-                           str(aim.get("lastMove") or ""))
+                           str(aim.get("lastMove") or ""), float(aim.get("headroom") or 1))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -531,11 +531,14 @@ class AimStatus:
     scale_down_stabilization_s: float
     since: str  # RFC 3339: when the aim last moved (or was first set)
     last_move: str = ""  # "" while the aim is the one calibrated for the objective
+    headroom: float = 1.0  # the replicas sized for this many times the forecast (aimHeadroom's rungs)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"quantile": _dec4(self.quantile),
                                "scaleDownStabilizationSeconds": round(self.scale_down_stabilization_s),
                                "since": self.since}
+        if self.headroom != 1:
+            out["headroom"] = _dec(self.headroom)
         if self.last_move:
             out["lastMove"] = self.last_move
         return out
@@ -730,6 +733,8 @@ STATUS_SCHEMA = Prop(
                         "that starts again resumes from it.", properties={
                 "quantile": Prop("string", "The forecast's upper quantile the replicas are sized for."),
                 "scaleDownStabilizationSeconds": Prop("integer", "The scale-down stabilization window."),
+                "headroom": Prop("string", "Above the aim table's top (the scaling policy's aimHeadroom): the "
+                                 "replicas are sized for this many times the forecast. Absent: 1."),
                 "since": Prop("string", "When the aim last moved (or was first set).", format="date-time"),
                 "lastMove": Prop("string", "The last move and why; absent while the aim is the one calibrated "
                                  "for the objective."),

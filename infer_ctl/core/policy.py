@@ -171,6 +171,9 @@ class ScalingPolicy:
     # move each service's aim along the `aims` table from the attainment it measures (`infer_ctl.engine.aim`; the
     # policy file's default: on wherever there is a table and a histogram)
     adapt_aim: bool = False
+    # rungs of the moving aim above the table's top: its aim with capacity for this many times the forecast (the
+    # replicas sized for targetRequestsPerReplica / headroom), rising; () for none
+    aim_headroom: tuple[float, ...] = ()
     # the sleeping tier: a wake's host-to-device bandwidth in GB/s (10^9 bytes/s), for the wake time until wakes
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
@@ -346,7 +349,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
                             "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
-                            "adaptAim", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim", "presets"))
+                            "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim",
+                            "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -374,6 +378,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if adapt and (not aims or not histogram):
         r.error(f"{source}: adaptAim", "moves a service's aim along the 'aim' table from the attainment measured "
                                        "through latencyHistogram: it needs both")
+    headroom = _parse_headroom(r, doc, source)
     presets_doc = r.obj(doc, "presets", f"{source}: presets", tuple(p.value for p in api.Preset), required=True)
     presets: dict[api.Preset, ScalingPreset] = {}
     for preset in api.Preset:
@@ -412,7 +417,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          failed_requests=DEFAULT_FAILED_REQUESTS if failed is None else failed,
                          attainment_window_s=(DEFAULT_ATTAINMENT_WINDOW_S if attainment_window is None
                                               else attainment_window),
-                         adapt_aim=bool(adapt),
+                         adapt_aim=bool(adapt), aim_headroom=headroom,
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
                          model_cache_host_path=cache_path, aims=aims)
@@ -434,6 +439,33 @@ def _model_cache_host_path(r: FieldReader, doc: Mapping[str, Any], source: str) 
                       f"'/', whitespace, ':', ',' or '\\'), or off; got {value!r}")
         return ""
     return value
+
+
+MAX_AIM_HEADROOM = 10.0
+
+
+def _parse_headroom(r: FieldReader, doc: Mapping[str, Any], source: str) -> tuple[float, ...]:
+    """`aimHeadroom`: factors above 1, strictly rising, at most MAX_AIM_HEADROOM (a rung's replicas hold that many
+    times the forecast's)."""
+    raw = doc.get("aimHeadroom")
+    if raw is None:
+        return ()
+    path = f"{source}: aimHeadroom"
+    if not isinstance(raw, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in raw):
+        r.error(path, "must be a list of numbers (capacity factors above 1, rising), e.g. [1.5, 2, 3]")
+        return ()
+    factors = tuple(float(x) for x in raw)
+    for i, factor in enumerate(factors):
+        if not 1 < factor <= MAX_AIM_HEADROOM:
+            r.error(f"{path}[{i}]", f"must be above 1 and at most {MAX_AIM_HEADROOM:g}, got {factor:g}")
+            return ()
+        if i and factor <= factors[i - 1]:
+            r.error(f"{path}[{i}]", f"must be above the factor before it ({factors[i - 1]:g}), got {factor:g}")
+            return ()
+    if factors and "aim" not in doc:
+        r.error(path, "adds rungs above the 'aim' table's top: it needs the table")
+        return ()
+    return factors
 
 
 def _parse_aims(r: FieldReader, doc: Mapping[str, Any], source: str) -> tuple[Aim, ...]:

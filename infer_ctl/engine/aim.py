@@ -12,6 +12,9 @@ calibrated for its objective and moves along the table's rungs from what it meas
   a whole window has passed since the last move (the measure must be of the current aim, not of the one before):
   stay.
 
+Above the table's top, the scaling policy's `aimHeadroom` adds rungs: the top aim with the replicas sized for 1.25,
+1.5, ... times the forecast (a bursty service whose forecast's quantile misses its bursts gets capacity for them,
+one rung an hour, as long as it stays below its objective; and gives it back, one rung an hour, once well above).
 At the top rung it stays there however far below the objective; at the bottom likewise above it. Only the aim
 moves: a quantile or a stabilization the spec states itself is the user's and never adjusted (`adaptive`).
 
@@ -39,15 +42,24 @@ MIN_REQUESTS = 1000  # fewer counted in the window: too few to tell 99 % from 99
 class Rung:
     quantile: float
     scale_down_stabilization_s: float
+    headroom: float = 1.0  # the replicas sized for this many times the forecast (above the table's top rung)
+
+    def describe(self) -> str:
+        text = f"q{self.quantile:g} / {self.scale_down_stabilization_s:g} s"
+        return text if self.headroom == 1 else f"{text} x{self.headroom:g}"
 
 
-def ladder(aims: tuple[Aim, ...]) -> tuple[Rung, ...]:
-    """The table's distinct aims, lowest first (the table is ordered so: `check_aims`)."""
+def ladder(aims: tuple[Aim, ...], headroom: tuple[float, ...] = ()) -> tuple[Rung, ...]:
+    """The table's distinct aims, lowest first (the table is ordered so: `check_aims`), then its top aim with each
+    capacity factor of `headroom` (rising): where a service that misses its objective at the table's top goes."""
     rungs: list[Rung] = []
     for aim in aims:
         rung = Rung(aim.quantile, aim.scale_down_stabilization_s)
         if not rungs or rung != rungs[-1]:
             rungs.append(rung)
+    if rungs:
+        top = rungs[-1]
+        rungs += [Rung(top.quantile, top.scale_down_stabilization_s, factor) for factor in headroom]
     return tuple(rungs)
 
 
@@ -66,6 +78,7 @@ class RecordedAim:
     scale_down_stabilization_s: float
     since_s: float  # when it last moved (or was first set)
     note: str = ""  # its last move and why ("" when it never moved)
+    headroom: float = 1.0
 
 
 def resume(recorded: RecordedAim, rungs: tuple[Rung, ...], now_s: float) -> AimState | None:
@@ -73,7 +86,8 @@ def resume(recorded: RecordedAim, rungs: tuple[Rung, ...], now_s: float) -> AimS
     future (another clock) counts from now: the aim then waits a whole window before it moves."""
     for i, rung in enumerate(rungs):
         if math.isclose(rung.quantile, recorded.quantile, abs_tol=1e-9) and \
-                math.isclose(rung.scale_down_stabilization_s, recorded.scale_down_stabilization_s, abs_tol=1e-6):
+                math.isclose(rung.scale_down_stabilization_s, recorded.scale_down_stabilization_s, abs_tol=1e-6) and \
+                math.isclose(rung.headroom, recorded.headroom, abs_tol=1e-3):
             return AimState(i, min(recorded.since_s, now_s), recorded.note)
     return None
 
@@ -101,7 +115,7 @@ def adapt(state: AimState, rungs: tuple[Rung, ...], start: int, objective: float
     else:
         return state
     to = rungs[move]
-    note = (f"aim {'up' if move > rung else 'down'} to q{to.quantile:g} / {to.scale_down_stabilization_s:g} s: "
+    note = (f"aim {'up' if move > rung else 'down'} to {to.describe()}: "
             f"{share * 100:.2f} % of {measured.requests:.0f} requests within the SLO over the last "
             f"{measured.window_s:g} s ({why})")
     return AimState(move, now_s, note)

@@ -285,7 +285,7 @@ def _aim_ladder(spec: api.InferenceServiceSpec, scaling: ScalingPolicy, effectiv
     if not scaling.adapt_aim or effective.attainment is None or spec.slo.latency_p95_ms is None \
             or spec.scaling.forecast.quantile is not None or spec.scaling.scale_down_stabilization_s is not None:
         return (), 0
-    rungs = ladder(scaling.aims)
+    rungs = ladder(scaling.aims, scaling.aim_headroom)
     here = Rung(effective.quantile, effective.scale_down_stabilization_s)
     return (rungs, rungs.index(here)) if here in rungs else ((), 0)  # a preset's own knobs: not the table's
 
@@ -479,7 +479,8 @@ def _aimed(policy: ServicePolicy, state: CycleState, observation: Observation, n
                 now_s=now_s, window_s=policy.aim_window_s, recorded=observation.recorded_aim)
     assert aim.rung is not None
     rung = policy.aim_rungs[aim.rung]
-    decide = replace(policy.decide, quantile=rung.quantile, scale_down_stabilization_s=rung.scale_down_stabilization_s)
+    decide = replace(policy.decide, quantile=rung.quantile, scale_down_stabilization_s=rung.scale_down_stabilization_s,
+                     target_rps_per_replica=policy.decide.target_rps_per_replica / rung.headroom)
     moved = state.aim.rung is not None and aim.rung != state.aim.rung
     return decide, replace(state.engine, next_refit_s=now_s) if moved else state.engine, aim
 

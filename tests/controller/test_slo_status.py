@@ -55,3 +55,15 @@ def test_the_status_a_controller_wrote_is_the_aim_the_next_one_reads() -> None:
 def test_an_aim_the_status_does_not_record_readably_is_none(aim: object) -> None:
     assert recorded_aim({"status": {"slo": {"aim": aim}}}) is None
     assert recorded_aim({}) is None
+
+
+def test_a_headroom_rung_is_shown_and_read_back() -> None:
+    spec = slo_service().spec  # type: ignore[attr-defined]
+    policy = service_policy(spec, ADAPTIVE)
+    x2 = policy.aim_rungs.index(next(r for r in policy.aim_rungs if r.headroom == 2))
+    shown = _with_aim(SLO, CycleState(resolved=(spec, policy), aim=AimState(x2, T, "aim up to q0.99 / 600 s x2: ...")))
+    assert shown is not None and shown.to_dict()["aim"] == {
+        "quantile": "0.99", "scaleDownStabilizationSeconds": 600, "headroom": "2", "since": "2026-12-05T01:00:00Z",
+        "lastMove": "aim up to q0.99 / 600 s x2: ..."}
+    recorded = recorded_aim({"status": {"slo": shown.to_dict()}})
+    assert recorded == RecordedAim(0.99, 600, T, "aim up to q0.99 / 600 s x2: ...", headroom=2.0)

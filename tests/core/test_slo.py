@@ -102,3 +102,20 @@ def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
     with pytest.raises(SpecError, match=r"failedRequests: .*must match"):
         parse_scaling_policy({**doc, "failedRequests": 'infer_ctl_gateway_requests_total{code="503"}'})
     assert parse_scaling_policy({**doc, "failedRequests": ""}).failed_requests == ""
+
+
+@pytest.mark.parametrize(("headroom", "problem"), [
+    ("2", "must be a list of numbers"),
+    ([1.5, True], "must be a list of numbers"),
+    ([1.0, 2], r"aimHeadroom\[0\]: must be above 1 and at most 10, got 1"),
+    ([1.5, 11], r"aimHeadroom\[1\]: must be above 1 and at most 10, got 11"),
+    ([2, 1.5], r"aimHeadroom\[1\]: must be above the factor before it \(2\), got 1.5"),
+])
+def test_a_bad_aim_headroom_names_the_field_and_the_problem(headroom: object, problem: str) -> None:
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text())
+    with pytest.raises(SpecError, match=problem):
+        parse_scaling_policy({**doc, "aimHeadroom": headroom})
+    assert parse_scaling_policy({**doc, "aimHeadroom": []}).aim_headroom == ()
+    without_table = {k: v for k, v in doc.items() if k not in ("aim", "adaptAim")}
+    with pytest.raises(SpecError, match="aimHeadroom: adds rungs above the 'aim' table's top: it needs the table"):
+        parse_scaling_policy({**without_table, "aimHeadroom": [2]})

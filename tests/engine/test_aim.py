@@ -13,6 +13,8 @@ from infer_ctl.engine.cycle import CyclePolicies, CycleState, plan_cycle, servic
 from tests.engine.test_cycle import CYCLE, POLICIES, T0, observe, ready, service
 
 RUNGS = (Rung(0.8, 300), Rung(0.95, 300), Rung(0.99, 600))
+# the shipped aimHeadroom: the top aim with capacity for 1.25 .. 3 times the forecast
+LADDER = (*RUNGS, *(Rung(0.99, 600, h) for h in (1.25, 1.5, 2, 2.5, 3)))
 HOUR = 3600.0
 
 
@@ -20,8 +22,11 @@ def measured(share: float, requests: float = 10_000) -> Attainment:
     return Attainment(share, requests, HOUR)
 
 
-def test_the_ladder_is_the_tables_distinct_aims_lowest_first() -> None:
+def test_the_ladder_is_the_tables_distinct_aims_lowest_first_then_its_top_with_headroom() -> None:
     assert ladder(POLICIES.scaling.aims) == RUNGS
+    assert POLICIES.scaling.aim_headroom == (1.25, 1.5, 2, 2.5, 3)
+    assert ladder(POLICIES.scaling.aims, POLICIES.scaling.aim_headroom) == LADDER
+    assert ladder((), (2.0,)) == ()
 
 
 def test_a_service_starts_at_the_rung_calibrated_for_its_objective() -> None:
@@ -84,7 +89,7 @@ def slo_service(**fields: object) -> object:
 
 
 def test_only_a_service_with_a_latency_objective_and_the_aim_unstated_moves() -> None:
-    assert service_policy(slo_service().spec, ADAPTIVE).aim_rungs == RUNGS  # type: ignore[attr-defined]
+    assert service_policy(slo_service().spec, ADAPTIVE).aim_rungs == LADDER  # type: ignore[attr-defined]
     assert service_policy(slo_service().spec, ADAPTIVE).aim_start == 1  # type: ignore[attr-defined]
     assert not service_policy(slo_service().spec, FIXED).aim_rungs  # type: ignore[attr-defined]  # adaptAim off
     assert not service_policy(service().spec, ADAPTIVE).aim_rungs  # no latency to measure against
@@ -149,3 +154,30 @@ def test_in_the_cycle_a_recorded_aim_sizes_the_first_decision() -> None:
     # the rung's stabilization (the calibrated rung's is 300 s; no forecast yet on a first cycle without history)
     assert plan.output.decision.message == "1 wanted, holding 2 (highest recommendation in the last 600 s is 2)"
     assert "aim " not in plan.message
+
+
+def test_above_the_tables_top_a_service_below_its_objective_climbs_the_headroom_rungs_and_comes_back() -> None:
+    aim = adapt(AimState(2, T0), LADDER, 1, 0.99, measured(0.95), now_s=T0 + HOUR, window_s=HOUR)
+    assert aim.rung == 3 and aim.note.startswith("aim up to q0.99 / 600 s x1.25: 95.00 % of 10000 requests")
+    top = adapt(AimState(7, T0), LADDER, 1, 0.99, measured(0.95), now_s=T0 + HOUR, window_s=HOUR)
+    assert top == AimState(7, T0)  # x3 is the top: it stays
+    down = adapt(AimState(7, T0), LADDER, 1, 0.99, measured(0.999), now_s=T0 + HOUR, window_s=HOUR)
+    assert down.rung == 6 and down.note.startswith("aim down to q0.99 / 600 s x2.5: ")
+
+
+def test_at_a_headroom_rung_the_replicas_hold_that_many_times_the_forecast() -> None:
+    svc = slo_service(spec__scaling__targetRequestsPerReplica=10, spec__scaling__maxReplicas=50)
+    replicas = tuple(ready(f"llm-r{i}") for i in range(4))
+    sized = {}
+    for rung in (2, 5):  # q0.99 / 600 s, then the same with x2
+        state = CycleState(aim=AimState(rung, T0))
+        plan, _ = plan_cycle(observe(svc, *replicas, rate=40.0, now=T0 + 10), state, ADAPTIVE,  # type: ignore[arg-type]
+                             T0 + 10)
+        sized[rung] = plan.output.decision.serving
+    assert sized == {2: 4, 5: 8}, sized  # 40 req/s at 10 per replica; at x2, 5 per replica
+
+
+def test_a_recorded_headroom_rung_is_resumed_and_one_the_ladder_has_not_is_not() -> None:
+    assert resume(RecordedAim(0.99, 600, T0, headroom=2), LADDER, T0) == AimState(5, T0)
+    assert resume(RecordedAim(0.99, 600, T0, headroom=4), LADDER, T0) is None
+    assert resume(RecordedAim(0.99, 600, T0, headroom=2), RUNGS, T0) is None  # aimHeadroom emptied

@@ -168,7 +168,7 @@ def test_every_status_field_the_controller_writes_survives_the_servers_pruning(k
         forecast=api.ForecastStatus(12.5, 20.25, 70, "daily (refit)", 0.95),
         slo=api.SloStatus(objective=0.99, latency_ms=250, window_s=3600, attainment=0.9876, requests=10_000,
                           message="interpolated between the buckets le=0.2 s and le=0.3 s",
-                          aim=api.AimStatus(0.99, 600, at, "aim up to q0.99 / 600 s: 98.76 % ...")),
+                          aim=api.AimStatus(0.99, 600, at, "aim up to q0.99 / 600 s x1.5: 98.76 % ...", 1.5)),
         cold_starts=(api.ColdStartStatus("H100-80GB", True, 12.5, 20, 4),),
         placements=(api.PlacementStatus("x-r0", "node-a", ("gpu-0",), "A100-40GB", "1g.5gb",
                                         api.ReplicaState.SLEEPING),),
