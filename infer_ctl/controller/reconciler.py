@@ -271,6 +271,14 @@ def _with_aim(slo: api.SloStatus | None, state: CycleState) -> api.SloStatus | N
                                           rung.headroom))
 
 
+def _selected(svc: api.InferenceService, selector: str, *, absent_matches: bool = False) -> SampleMatch | None:
+    """The samples a policy's series selector selects for the service (None for no selector)."""
+    if not selector:
+        return None
+    return sample_matcher(render(selector, name=svc.meta.name, namespace=svc.meta.namespace),
+                          absent_matches=absent_matches)
+
+
 def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
     """Where a previous controller left the service's aim (`status.slo.aim`), or None when the status records
     none or one this controller cannot read (then the aim starts at the calibrated rung)."""
@@ -636,6 +644,8 @@ class Reconciler:
                 memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
                 memory.scrape.failed = histogram_metric(failed) if failed else ""
                 memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
+                memory.scrape.histogram_select = _selected(svc, histogram, absent_matches=True)
+                memory.scrape.failed_select = _selected(svc, failed, absent_matches=True)
                 rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s)
                 if wants_concurrency:
                     concurrency = await self._with_held(svc, in_flight)
@@ -662,12 +672,7 @@ class Reconciler:
         url = self.settings.gateway_metrics_url
         if url is None or not (histogram or failed):
             return None
-
-        def match(selector: str) -> SampleMatch | None:
-            return sample_matcher(render(selector, name=svc.meta.name, namespace=svc.meta.namespace)) \
-                if selector else None
-
-        return GatewaySeries(url, match(histogram), match(failed))
+        return GatewaySeries(url, _selected(svc, histogram), _selected(svc, failed))
 
     def _slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Buckets | None,
              now_s: float) -> api.SloStatus | None:

@@ -194,12 +194,14 @@ def range_window_s(template: str) -> float | None:
 SampleMatch = Callable[[str, Mapping[str, str]], bool]
 
 
-def sample_matcher(selector: str) -> SampleMatch:
+def sample_matcher(selector: str, *, absent_matches: bool = False) -> SampleMatch:
     """Whether a scraped sample (its name and labels) is one a rendered series selector such as
     `requests_total{namespace="prod",code!~"2.."}` selects: the name, and every matcher (`=`, `!=`, and `=~` /
     `!~` anchored as Prometheus anchors its regular expressions; a missing label is ""). For a direct scrape of a
-    target that exports many services' series (a gateway). Raises PromQLTemplateError for anything but one
-    series selector."""
+    target that exports many services' series (a gateway). With `absent_matches`, a matcher on a label the sample
+    does not carry is met: a replica's own exposition lacks the labels Prometheus attaches from its target
+    (namespace, pod), and every series it exports is its service's. Raises PromQLTemplateError for anything but
+    one series selector."""
     try:
         expr = promql_parser.parse(selector)
     except ValueError as exc:
@@ -222,7 +224,9 @@ def sample_matcher(selector: str) -> SampleMatch:
 
     def matches(sample: str, labels: Mapping[str, str]) -> bool:
         return (not name or sample == name) \
-            and all((labels.get(k, "") == v) == keep for k, keep, v in equal) \
-            and all((p.fullmatch(labels.get(k, "")) is not None) == keep for k, keep, p in regex)
+            and all((labels.get(k, "") == v) == keep for k, keep, v in equal
+                    if not (absent_matches and k not in labels)) \
+            and all((p.fullmatch(labels.get(k, "")) is not None) == keep for k, keep, p in regex
+                    if not (absent_matches and k not in labels))
 
     return matches

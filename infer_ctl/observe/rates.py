@@ -398,6 +398,10 @@ class ScrapeRates:
     latency: Buckets = field(default_factory=lambda: Buckets((), "scrape"))
     # the counter of failed requests (a metric name; "" reads none): their increase joins `latency` as `failed`
     failed: str = ""
+    # the replicas' series of the two, by their selectors (`sample_matcher(..., absent_matches=True)`: a label the
+    # replica's exposition lacks, as Prometheus attaches it, is met); None: every series of the metric
+    histogram_select: SampleMatch | None = None
+    failed_select: SampleMatch | None = None
     # a front door's /metrics, where the histogram's and the failed counter's series of the service are those
     # the whole selectors select (it exports every service's): read beside the replicas' (None: no front door)
     gateway: GatewaySeries | None = None
@@ -436,10 +440,13 @@ class ScrapeRates:
                 missing_gauge.append(replica)
             if self.histogram:
                 with contextlib.suppress(ValueError):  # a replica without the histogram adds nothing
-                    buckets[replica] = histogram_buckets(text, self.histogram)
+                    buckets[replica] = histogram_buckets(text, self.histogram, self.histogram_select)
             if self.failed:
-                with contextlib.suppress(ValueError):  # nor one without the counter
-                    failures[replica] = series_total(text, self.failed, {})
+                failed_samples = [sample.value for family in text for sample in family.samples
+                                  if sample.name == self.failed and (self.failed_select is None or
+                                                                     self.failed_select(sample.name, sample.labels))]
+                if failed_samples:  # nor one without the counter
+                    failures[replica] = sum(failed_samples)
         rate = self._advance(totals, now_s)
         gateway_error = await self._read_gateway(client, buckets, failures) if self.gateway is not None else None
         if failed:

@@ -125,3 +125,13 @@ def test_a_sample_matcher_needs_one_selector() -> None:
     with pytest.raises(PromQLTemplateError, match="not one series selector"):
         sample_matcher('sum(x{namespace="a"})')
     assert sample_matcher('x{pod=~"a|b",zone!="z"}')("x", {"pod": "b", "zone": "y"})
+
+
+def test_a_lenient_sample_matcher_meets_the_labels_a_replicas_own_exposition_lacks() -> None:
+    rendered = render('requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}', name="llm",
+                      namespace="prod")
+    lenient = sample_matcher(rendered, absent_matches=True)
+    assert lenient("requests_total", {"code": "503"})  # namespace and service: Prometheus attaches them
+    assert not lenient("requests_total", {"code": "200"})  # a label it carries is matched
+    assert not lenient("requests_total", {"namespace": "other", "code": "503"})
+    assert not sample_matcher(rendered)("requests_total", {"code": "503"})

@@ -147,3 +147,25 @@ async def test_a_scrape_of_the_front_door_reads_the_services_own_series_and_its_
         await scrape.read_with_concurrency(client, endpoints, 30.0)
         assert not scrape.latency.pairs and scrape.latency.reason == Outage.REFUSED
         assert "cannot scrape the gateway" in scrape.latency.error
+
+
+async def test_a_replicas_failed_counter_is_read_by_its_selectors_labels_the_exposition_carries(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    registry = CollectorRegistry()
+    answered = latency(registry).labels("a")
+    codes = Counter("model_requests", "requests by code (no namespace label: Prometheus attaches it)", ["code"],
+                    registry=registry)
+    for code in ("200", "500"):
+        codes.labels(code)
+    failed = 'model_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}'
+    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS), failed=histogram_metric(failed),
+                         failed_select=sample_matcher(render(failed, name="llm", namespace="prod"),
+                                                      absent_matches=True))
+    endpoints = {"a": serve_metrics(registry).url}
+    async with httpx.AsyncClient() as client:
+        await scrape.read_with_concurrency(client, endpoints, 0.0)
+        answered.observe(0.05)
+        codes.labels("200").inc(5)
+        codes.labels("500").inc(2)
+        await scrape.read_with_concurrency(client, endpoints, 10.0)
+        assert scrape.latency.pairs[-1] == (float("inf"), 1.0) and scrape.latency.failed == 2.0
