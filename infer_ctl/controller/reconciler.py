@@ -755,6 +755,10 @@ class Reconciler:
         for name in actions.remove:
             # graceful: the Pod's grace period drains it (but for a Pod whose Node is gone)
             await self._k(self.kube.delete, PODS, name, ns, grace_period_s=0 if name in orphaned else None)
+        for claim in plan.release_claims:
+            # kept while its Pod drains, gone (its device free for anyone) the moment the Pod is: no wait for the
+            # collection of claims without a replica, which takes two cycles
+            await self._k(self.kube.delete, RESOURCE_CLAIMS, claim, ns)
         for name in actions.promote:
             await self._patch_pod(name, ns, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}})
         refused: list[str] = []

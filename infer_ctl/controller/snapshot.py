@@ -276,7 +276,10 @@ class ClusterView:
             if key[0] != resource:
                 continue
             cached = informer.objects.get((key[1], key[2])) if informer is not None else None
-            if now - at > WRITTEN_TTL_S or (cached is not None and caught_up(cached, obj)):
+            # the watch went past the write and the object is not in the cache: deleted since (by anyone)
+            deleted = cached is None and informer is not None and informer.resource_version is not None and \
+                caught_up({"metadata": {"resourceVersion": informer.resource_version}}, obj)
+            if now - at > WRITTEN_TTL_S or deleted or (cached is not None and caught_up(cached, obj)):
                 del self._written[key]  # the cache has it, or it is too old to trust (deleted before its event)
             else:
                 newer[(key[1], key[2])] = obj

@@ -342,6 +342,9 @@ class CyclePlan:
     prefetch: tuple[str, ...] = ()  # nodes to copy the model's weights to (the cached tier is short of room)
     sleeping: int = 0  # desired sleeping replicas
     fallback: str = ""  # wakes refused and what the plan does instead ("" when none)
+    # the claims of the replicas it removes, deleted with their Pods: the API server keeps a claim its Pod still
+    # reserves (kube-scheduler's delete protection) and removes it, freeing its device, once the Pod is gone
+    release_claims: tuple[str, ...] = ()
 
     @property
     def placements(self) -> tuple[ReplicaPlacement, ...]:
@@ -441,6 +444,8 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     live = {r.name for r in replicas} | {r.name for r in create}
     orphans = frozenset(c.name for c in observation.claims if c.replica not in live and not c.deleting)
     delete_claims = tuple(sorted(orphans & state.orphan_claims))
+    removed = frozenset(actions.remove)
+    release_claims = tuple(sorted(c.name for c in observation.claims if c.replica in removed and not c.deleting))
     desired = (serving, standby)
     last_decision, scaled = state.last_decision, ""
     if state.desired != desired:
@@ -464,7 +469,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     if aim.note and aim.since_s == now_s:
         message = f"{message}; {aim.note}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
-                     measured, scaled, unavailable, prefetch, sleeping, fallback)
+                     measured, scaled, unavailable, prefetch, sleeping, fallback, release_claims)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
                             orphans - set(delete_claims), wake_durations, aim)
 

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 _CLAIM_MISSING = "resourceclaim "
 # ResourceClaimReservedForMaxSize: how many consumers one claim may have (a shared claim: several Pods, one device)
 RESERVED_FOR_MAX = 256
+# the finalizer kube-scheduler puts on a claim it allocates (k8s.io/api/resource/v1 `resourceapi.Finalizer`)
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 _WATCHED = {("", "pods"), ("", "nodes"), ("resource.k8s.io", "resourceclaims"),
             ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
@@ -348,7 +350,8 @@ class Scheduler:
         return ""
 
     def _release_claims(self, pod: Obj) -> None:
-        """The resourceclaim controller: drop a gone pod from `reservedFor`; deallocate unused claims."""
+        """The resourceclaim controller: drop a gone pod from `reservedFor`; deallocate unused claims, lifting
+        their delete protection (a claim deleted while reserved goes now)."""
         uid = pod["metadata"]["uid"]
         claims_rt = self.store.type("resource.k8s.io", "v1", "resourceclaims")
         for claim in self.store.list_objects(claims_rt, pod["metadata"].get("namespace")):
@@ -362,8 +365,14 @@ class Scheduler:
             else:
                 new["status"].pop("reservedFor", None)
                 new["status"].pop("allocation", None)
-            self.store.update(claims_rt, claim["metadata"]["namespace"], claim["metadata"]["name"], new,
-                              subresource="status", check_rv=False)
+            updated, _ = self.store.update(claims_rt, claim["metadata"]["namespace"], claim["metadata"]["name"],
+                                           new, subresource="status", check_rv=False)
+            finalizers = updated["metadata"].get("finalizers") or []
+            if not rest and DELETE_PROTECTION in finalizers:
+                unprotected = copy.deepcopy(updated)
+                unprotected["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION] or None
+                self.store.update(claims_rt, claim["metadata"]["namespace"], claim["metadata"]["name"],
+                                  unprotected, check_rv=False)
 
     # ------------------------------------------------------------------------------------------ filters
 
@@ -603,6 +612,14 @@ class Scheduler:
         claims_rt = self.store.type("resource.k8s.io", "v1", "resourceclaims")
         for claim, allocation in decision.claims:
             current = self.store.get(claims_rt, namespace, claim["metadata"]["name"])
+            if allocation is not None and DELETE_PROTECTION not in (current["metadata"].get("finalizers") or []):
+                # kube-scheduler protects an allocated claim: deleted while reserved, it stays (its device
+                # allocated) until the resourceclaim controller deallocates it
+                protected = copy.deepcopy(current)
+                protected["metadata"]["finalizers"] = [*(current["metadata"].get("finalizers") or []),
+                                                       DELETE_PROTECTION]
+                current, _ = self.store.update(claims_rt, namespace, claim["metadata"]["name"], protected,
+                                               check_rv=False)
             new = copy.deepcopy(current)
             status = new.setdefault("status", {})
             if allocation is not None:

@@ -212,6 +212,19 @@ def test_a_claim_already_being_deleted_is_not_deleted_again() -> None:
     assert [p.delete_claims for p in run(obs)] == [(), (), ()]
 
 
+def test_the_claims_of_removed_replicas_are_deleted_with_them() -> None:
+    # the API server keeps a claim its Pod reserves and drops it the moment the Pod is gone: waiting for the
+    # collection of claims without a replica (two cycles) held the device that long for nobody
+    svc = service(spec__replicas=1)
+    claims = (ObservedClaim("llm-r0-gpu", "llm-r0", T0 - 60),
+              ObservedClaim("llm-r1-gpu", "llm-r1", T0 - 60, deleting=True),
+              ObservedClaim("llm-r2-gpu", "llm-r2", T0 - 60))
+    [plan] = run([(T0, observe(svc, ready("llm-r0"), ready("llm-r1"), ready("llm-r2"), rate=5.0, claims=claims))])
+    assert sorted(plan.actions.remove) == ["llm-r0", "llm-r1"]
+    assert plan.release_claims == ("llm-r0-gpu",)  # llm-r1's is already being deleted, llm-r2 stays
+    assert plan.delete_claims == ()
+
+
 def test_the_scaled_note_comes_once_per_change_of_the_desired_counts() -> None:
     svc = service(spec__scaling__minReplicas=1, spec__scaling__maxReplicas=8)
     steady = [(T0 + 10 * i, observe(svc, ready("llm-r0"), rate=10.0, now=T0 + 10 * i)) for i in range(3)]

@@ -830,6 +830,45 @@ def the_scheduler_allocates_a_claim_pinned_by_cel_to_one_device_on_one_node(api:
 
 
 @scenario
+def a_claim_deleted_while_reserved_keeps_its_device_until_its_pod_is_gone(api: Backend, ns: str) -> Answer:
+    """What the controller relies on when it deletes a replica's claim with its Pod: the claim stays (and its
+    device allocated) while the Pod runs, and goes, freeing the device, once the Pod is gone."""
+    with gpu_nodes(api, ns, 1) as names:
+        claims = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+        pods = f"/api/v1/namespaces/{ns}/pods"
+        target = f"GPU-{names[0]}-0"
+        api.ok("POST", claims, claim("held", ns, f"{ns}-gpu", f'device.attributes["{DRIVER}"].uuid == "{target}"'))
+        api.ok("POST", pods, pod("p", ns, claims={"gpu": "held"}))
+        assert poll(lambda: (api.get(f"{pods}/p").body.get("spec") or {}).get("nodeName"))
+        allocated = api.get(f"{claims}/held").body
+        out: dict[str, Any] = {"finalizers once allocated": (allocated["metadata"].get("finalizers"))}
+        r = api.delete(f"{claims}/held")
+        out["delete while reserved"] = (r.status, "deletionTimestamp" in (r.body.get("metadata") or {}))
+        time.sleep(1.0)
+        kept = api.get(f"{claims}/held")
+        status = kept.body.get("status") or {} if kept.status == 200 else {}
+        out["while the pod runs"] = (kept.status, bool(status.get("allocation")), len(status.get("reservedFor") or []))
+        # a second claim pinned to the same device waits; it is allocated once the first is gone
+        api.ok("POST", claims, claim("next", ns, f"{ns}-gpu", f'device.attributes["{DRIVER}"].uuid == "{target}"'))
+        api.ok("POST", pods, pod("q", ns, claims={"gpu": "next"}))
+        time.sleep(2.0)
+        out["the next pod meanwhile"] = bool((api.get(f"{pods}/q").body.get("spec") or {}).get("nodeName"))
+        api.ok("DELETE", f"{pods}/p", {"gracePeriodSeconds": 0})
+        out["claim gone after its pod"] = poll(lambda: api.get(f"{claims}/held").status == 404)
+        out["the next pod then"] = bool(poll(lambda: (api.get(f"{pods}/q").body.get("spec") or {}).get("nodeName")))
+        api.delete(f"{pods}/q", {"gracePeriodSeconds": 0})
+
+        def deallocated() -> Any:
+            body = api.get(f"{claims}/next").body
+            return None if (body.get("status") or {}).get("allocation") else body
+
+        left = poll(deallocated) or {}
+        out["a claim left without its pod"] = (left.get("metadata", {}).get("finalizers"),
+                                               "deletionTimestamp" in left.get("metadata", {}))
+        return out
+
+
+@scenario
 def an_unsatisfiable_claim_leaves_the_pod_unschedulable_with_a_reason(api: Backend, ns: str) -> Answer:
     with gpu_nodes(api, ns, 1):
         claims = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
