@@ -55,6 +55,9 @@ class ControllerMetrics:
         self.operator_restarts = Counter("infer_ctl_operator_restarts",
                                          "Times kopf's operator stopped on an error (e.g. a watch refused) and was "
                                          "started again in the same process.", registry=r)
+        self.burst_cycles = Counter("infer_ctl_burst_cycles",
+                                    "Control cycles run before the period ended because a check between cycles "
+                                    "read a queue forming (policies' burstCheckSeconds).", svc, registry=r)
         self.reconcile = Histogram("infer_ctl_reconcile_seconds", "One control cycle of one service.",
                                    buckets=RECONCILE_BUCKETS_S, registry=r)
 

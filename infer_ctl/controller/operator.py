@@ -2,7 +2,10 @@
 
 - A timer per InferenceService runs one control cycle every control period (policies/scaling.yaml,
   default 10 s); creating a service or changing its spec runs one at once. A per-service lock keeps two cycles
-  of one service from overlapping.
+  of one service from overlapping. A second timer (every `burstCheckSeconds`, 2 s; 0: none) reads the requests
+  in flight of a service with a latency objective between its cycles and runs its cycle at once when a queue
+  forms beyond what its replicas hold at the SLO (`Reconciler.burst_check`), as Knative's autoscaler evaluates
+  its panic window every 2 s.
 - Deleting a service needs no finalizer: its Pods and claims carry owner references and are garbage-collected;
   the controller only forgets the service's memory and metrics.
 - Several controllers elect one active instance through kopf's peering (`--peering NAME`, a
@@ -120,6 +123,24 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
                 id="control", registry=registry)
     async def control(body: kopf.Body, **_: Any) -> None:
         await run_cycle(body)
+
+    if config.settings.policies.scaling.burst_check_s > 0:
+        burst_s = config.settings.policies.scaling.burst_check_s
+
+        @kopf.timer(g, v, p, interval=burst_s, initial_delay=burst_s, id="burst-check",
+                    registry=registry)
+        async def burst_check(body: kopf.Body, **_: Any) -> None:
+            # between two cycles, a queue forming runs the cycle now (not while one runs: it reads the queue too)
+            uid = str(body.get("metadata", {}).get("uid", ""))
+            lock = config._locks.setdefault(uid, asyncio.Lock())
+            if lock.locked():
+                return
+            why = await reconciler.burst_check(body, datetime.now(UTC))
+            if why:
+                meta = body.get("metadata", {})
+                log.debug("%s/%s: a cycle now: %s", meta.get("namespace"), meta.get("name"), why,
+                          extra=object_ref(body))
+                await run_cycle(body)
 
     @kopf.on.create(g, v, p, id="create", registry=registry)
     @kopf.on.resume(g, v, p, id="resume", registry=registry)

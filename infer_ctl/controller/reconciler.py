@@ -67,6 +67,7 @@ from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
 from infer_ctl.core.slo import Attainment, SloWindow, Within, within_threshold
+from infer_ctl.decide.decision import burst_between_cycles, concurrency_target
 from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.cycle import (
     CyclePlan,
@@ -113,6 +114,7 @@ from infer_ctl.observe.rates import (
     ScrapeRates,
     read_gateway_held,
     read_held_at_gateway,
+    read_in_flight,
 )
 from infer_ctl.place.claims import HOSTNAME_LABEL
 from infer_ctl.place.framework import Engine
@@ -178,6 +180,18 @@ def cycle_policies(settings: Settings) -> CyclePolicies:
                          metric_source="prometheus" if settings.prometheus_url else "scrape", seed=settings.seed)
 
 
+@dataclass(frozen=True, slots=True)
+class BurstBasis:
+    """What a check between two cycles compares the requests in flight with: the last cycle's view of the service
+    (`infer_ctl.decide.decision.burst_between_cycles`)."""
+
+    svc: api.InferenceService
+    uid: str
+    target: float  # requests in flight one replica holds at the SLO (at the spec's targetRequestsPerReplica)
+    wanted: int  # serving replicas it wanted
+    in_flight: float  # what it read (NaN: nothing)
+
+
 @dataclass
 class ServiceMemory:
     """What one service's cycles carry from one to the next: the pure cycle's state, and the shell's own."""
@@ -205,6 +219,7 @@ class ServiceMemory:
     # when (through Prometheus, one reading covers the window)
     slo: SloWindow = field(default_factory=SloWindow)
     slo_since_s: float | None = None
+    burst: BurstBasis | None = None  # None: no check between cycles (no latency objective, paused, not read)
 
 
 # how long a namespace whose Pod Security level refused the node model cache mount gets replicas without it before
@@ -509,10 +524,55 @@ class Reconciler:
             self.metrics.cold_start.labels(accelerator or "unknown", str(cached).lower()).observe(seconds)
         if plan.scaled:
             await self._event(body, "Scaled", plan.scaled, "Normal", "Scale", now)
+        memory.burst = self._burst_basis(svc, uid, plan, concurrency)
         status = self._status(observed, memory.state, plan, refused, conditions)
         await self._metrics_transition(body, conditions, status, now)
         self._export(observed, plan)
         return CycleResult(status, plan.actions, plan.placements, plan.output)
+
+    def _burst_basis(self, svc: api.InferenceService, uid: str, plan: CyclePlan,
+                     concurrency: Concurrency) -> BurstBasis | None:
+        """What the checks until the next cycle compare with; None where they read nothing: no check configured,
+        no latency objective, paused (spec.replicas), or no source of the requests in flight."""
+        latency_ms = svc.spec.slo.latency_p95_ms
+        if not self.settings.policies.scaling.burst_check_s or latency_ms is None or svc.spec.replicas is not None:
+            return None
+        if self.prometheus is not None and not self.settings.policies.scaling.concurrency_query:
+            return None
+        target = concurrency_target(svc.spec.scaling.target_rps_per_replica, latency_ms / 1000)
+        assert target is not None
+        return BurstBasis(svc, uid, target, plan.serving, concurrency.requests)
+
+    async def burst_check(self, body: Mapping[str, Any], now: datetime) -> str:
+        """Between two cycles: read the service's requests in flight and say why its cycle should run now (a queue
+        forming beyond what its replicas hold at the SLO, `burst_between_cycles`), or "". Reads nothing for a
+        service whose last cycle left no basis; a failed read is "" (the cycle reports outages, once)."""
+        memory = self.memory.get(str((body.get("metadata") or {}).get("uid", "")))
+        basis = memory.burst if memory is not None else None
+        if basis is None:
+            return ""
+        svc = basis.svc
+        # the replicas as the watch shows them now (the cache: no request), not as the last cycle saw them
+        pods = [p for p in await self.view.owned(PODS, svc.meta.namespace, selector(svc.meta))
+                if _owned_by(p, basis.uid) and _role(p) != ROLE_PREFETCH]
+        replicas = replica_pods(pods)
+        if self.prometheus is not None:
+            reading = await self.prometheus.aconcurrency(
+                template=self.settings.policies.scaling.concurrency_query, name=svc.meta.name,
+                namespace=svc.meta.namespace, at_s=now.timestamp())
+        else:
+            endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
+                         if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
+            reading = await self._with_held(svc, await read_in_flight(self._http, endpoints))
+        if reading.error:
+            return ""
+        serving = sum(r.state is api.ReplicaState.SERVING for r in replicas)
+        why = burst_between_cycles(reading.requests, target=basis.target, serving=serving,
+                                   wanted=basis.wanted, max_replicas=svc.spec.scaling.max_replicas,
+                                   last_in_flight=basis.in_flight)
+        if why:
+            self.metrics.burst_cycles.labels(svc.meta.namespace, svc.meta.name).inc()
+        return why
 
     async def _plan(self, svc: api.InferenceService, observation: Observation, memory: ServiceMemory, now_s: float,
                     *, sleepy: bool) -> tuple[CyclePlan, dict[str, dict[str, Any]], dict[str, str]]:

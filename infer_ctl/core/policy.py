@@ -157,6 +157,9 @@ class ScalingPolicy:
     presets: Mapping[api.Preset, ScalingPreset]
     # a replica that was ready and has not been for this long counts as unavailable and is replaced
     unavailable_after_s: float = 30.0
+    # between cycles, each service with a latency objective has its requests in flight read this often, and a
+    # queue forming beyond what its replicas hold at the SLO runs its cycle at once (0: only once a period)
+    burst_check_s: float = 0.0
     # the cached load's time as a share of the cold start, until cached starts have been measured (KServe's
     # LocalModelCache and Run:ai's streamer report 48 s -> 8-14 s for an 8B model: 0.17-0.3)
     cached_start_ratio: float = 0.25
@@ -347,7 +350,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     if not isinstance(doc, Mapping):
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
-    r.unknown(doc, source, ("version", "controlPeriodSeconds", "unavailableAfterSeconds", "cachedStartRatio",
+    r.unknown(doc, source, ("version", "controlPeriodSeconds", "burstCheckSeconds", "unavailableAfterSeconds",
+                            "cachedStartRatio",
                             "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
                             "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim",
                             "presets"))
@@ -355,6 +359,11 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
                       exclusive_minimum=0, maximum=3600)
+    burst_check = r.number(doc, "burstCheckSeconds", f"{source}: burstCheckSeconds", default=0.0, minimum=0,
+                           maximum=3600)
+    if burst_check and period and burst_check >= period:
+        r.error(f"{source}: burstCheckSeconds", f"must be below controlPeriodSeconds ({period:g}): a check reads "
+                                                f"the requests in flight between two cycles (0 turns it off)")
     wake_gbps = r.number(doc, "wakeGbps", f"{source}: wakeGbps", default=20.0, exclusive_minimum=0, maximum=10_000)
     host_fraction = r.number(doc, "hostMemoryFraction", f"{source}: hostMemoryFraction", default=0.5,
                              exclusive_minimum=0, maximum=1)
@@ -410,6 +419,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError(r.errors)
     return ScalingPolicy(control_period_s=period or 10.0, presets=presets,
                          unavailable_after_s=30.0 if unavailable_after is None else unavailable_after,
+                         burst_check_s=burst_check or 0.0,
                          cached_start_ratio=0.25 if cached_ratio is None else cached_ratio,
                          concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
                                             else concurrency_query),

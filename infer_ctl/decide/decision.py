@@ -186,6 +186,23 @@ def concurrency_target(target_rps_per_replica: float, latency_s: float | None) -
     return target_rps_per_replica * latency_s
 
 
+def burst_between_cycles(in_flight: float, *, target: float | None, serving: int, wanted: int, max_replicas: int,
+                         last_in_flight: float) -> str:
+    """Whether the requests in flight read between two control cycles call for a cycle now rather than at the
+    end of the period (as Knative's autoscaler evaluates its panic window every 2 s, not once a minute): a queue
+    beyond what the replicas the last cycle wanted hold at the SLO (`target` each, `concurrency_target`; at least
+    the `serving` ones), grown since that cycle's reading (`last_in_flight`; NaN: none), while the service is below
+    `max_replicas`. What the cycle then does is the burst guard's; this only says that it should look. Returns
+    why ("" when not: no target, no reading, no queue beyond them, not grown, or nothing more to start)."""
+    if target is None or math.isnan(in_flight) or wanted >= max_replicas:
+        return ""
+    holds = max(serving, wanted) * target
+    if in_flight <= holds or (not math.isnan(last_in_flight) and in_flight <= last_in_flight):
+        return ""
+    return (f"{in_flight:.0f} requests in flight, beyond the {holds:.0f} that {max(serving, wanted)} replicas hold "
+            f"at the SLO" + ("" if math.isnan(last_in_flight) else f" (the last cycle read {last_in_flight:.0f})"))
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaView:
     """One replica as the decision sees it."""

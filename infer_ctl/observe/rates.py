@@ -548,6 +548,32 @@ async def read_held_at_gateway(client: httpx.AsyncClient, url: str, namespace: s
     return RateSamples(((now_s, held),), "gateway")
 
 
+async def read_in_flight(client: httpx.AsyncClient, endpoints: Mapping[str, str], *,
+                         timeout_s: float = 2.0) -> Concurrency:
+    """The replicas' requests in flight now (the sum of their `infer_ctl_inflight_requests`), from their `/metrics`
+    (`endpoints`: replica -> URL) read side by side, with no counter state touched (`ScrapeRates` keeps the
+    rate's): what a check between two cycles reads. NaN when a replica cannot be scraped or lacks the gauge."""
+
+    async def one(url: str) -> float:
+        response = await client.get(url, timeout=timeout_s)
+        response.raise_for_status()
+        return series_total(response.text, INFLIGHT_METRIC, {})
+
+    if not endpoints:
+        return NOT_READ
+    results = await asyncio.gather(*(one(url) for url in endpoints.values()), return_exceptions=True)
+    failed: list[tuple[str, Exception]] = []
+    for replica, result in zip(endpoints, results, strict=True):
+        if isinstance(result, httpx.HTTPError | ValueError):
+            failed.append((replica, result))
+        elif isinstance(result, BaseException):
+            raise result
+    if failed:
+        return Concurrency(math.nan, "scrape", "cannot scrape " + ", ".join(
+            f"{replica}: {type(error).__name__}" for replica, error in failed), _scrape_outage(failed[0][1]))
+    return Concurrency(sum(r for r in results if isinstance(r, float)), "scrape")
+
+
 async def read_gateway_held(client: httpx.AsyncClient, url: str, namespace: str, service: str, *,
                             timeout_s: float = 2.0) -> Concurrency:
     """The requests a front door holds for a replica of the service now (`infer_ctl_gateway_queue_depth` on the

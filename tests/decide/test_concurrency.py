@@ -201,3 +201,34 @@ def test_requests_in_flight_the_minimum_already_holds_do_not_name_the_decision()
                          target_concurrency_per_replica=10.0, panic_on_concurrency=True)
     [decision] = run([Tick(math.nan, 5.0, None)], serving=1, policy=panic)
     assert decision.total == 1 and "in flight" not in decision.message, decision.message
+
+
+# ------------------------------------------------------------------------- a check between two control cycles
+
+def between(in_flight: float, *, serving: int = 3, wanted: int = 3, max_replicas: int = 14,
+            last: float = 20.0, target: float | None = 10.0) -> str:
+    from infer_ctl.decide.decision import burst_between_cycles
+
+    return burst_between_cycles(in_flight, target=target, serving=serving, wanted=wanted, max_replicas=max_replicas,
+                                last_in_flight=last)
+
+
+def test_a_queue_forming_between_cycles_asks_for_a_cycle_now() -> None:
+    # 3 replicas hold 30 at the SLO; 512 in flight, the last cycle read 20
+    assert between(512.0) == "512 requests in flight, beyond the 30 that 3 replicas hold at the SLO (the last " \
+                              "cycle read 20)"
+    assert between(31.0) and not between(30.0)  # beyond what they hold, not at it
+
+
+def test_no_cycle_for_what_the_last_cycle_already_saw_or_started_replicas_for() -> None:
+    assert not between(512.0, last=512.0)  # not grown since the cycle that read it
+    assert not between(512.0, last=600.0)
+    assert not between(100.0, serving=3, wanted=11)  # the 11 it wanted (8 loading) hold 110
+    assert between(120.0, serving=3, wanted=11)
+
+
+def test_no_cycle_at_max_replicas_nor_without_a_target_or_a_reading() -> None:
+    assert not between(512.0, wanted=14, max_replicas=14)
+    assert not between(512.0, target=None)
+    assert not between(math.nan)
+    assert between(512.0, last=math.nan) == "512 requests in flight, beyond the 30 that 3 replicas hold at the SLO"

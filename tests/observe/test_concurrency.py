@@ -5,6 +5,7 @@ with its reason, apart from the rate's."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.policy import DEFAULT_CONCURRENCY_QUERY, parse_scaling_policy
-from infer_ctl.observe.rates import NOT_READ, Outage, PrometheusRates, ScrapeRates, read_gateway_held
+from infer_ctl.observe.rates import (
+    NOT_READ,
+    Outage,
+    PrometheusRates,
+    ScrapeRates,
+    read_gateway_held,
+    read_in_flight,
+)
 from tests.observe.conftest import Backfilled, MetricsEndpoint
 from tests.prometheus_server import free_port
 
@@ -114,6 +122,27 @@ async def test_a_replica_that_cannot_be_scraped_misses_both(replicas: tuple[Repl
     assert math.isnan(in_flight.requests)
 
 
+async def test_a_check_between_cycles_reads_the_gauge_alone_and_leaves_the_rate_to_the_cycle(
+        replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    scrape, endpoints = ScrapeRates(), {"llm-a": a.url, "llm-b": b.url}
+    assert a.in_flight is not None and b.in_flight is not None
+    async with httpx.AsyncClient() as client:
+        await scrape.read_with_concurrency(client, endpoints, now_s=1000.0)
+        a.requests.inc(100)
+        a.in_flight.set(30)
+        b.in_flight.set(12)
+        checked = await read_in_flight(client, endpoints)
+        rates, _ = await scrape.read_with_concurrency(client, endpoints, now_s=1010.0)
+        down = await read_in_flight(client, {"llm-a": a.url, "down": f"http://127.0.0.1:{free_port()}/metrics"},
+                                    timeout_s=1)
+        assert await read_in_flight(client, {}) is NOT_READ
+    assert (checked.requests, checked.source, checked.ok) == (42.0, "scrape", True)
+    assert rates.samples == ((1010.0, 10.0),)  # the check between them took none of the counter's increase
+    assert math.isnan(down.requests) and down.reason == Outage.REFUSED
+    assert down.error == "cannot scrape down: ConnectError"
+
+
 async def test_no_replica_to_scrape_reads_nothing_and_is_no_outage() -> None:
     async with httpx.AsyncClient() as client:
         _, in_flight = await ScrapeRates().read_with_concurrency(client, {}, now_s=5.0)
@@ -147,6 +176,18 @@ def test_the_policies_concurrency_query_defaults_is_checked_and_may_be_turned_of
         parse_scaling_policy(scaling_doc(
             concurrencyQuery='sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}) '
                              "or vector(50)"))
+
+
+def test_the_burst_check_runs_every_2_s_below_the_period_and_may_be_turned_off() -> None:
+    shipped = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    assert parse_scaling_policy(shipped).burst_check_s == 2.0
+    assert parse_scaling_policy({**shipped, "burstCheckSeconds": 0}).burst_check_s == 0.0
+    unstated = {k: v for k, v in shipped.items() if k != "burstCheckSeconds"}
+    assert parse_scaling_policy(unstated).burst_check_s == 0.0
+    for value, problem in ((10, "must be below controlPeriodSeconds (10)"), (-1, "must be greater than or equal"),
+                           ("2s", "must be a number")):
+        with pytest.raises(SpecError, match=rf"burstCheckSeconds.*{re.escape(problem)}"):
+            parse_scaling_policy({**shipped, "burstCheckSeconds": value})
 
 
 def test_panic_on_concurrency_is_the_latency_critical_presets_alone() -> None:

@@ -1,0 +1,67 @@
+"""The check between two control cycles, with kopf's runtime as a user runs it: real traffic through the sandbox's
+front door (loadgen in its own process), a control period far longer than the test, so that any cycle after the
+first is one the burst check ran; and with the check off, none comes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from infer_ctl.controller.reconciler import Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster, running_controller
+from tests.controller.test_reconciler import wait_for
+
+PERIOD_S = 120.0  # no timed cycle within the test: the first comes 120 s after the controller starts
+
+
+def desired_serving(cluster: Cluster) -> int:
+    status = (cluster.kube.get(INFERENCE_SERVICES, "burst", "default") or {}).get("status") or {}
+    return int((status.get("desired") or {}).get("serving", 0))
+
+
+@pytest.mark.parametrize("check_s", [1.0, 0.0], ids=["check every 1 s", "no check"])
+def test_a_queue_forming_between_cycles_runs_the_cycle_within_seconds(cluster: Cluster, check_s: float) -> None:
+    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, control_period_s=PERIOD_S,
+                                                         burst_check_s=check_s))
+    settings = Settings(policies, gateway_metrics_url=cluster.sandbox.router.metrics_url)
+    builder = (InferenceServiceBuilder("burst")
+               .with_("metadata.annotations", {"sandbox.infer-ctl.io/service-time-ms": "200",
+                                               "sandbox.infer-ctl.io/concurrency": "2"})
+               .with_("spec.scaling.minReplicas", 1).with_("spec.scaling.maxReplicas", 6)
+               .with_("spec.scaling.targetRequestsPerReplica", 8).with_("spec.scaling.preset", "latency-critical")
+               .with_("spec.scaling.forecast", {"enabled": False}).with_("spec.runtime.coldStartSeconds", 1)
+               .with_("spec.slo", {"latencyP95Ms": 500}))
+    with running_controller(cluster, settings, namespaces=("default",)):
+        cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
+        url = wait_for("the first cycle's replicas behind the front door", lambda: (
+            (cluster.kube.get(INFERENCE_SERVICES, "burst", "default") or {}).get("metadata", {}).get(
+                "annotations") or {}).get("sandbox.infer-ctl.io/url"), timeout_s=60)
+        wait_for("a replica ready", lambda: any(
+            c.get("type") == "Ready" and c.get("status") == "True" for p in cluster.kube.list(PODS, "default")
+            for c in (p.get("status") or {}).get("conditions") or ()), timeout_s=60)
+        first = desired_serving(cluster)
+        # 40 req/s at a replica that answers 10/s: 4 in flight at the SLO per replica (8 req/s x 0.5 s), hundreds
+        # queued within seconds
+        loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+                                    "--shape", "40@15s", "--no-progress", "--max-error-ratio", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            started = time.monotonic()
+            deadline = started + 15
+            while time.monotonic() < deadline and desired_serving(cluster) <= first:
+                time.sleep(0.2)
+            reacted = time.monotonic() - started
+        finally:
+            loadgen.kill()  # its summary is not wanted: no wait for the requests the door still holds
+            loadgen.wait(10)
+    if check_s:
+        # loadgen's start takes a few seconds of imports; the check reads the queue within 1 s of its forming
+        assert desired_serving(cluster) > first and reacted < 12, (first, desired_serving(cluster), reacted)
+    else:
+        assert desired_serving(cluster) == first  # the next cycle is a period away
