@@ -8,14 +8,17 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.sandbox.prometheus import LocalPrometheus
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster, running_controller
 from tests.controller.test_reconciler import wait_for
+from tests.controller.test_traffic import GATEWAY_QUERY
 
 PERIOD_S = 120.0  # no timed cycle within the test: the first comes 120 s after the controller starts
 
@@ -25,11 +28,33 @@ def desired_serving(cluster: Cluster) -> int:
     return int((status.get("desired") or {}).get("serving", 0))
 
 
-@pytest.mark.parametrize("check_s", [1.0, 0.0], ids=["check every 1 s", "no check"])
-def test_a_queue_forming_between_cycles_runs_the_cycle_within_seconds(cluster: Cluster, check_s: float) -> None:
-    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, control_period_s=PERIOD_S,
-                                                         burst_check_s=check_s))
-    settings = Settings(policies, gateway_metrics_url=cluster.sandbox.router.metrics_url)
+# the front door's requests at the door (forwarded and held), which the test's Prometheus scrapes
+DOOR_QUERY = ('sum(infer_ctl_gateway_inflight{namespace="{{namespace}}",service="{{name}}"} '
+              '+ infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"})')
+
+
+@pytest.mark.parametrize(("check_s", "source"), [(1.0, "scrape"), (1.0, "Prometheus"), (0.0, "scrape")],
+                         ids=["check every 1 s", "check every 1 s through Prometheus", "no check"])
+def test_a_queue_forming_between_cycles_runs_the_cycle_within_seconds(cluster: Cluster, check_s: float, source: str,
+                                                                      tmp_path: Path) -> None:
+    scaling = replace(cluster.policies.scaling, control_period_s=PERIOD_S, burst_check_s=check_s,
+                      concurrency_query=DOOR_QUERY)
+    policies = replace(cluster.policies, scaling=scaling)
+    prometheus = None
+    if source == "Prometheus":
+        prometheus = LocalPrometheus(tmp_path / "prometheus", scrape_interval_s=0.5)
+        prometheus.start(targets=[cluster.sandbox.router.metrics_url.removeprefix("http://").removesuffix("/metrics")])
+        settings = Settings(policies, prometheus_url=prometheus.url)
+    else:
+        settings = Settings(policies, gateway_metrics_url=cluster.sandbox.router.metrics_url)
+    try:
+        _run(cluster, settings, check_s, prometheus is not None)
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+
+
+def _run(cluster: Cluster, settings: Settings, check_s: float, through_prometheus: bool) -> None:
     builder = (InferenceServiceBuilder("burst")
                .with_("metadata.annotations", {"sandbox.infer-ctl.io/service-time-ms": "200",
                                                "sandbox.infer-ctl.io/concurrency": "2"})
@@ -37,6 +62,8 @@ def test_a_queue_forming_between_cycles_runs_the_cycle_within_seconds(cluster: C
                .with_("spec.scaling.targetRequestsPerReplica", 8).with_("spec.scaling.preset", "latency-critical")
                .with_("spec.scaling.forecast", {"enabled": False}).with_("spec.runtime.coldStartSeconds", 1)
                .with_("spec.slo", {"latencyP95Ms": 500}))
+    if through_prometheus:  # the rate from what this Prometheus scrapes: the front door
+        builder = builder.with_("spec.scaling.metric", {"query": GATEWAY_QUERY})
     with running_controller(cluster, settings, namespaces=("default",)):
         cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
         url = wait_for("the first cycle's replicas behind the front door", lambda: (
