@@ -142,7 +142,7 @@ async def test_the_controllers_own_writes_show_until_its_cache_catches_up() -> N
     delivers it at all; the cache's own version is used again once it is as new."""
     view = ClusterView(kube=None)  # type: ignore[arg-type]  # _with_writes makes no call
     asleep = _pod("r0", "9", "standby", asleep=True)
-    informer = SimpleNamespace(objects={("default", "r0"): asleep})
+    informer = SimpleNamespace(objects={("default", "r0"): asleep}, resource_version="9")
     view._informers[PODS] = informer  # type: ignore[assignment]
     woken = _pod("r0", "10", "serving")
     view.wrote(PODS, woken)
@@ -150,8 +150,22 @@ async def test_the_controllers_own_writes_show_until_its_cache_catches_up() -> N
     view.wrote(PODS, created)
     assert view._with_writes(PODS, [asleep]) == [woken, created]
     assert view._with_writes(RESOURCE_CLAIMS, []) == []  # per resource
-    informer.objects = {("default", "r0"): woken, ("default", "r1"): created}
+    informer.objects, informer.resource_version = {("default", "r0"): woken, ("default", "r1"): created}, "11"
     assert view._with_writes(PODS, [woken, created]) == [woken, created]
+    assert view._written == {}
+
+
+async def test_an_own_write_deleted_since_is_not_shown_once_the_watch_went_past_it() -> None:
+    # a Pod the controller created and somebody deleted: the watch delivered both, the cache no longer has it;
+    # shown until the TTL, it would keep a replica the controller would otherwise replace at once
+    view = ClusterView(kube=None)  # type: ignore[arg-type]  # _with_writes makes no call
+    informer = SimpleNamespace(objects={}, resource_version="10")
+    view._informers[PODS] = informer  # type: ignore[assignment]
+    created = _pod("r1", "11", "standby")
+    view.wrote(PODS, created)
+    assert view._with_writes(PODS, []) == [created]  # the watch has not delivered the creation yet
+    informer.resource_version = "12"  # it delivered the creation (11) and the deletion (12)
+    assert view._with_writes(PODS, []) == []
     assert view._written == {}
 
 
