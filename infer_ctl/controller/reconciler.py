@@ -444,10 +444,7 @@ class Reconciler:
         # 2. observe
         ns, sel = svc.meta.namespace, selector(svc.meta)
         labelled = await self.view.owned(PODS, ns, sel)
-        pods = [p for p in labelled if _owned_by(p, uid)]
-        # the cached tier's prefetch Pods are not replicas
-        prefetches = [p for p in pods if _role(p) == ROLE_PREFETCH]
-        pods = [p for p in pods if _role(p) != ROLE_PREFETCH]
+        pods, prefetches = _replicas_and_prefetches(labelled, uid)
         # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
         # still draining (skipped quietly), or somebody else's (reported; the Event is aggregated, so once). The
         # cache shows them every cycle: only names found by a refused create are read again (`_foreign`).
@@ -553,17 +550,15 @@ class Reconciler:
             return ""
         svc = basis.svc
         # the replicas as the watch shows them now (the cache: no request), not as the last cycle saw them
-        pods = [p for p in await self.view.owned(PODS, svc.meta.namespace, selector(svc.meta))
-                if _owned_by(p, basis.uid) and _role(p) != ROLE_PREFETCH]
+        pods, _ = _replicas_and_prefetches(
+            await self.view.owned(PODS, svc.meta.namespace, selector(svc.meta)), basis.uid)
         replicas = replica_pods(pods)
         if self.prometheus is not None:
             reading = await self.prometheus.aconcurrency(
                 template=self.settings.policies.scaling.concurrency_query, name=svc.meta.name,
                 namespace=svc.meta.namespace, at_s=now.timestamp())
         else:
-            endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
-                         if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
-            reading = await self._with_held(svc, await read_in_flight(self._http, endpoints))
+            reading = await self._with_held(svc, await read_in_flight(self._http, _metrics_endpoints(replicas)))
         if reading.error:
             return ""
         serving = sum(r.state is api.ReplicaState.SERVING for r in replicas)
@@ -691,8 +686,7 @@ class Reconciler:
                 failed=self.settings.policies.scaling.failed_requests) if histogram else _value(None)
             rates, concurrency, buckets = await asyncio.gather(rate_read, concurrency_read, buckets_read)
         else:
-            endpoints = {r.name: f"http://{r.address}/metrics" for r in replicas
-                         if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
+            endpoints = _metrics_endpoints(replicas)
             if not replicas and self.settings.gateway_metrics_url:
                 # at zero replicas only the front door sees a request: the requests it holds wake the service
                 rates = await read_held_at_gateway(self._http, self.settings.gateway_metrics_url,
@@ -1341,6 +1335,21 @@ def pin_results(placement: ReplicaPlacement) -> list[dict[str, Any]]:
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def _replicas_and_prefetches(labelled: Sequence[dict[str, Any]], uid: str
+                             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The service's own Pods among those with its labels: its replicas, and the cached tier's prefetch Pods
+    (not replicas)."""
+    own = [p for p in labelled if _owned_by(p, uid)]
+    return [p for p in own if _role(p) != ROLE_PREFETCH], [p for p in own if _role(p) == ROLE_PREFETCH]
+
+
+def _metrics_endpoints(replicas: Sequence[ReplicaPod]) -> dict[str, str]:
+    """Where a direct scrape reads each replica's metrics: the ready replicas (serving or standby) with an
+    address."""
+    return {r.name: f"http://{r.address}/metrics" for r in replicas
+            if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
 
 
 def _reason_code(placement: ReplicaPlacement) -> str:
