@@ -57,6 +57,11 @@ LABEL_WARM_HOST = "infer-ctl.io/warm-host"  # on a warm host's claim: "true"
 ANNOTATION_WARM_HOST = "infer-ctl.io/warm-host"  # on a sleeper's Pod: its warm host's claim
 ANNOTATION_ASLEEP = "infer-ctl.io/asleep"  # on a sleeper's Pod: "true" while held asleep
 ANNOTATION_DEVICE_BYTES = "infer-ctl.io/device-memory-bytes"  # on a sleeper's Pod: device memory it takes awake
+# on the Pod of a replica of a service that yields to sleepers: "true" (another service's wake may put it to sleep)
+ANNOTATION_YIELDS = "infer-ctl.io/yields-to-sleepers"
+# on such a Pod while asleep because it yielded its GPU: when (seconds since the epoch), and to which sleeper
+ANNOTATION_YIELDED_AT = "infer-ctl.io/yielded-at"
+ANNOTATION_YIELDED_TO = "infer-ctl.io/yielded-to"
 
 CLAIM_NAME_IN_POD = "gpu"
 CONTAINER_NAME = "model-server"
@@ -105,6 +110,13 @@ def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_b
     return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true", ANNOTATION_START_ASLEEP: "true",
             ANNOTATION_MODEL_BYTES: str(weight_bytes),
             ANNOTATION_DEVICE_BYTES: str(device_bytes or spec.model.memory_bytes)}
+
+
+def lent_annotations(warm_host: str, weight_bytes: int, device_bytes: int) -> dict[str, str]:
+    """The annotations of a new awake replica, on `warm_host`, of a service that yields to sleepers: the weights
+    it holds when put to sleep and the device memory it takes awake (as a sleeper's, `sleeper_annotations`)."""
+    return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_YIELDS: "true", ANNOTATION_MODEL_BYTES: str(weight_bytes),
+            ANNOTATION_DEVICE_BYTES: str(device_bytes)}
 
 
 def selector(meta: api.ObjectMeta) -> str:

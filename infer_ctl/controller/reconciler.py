@@ -25,6 +25,13 @@ wake (409 DeviceMemory: the warm host's device is taken) is an Event, is named i
 tried again for WAKE_REFUSED_PERIODS, and the cycle plans again without it, creating replicas instead. New
 sleepers reference their warm host (made first when it is new) and start asleep; warm hosts no Pod references are
 deleted after a control period, in every namespace the controller manages (`collect_warm_hosts`).
+
+Lent GPUs (`spec.scaling.prewarm.yieldToSleepers`): a yielding service's new replicas go awake onto a warm host
+whose device is free, else onto a warm host made of the claim its placement pinned (`_lent_hosts`); other
+services' sleepers wait there. A wake the plan makes by displacing one (`CyclePlan.displace`) first takes that
+replica out of traffic (the standby label, the asleep annotation, `infer-ctl.io/yielded-at` and `-to`), asks it to
+sleep and waits for the answer, with one `Yielded` Event on its service (`_displace`); then the wakes. The
+yielding service's own cycle holds that replica asleep while its GPU is taken and wakes it once it is free.
 """
 
 from __future__ import annotations
@@ -46,9 +53,12 @@ import httpx
 from infer_ctl.actuate.manifests import (
     ANNOTATION_ASLEEP,
     ANNOTATION_WARM_HOST,
+    ANNOTATION_YIELDED_AT,
+    ANNOTATION_YIELDED_TO,
     PRIORITY_CLASS_STANDBY,
     Role,
     held_asleep,
+    lent_annotations,
     owner_reference,
     prefetch_pod,
     replica_pod,
@@ -57,6 +67,7 @@ from infer_ctl.actuate.manifests import (
     selector_labels,
     sleeper_annotations,
     spec_hash,
+    warm_host_labels,
     without_model_cache,
 )
 from infer_ctl.actuate.metrics import ControllerMetrics
@@ -480,7 +491,7 @@ class Reconciler:
         observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
                                                       if r.state is api.ReplicaState.SLEEPING))
         sleepy = effective_scaling(svc.spec.scaling, self.settings.policies.scaling).sleep or \
-            any(r.warm_host for r in observation.replicas)
+            svc.spec.scaling.prewarm.yield_to_sleepers or any(r.warm_host for r in observation.replicas)
 
         # 3. plan, on one snapshot, and pin what it placed
         if stuck_replicas(observation.replicas, now_s, self.settings.period_s):
@@ -588,6 +599,7 @@ class Reconciler:
             # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
             plan, memory.state = await asyncio.to_thread(
                 plan_cycle, replace(observation, cluster=snapshot), memory.state, self.policies, now_s)
+            self._lent_hosts(ns, plan)
             self._pin(ns, plan.placements)
             new_hosts = self._pin_warm_hosts(svc, snapshot, plan, observation, devices)
         return plan, new_hosts, {name: d.node_name for name, d in devices.items()}
@@ -610,6 +622,21 @@ class Reconciler:
                 {**claim, "status": {"allocation": {"devices": {"results": results}}}}, time.monotonic())
             # (its device was taken on the snapshot by the plan: `engine.cycle._take_new_warm_hosts`)
         return out
+
+    def _lent_hosts(self, namespace: str, plan: CyclePlan) -> None:
+        """The placed claims of a yielding service's new replicas become warm hosts (`warm_host_name` of the
+        placed device, labelled, not owned: other services' sleepers reference them too), before they are
+        pinned."""
+        for replica in plan.create:
+            if replica.sleeping or not replica.warm_host or replica.placement is None \
+                    or replica.placement.claim is None:
+                continue
+            claim = replica.placement.claim.claim
+            claim["metadata"]["name"] = replica.warm_host
+            claim["metadata"]["labels"] = {**(claim["metadata"].get("labels") or {}), **warm_host_labels()}
+            self._made_hosts[(namespace, replica.warm_host)] = (
+                {**claim, "status": {"allocation": {"devices": {"results": pin_results(replica.placement)}}}},
+                time.monotonic())
 
     def _unseen_hosts(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The warm hosts made here that the cache does not show yet (forgotten once it does, or after a
@@ -815,12 +842,57 @@ class Reconciler:
             await self._k(self.kube.delete, RESOURCE_CLAIMS, claim, ns)
         for name in actions.promote:
             await self._patch_pod(name, ns, {"metadata": {"labels": {LABEL_ROLE: Role.SERVING.value}}})
+        if plan.displace:
+            await self._displace(body, svc, plan, now)
         refused: list[str] = []
         if actions.wake:
             woken = await asyncio.gather(*(self._wake(body, svc, memory, name, addresses.get(name, ""), now)
                                            for name in actions.wake))
             refused = [name for name, ok in zip(actions.wake, woken, strict=True) if not ok]
         return refused
+
+    async def _displace(self, body: Mapping[str, Any], svc: api.InferenceService, plan: CyclePlan,
+                        now: datetime) -> None:
+        """Put to sleep the replicas of services that yield to sleepers whose devices the plan's wakes take: out
+        of traffic first (the standby label, the asleep annotation, when and to whom it yielded), then the sleep,
+        waited for (the wakes need the device memory it frees). One Event on each yielding service. A sleep that
+        fails leaves the device taken: the wake that needed it is then refused, and a replica created instead."""
+        ns = svc.meta.namespace
+        pods = {str(p["metadata"]["name"]): p for p in (await self.view.cached(PODS))[0]
+                if (p.get("metadata") or {}).get("namespace") == ns}
+        to = ", ".join(plan.actions.wake)
+
+        async def one(name: str) -> None:
+            pod = pods.get(name)
+            if pod is None:
+                return
+            await self._patch_pod(name, ns, {"metadata": {
+                "labels": {LABEL_ROLE: Role.STANDBY.value},
+                "annotations": {ANNOTATION_ASLEEP: "true", ANNOTATION_YIELDED_AT: f"{now.timestamp():.3f}",
+                                ANNOTATION_YIELDED_TO: f"{svc.meta.name}: {to}"[:250]}}})
+            address = kube_pods.replica_pod(pod).address
+            why = ""
+            if not address:
+                why = "its model server's address is not known"
+            else:
+                try:
+                    answer = await self._http.post(f"http://{address}/sleep", params={"level": "1"},
+                                                   timeout=httpx.Timeout(SLEEP_TIMEOUT_S, connect=2.0))
+                    if answer.status_code != 200:
+                        why = _refusal(answer)
+                except httpx.HTTPError as exc:
+                    why = f"no answer from {address}: {type(exc).__name__} {exc}"
+            owner = _owner_ref(pod)
+            if owner is not None:
+                note = (f"replica {name} went to sleep: its GPU (warm host "
+                        f"{(pod['metadata'].get('annotations') or {}).get(ANNOTATION_WARM_HOST, '')}) is lent to "
+                        f"{svc.meta.name}'s wake of {to}")
+                await self._event(owner, "Yielded", note + (f"; the sleep failed: {why}" if why else ""),
+                                  "Warning" if why else "Normal", "Yield", now)
+            if why:
+                log.warning("%s: the sleep of %s, yielding its GPU, failed: %s", svc.meta.key, name, why)
+
+        await asyncio.gather(*(one(name) for name in plan.displace))
 
     async def _patch_pod(self, name: str, namespace: str, patch: Mapping[str, Any]) -> None:
         """A replica's labels or annotations, as the cache shows them from now on (`ClusterView.wrote`): the
@@ -871,7 +943,8 @@ class Reconciler:
         memory.wakes.append(time.perf_counter() - started)
         memory.asleep.discard(name)
         await self._patch_pod(name, ns, {"metadata": {
-            "labels": {LABEL_ROLE: Role.SERVING.value}, "annotations": {ANNOTATION_ASLEEP: None}}})
+            "labels": {LABEL_ROLE: Role.SERVING.value},
+            "annotations": {ANNOTATION_ASLEEP: None, ANNOTATION_YIELDED_AT: None, ANNOTATION_YIELDED_TO: None}}})
         return True
 
     def _start_sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
@@ -1012,6 +1085,9 @@ class Reconciler:
                 if replica.sleeping:
                     await self._write_sleeper(svc, replica, new_hosts, host_nodes or {}, now, written)
                     continue
+                if replica.warm_host and (replica.placement is None or replica.placement.placed):
+                    await self._write_lent(svc, replica, host_nodes or {}, now, written)
+                    continue
                 placement = replica.placement
                 if placement is None or placement.claim is None:
                     if placement is not None:
@@ -1073,6 +1149,41 @@ class Reconciler:
         if await self._create_pod(svc, pod, now):
             await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
                               + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
+
+    async def _write_lent(self, svc: api.InferenceService, replica: NewReplica, host_nodes: Mapping[str, str],
+                          now: datetime, written: set[str]) -> None:
+        """A new awake replica of a service that yields to sleepers, on a warm host: one whose device is free
+        (no placement: its node from the host), or one made on the device its placement chose (the placed
+        claim, made a warm host by `_lent_hosts`)."""
+        ns, host = svc.meta.namespace, replica.warm_host
+        placement = replica.placement
+        node_selector: Mapping[str, str] = {}
+        where = host_nodes.get(host, "")
+        if placement is not None and placement.claim is not None:
+            try:
+                await self._k(self.kube.create, RESOURCE_CLAIMS, placement.claim.claim, ns)
+            except KubeError as exc:
+                if not exc.conflict:
+                    raise
+            self.view.created(ns, host)
+            written.add(host)
+            node_selector, where = placement.claim.node_selector, placement.claim.node_name
+        elif where:
+            node_selector = {HOSTNAME_LABEL: where}
+        cache_dir = self._cache_dir(ns, now.timestamp())
+        role = Role.STANDBY if replica.standby else Role.SERVING
+        pod = replica_pod(svc, replica=replica.name, claim_name=host, role=role, node_selector=node_selector,
+                          tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
+                                       for t in GPU_TOLERATIONS],
+                          annotations={**lent_annotations(host, weight_bytes(svc.spec.model), replica.device_bytes),
+                                       **({ANNOTATION_ACCELERATOR: placement.product,
+                                           ANNOTATION_CACHED: str(placement.cached and bool(cache_dir)).lower()}
+                                          if placement is not None else {})},
+                          priority=Role.SERVING if replica.held else None, model_cache_dir=cache_dir)
+        if await self._create_pod(svc, pod, now):
+            await self._event(_ref(svc), "Placed", f"{role.value} replica {replica.name} on warm host {host}"
+                              + (f" (node {where})" if where else "") + ", lent to other services' sleepers",
+                              "Normal", "Place", now)
 
     async def _write_replica(self, svc: api.InferenceService, placement: ReplicaPlacement, role: Role,
                              now: datetime, written: set[str], *, held: bool = False) -> None:
@@ -1333,6 +1444,16 @@ def pin_results(placement: ReplicaPlacement) -> list[dict[str, Any]]:
             for d in placement.decision.placement.devices]
 
 
+def _owner_ref(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The InferenceService a replica's Pod belongs to, as an Event's `regarding` (None when it has none)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == api.KIND:
+            return {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
+                    "metadata": {"name": ref.get("name"), "namespace": pod["metadata"].get("namespace"),
+                                 "uid": ref.get("uid")}}
+    return None
+
+
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
 
@@ -1397,7 +1518,8 @@ def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]],
             accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s,
             unready_since_s=r.unready_since.timestamp() if r.unready_since else None,
             node_problem=node_problem(r.node) if r.node else "",
-            warm_host=str(annotations.get(ANNOTATION_WARM_HOST, ""))))
+            warm_host=str(annotations.get(ANNOTATION_WARM_HOST, "")),
+            yielded_s=_seconds(annotations.get(ANNOTATION_YIELDED_AT))))
     observed_claims = []
     for claim in claims:
         meta = claim.get("metadata") or {}
@@ -1406,6 +1528,14 @@ def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]],
             LABEL_REPLICA, "")), created.timestamp() if created else None, bool(meta.get("deletionTimestamp"))))
     replicas.sort(key=lambda r: r.name)
     return Observation(svc, tuple(replicas), spec_hash(svc.spec), tuple(samples), tuple(observed_claims))
+
+
+def _seconds(value: Any) -> float | None:
+    """A time written as seconds since the epoch (None when absent or unreadable)."""
+    try:
+        return float(str(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def allocated_devices(claims: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:

@@ -17,21 +17,26 @@ What the pure cycle gets (`infer_ctl.engine.cycle.WarmHosts`) for one service: t
 whose device could take its model awake (a product the service may use, enough memory), the free GPUs a warm host
 could be made on, how much device memory awake models hold on each, and per node the host memory sleepers may
 hold (`hostMemoryFraction` of the Node's `status.capacity.memory`, at most its `infer-ctl.io/host-memory-bytes`
-budget when it publishes one) and hold now (every sleeper on the node, by its `infer-ctl.io/model-bytes`).
+budget when it publishes one) and hold now (every sleeper on the node, by its `infer-ctl.io/model-bytes`); and on
+each warm host the awake replicas of services that yield to sleepers (`infer-ctl.io/yields-to-sleepers`: a wake of
+a service that does not yield may put them to sleep to take the device), its sleepers, and how many of those
+yielded it (`infer-ctl.io/yielded-at`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from infer_ctl.actuate.manifests import (
     ANNOTATION_ASLEEP,
     ANNOTATION_DEVICE_BYTES,
     ANNOTATION_WARM_HOST,
+    ANNOTATION_YIELDED_AT,
+    ANNOTATION_YIELDS,
     LABEL_WARM_HOST,
     warm_host_labels,
 )
@@ -40,21 +45,15 @@ from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import parse_bytes
-from infer_ctl.engine.cycle import WarmDevice, WarmHosts, makes_warm_hosts
+from infer_ctl.engine.cycle import LentReplica, WarmDevice, WarmHosts, makes_warm_hosts
 from infer_ctl.engine.gangs import GangReservation
-from infer_ctl.engine.placement import replica_request
+from infer_ctl.engine.placement import replica_request, warm_host_name
 from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
 from infer_ctl.place.claims import pinned_claim
 from infer_ctl.place.framework import Placement
 from infer_ctl.place.inventory import Device, DeviceId
 from infer_ctl.place.request import Sharing
 from infer_ctl.place.state import MILLI, ClusterState
-
-
-def warm_host_name(device: DeviceId) -> str:
-    """The claim name of a warm host on `device` (a DNS subdomain: lower case, '-' for anything else)."""
-    text = re.sub(r"[^a-z0-9-]+", "-", f"warm-{device.pool}-{device.name}".lower()).strip("-")
-    return text[:253].rstrip("-")
 
 
 def is_warm_host(claim: Mapping[str, Any]) -> bool:
@@ -111,9 +110,11 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
         device = by_id.get(device_id) if device_id is not None else None
         if device is not None:
             hosts[str(meta.get("name"))] = device
-    awake, used = _usage(ns, pods, {name: d.node_name for name, d in hosts.items()})
+    usage = _usage(ns, pods, {name: d.node_name for name, d in hosts.items()})
     candidates = {name: d for name, d in sorted(hosts.items()) if fits(d)}
-    devices = [WarmDevice(name, d.node_name, product_of(d), d.memory_bytes, True, awake.get(name, 0))
+    devices = [WarmDevice(name, d.node_name, product_of(d), d.memory_bytes, True, usage.awake.get(name, 0),
+                          lent=tuple(usage.lent.get(name, ())), sleepers=usage.sleepers.get(name, 0),
+                          yielded=usage.yielded.get(name, 0))
                for name, d in candidates.items()]
     if spec.accelerator.sharing is not api.Sharing.MIG and spec.accelerator.count == 1:
         taken = {d.id for d in hosts.values()}
@@ -128,16 +129,25 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
     wanted = {d.node for d in devices}
     budgets = {str(n["metadata"]["name"]): node_host_budget(n, host_fraction) for n in nodes
                if (n.get("metadata") or {}).get("name") in wanted}
-    return WarmHosts(tuple(devices), budgets, {n: used.get(n, 0) for n in budgets}), candidates
+    return WarmHosts(tuple(devices), budgets, {n: usage.used.get(n, 0) for n in budgets}), candidates
 
 
-def _usage(namespace: str, pods: Sequence[Mapping[str, Any]],
-           host_nodes: Mapping[str, str]) -> tuple[dict[str, int], dict[str, int]]:
-    """Device memory of awake models per warm host of `namespace`, and sleepers' weights per node (every
-    namespace's: host memory is the node's)."""
-    awake: dict[str, int] = defaultdict(int)
-    used: dict[str, int] = defaultdict(int)
-    for pod in pods:
+@dataclass
+class _Usage:
+    awake: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # device bytes awake, per warm host
+    used: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # sleepers' weights, per node
+    lent: dict[str, list[LentReplica]] = field(default_factory=lambda: defaultdict(list))  # per warm host
+    sleepers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
+    yielded: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
+
+
+def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mapping[str, str]) -> _Usage:
+    """Per warm host of `namespace`: the device memory of awake models, the awake replicas of services that yield
+    to sleepers (oldest last: a wake displaces the youngest first), the sleepers and those of them that yielded
+    it; and sleepers' weights per node (every namespace's: host memory is the node's)."""
+    out = _Usage()
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                      reverse=True):
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         host = str(annotations.get(ANNOTATION_WARM_HOST, ""))
@@ -146,11 +156,17 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]],
         local = meta.get("namespace") == namespace
         if annotations.get(ANNOTATION_ASLEEP) == "true":
             node = str((pod.get("spec") or {}).get("nodeName") or (host_nodes.get(host, "") if local else ""))
-            used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)
+            out.used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)
+            if local:
+                out.sleepers[host] += 1
+                out.yielded[host] += bool(annotations.get(ANNOTATION_YIELDED_AT))
         elif local:
-            awake[host] += _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations,
-                                                                                ANNOTATION_MODEL_BYTES)
-    return awake, used
+            device_bytes = _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations, ANNOTATION_MODEL_BYTES)
+            out.awake[host] += device_bytes
+            if annotations.get(ANNOTATION_YIELDS) == "true":
+                out.lent[host].append(LentReplica(str(meta.get("name", "")), device_bytes,
+                                                  _bytes(annotations, ANNOTATION_MODEL_BYTES)))
+    return out
 
 
 def free_gpus(svc: api.InferenceService, catalog: AcceleratorCatalog, state: ClusterState,

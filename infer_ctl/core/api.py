@@ -168,6 +168,10 @@ class PrewarmSpec:
     # replicas held asleep beyond the awake ones whatever the forecast says (a fixed sleeping pool, as llm-d's fast
     # model actuation and AIBrix keep one): for bursts no forecast sees coming; 0: only what the forecast needs
     sleeping_replicas: int = 0
+    # lends its GPUs: its awake replicas sit on warm hosts, where other services' sleepers may wait, and go to sleep
+    # (yield the GPU) when one of those wakes; its own cycle makes the capacity up elsewhere and wakes them again
+    # once their GPU is free
+    yield_to_sleepers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +383,15 @@ SCALING_SCHEMA = Prop(
                                           "seconds. Each holds its weights in a node's host memory and a place on "
                                           "a warm host; as many as the warm hosts have room for. Turns the "
                                           "sleeping tier on; an error with sleep: false.", default=0),
+            "yieldToSleepers": Prop("boolean", "Lend this service's GPUs to other services' sleepers: its awake "
+                                    "replicas run on warm hosts, where sleepers of services of the namespace that "
+                                    "do not yield may wait; when one of them must wake (a burst), this service's "
+                                    "replica on that GPU goes to sleep first (out of traffic, its weights in host "
+                                    "memory), and this service's own cycle makes the capacity up elsewhere and "
+                                    "wakes it again once the GPU is free. For a service that can lose capacity "
+                                    "for a while (batch, offline, lower priority). One whole GPU per replica "
+                                    "(accelerator.count 1, sharing Exclusive).",
+                                    default=False),
         }),
         "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
                             properties={

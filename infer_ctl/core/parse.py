@@ -132,6 +132,12 @@ def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceService
     slo = api.SloSpec(latency_p95_ms=r.read(slo_doc, SPEC["slo"], "latencyP95Ms", "spec.slo"),
                       attainment=r.read(slo_doc, SPEC["slo"], "attainment", "spec.slo"))
     replicas = r.read(spec, SPEC, "replicas", "spec")
+    if scaling is not None and scaling.prewarm.yield_to_sleepers and accelerator is not None and \
+            (accelerator.count != 1 or accelerator.sharing is not api.Sharing.EXCLUSIVE):
+        r.error("spec.scaling.prewarm.yieldToSleepers",
+                "a replica that yields its GPU to sleepers takes one whole GPU: needs accelerator.count 1 and "
+                f"sharing Exclusive, got count {accelerator.count} and sharing {accelerator.sharing.value}",
+                "FieldValueInvalid")
     if model is None or runtime is None or accelerator is None or scaling is None:
         return None
     return api.InferenceServiceSpec(model=model, runtime=runtime, accelerator=accelerator, scaling=scaling,
@@ -321,6 +327,12 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         r.error(f"{p}.prewarm.sleepingReplicas", f"must not exceed maxReplicas ({max_r}), got {sleeping}",
                 "FieldValueInvalid")
 
+    lends = w.get("yieldToSleepers", False)
+    if not isinstance(lends, bool):
+        r.error(f"{p}.prewarm.yieldToSleepers", f"must be a boolean, got {type(lends).__name__} {lends!r}",
+                "FieldValueTypeInvalid")
+        lends = False
+
     z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
         enabled=r.read(z, schema["scaleToZero"], "enabled", f"{p}.scaleToZero"),
@@ -339,7 +351,8 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         target_rps_per_replica=target, min_replicas=min_r, max_replicas=max_r, preset=preset,
         metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
         prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache,
-                                sleep=sleep, sleeping_replicas=sleeping or 0), scale_to_zero=stz,
+                                sleep=sleep, sleeping_replicas=sleeping or 0,
+                                yield_to_sleepers=lends), scale_to_zero=stz,
         scale_down_stabilization_s=None if stabilization is None else float(stabilization),
     )
 

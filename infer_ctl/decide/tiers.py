@@ -86,6 +86,17 @@ class Room:
 
     sleeping: int = 0
     cached: int = 0
+    # the service's awake replicas on warm hosts that could sleep where they are (their slot then holds a sleeper
+    # that wakes there), and its awake replicas elsewhere (kept awake first): room for sleepers as far as the awake
+    # need leaves them (`sleeping_room`)
+    in_place: int = 0
+    awake_elsewhere: int = 0
+
+    def sleeping_room(self, awake: int) -> int:
+        """Sleepers there is room for when `awake` replicas stay awake: the new or wakeable ones (`sleeping`), and
+        those of the awake replicas on warm hosts that are not needed awake (the ones elsewhere stay awake first).
+        E.g. 1 awake on a GPU of its own, 2 on warm hosts, 1 needed awake: 2 can sleep where they are."""
+        return self.sleeping + max(0, min(self.in_place, self.awake_elsewhere + self.in_place - awake))
 
     def of(self, tier: Tier) -> float:
         if tier is Tier.SLEEPING:
@@ -152,7 +163,8 @@ def ladder(needs: dict[Tier, int], room: Room) -> TierPlan:
     carry = 0  # shortfall from the slower tier, passed up
     for tier, own in reversed(list(zip(held, wanted, strict=True))):
         want = own + carry
-        fits = want if tier is Tier.STANDBY else min(want, int(room.of(tier)))
+        limit = room.sleeping_room(cumulative[0]) if tier is Tier.SLEEPING else room.of(tier)
+        fits = want if tier is Tier.STANDBY else min(want, int(limit))
         got[tier] = fits
         carry = want - fits
         if carry:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
@@ -58,6 +58,7 @@ from infer_ctl.engine.placement import (
     place_replicas,
     removal_costs,
     replica_request,
+    warm_host_name,
 )
 from infer_ctl.engine.replicas import Replica, ReplicaActions, plan_replicas, plan_tiers
 from infer_ctl.engine.step import (
@@ -80,6 +81,11 @@ from infer_ctl.place.state import MILLI, ClusterState
 STUCK_PERIODS = 2.0
 WAKE_WINDOW = 20  # wakes measured: the wake time is their p90 once there are WAKE_MIN of them
 WAKE_MIN = 3
+# a replica that yielded its GPU to another service's sleeper is not woken again for this many control periods
+# (the wake that took the device may not show in the caches yet), then once the device is free
+YIELD_HOLD_PERIODS = 2.0
+BIG = 1e9  # a removal cost that outweighs any fragmentation score
+AWAKE = (api.ReplicaState.SERVING, api.ReplicaState.STANDBY, api.ReplicaState.LOADING, api.ReplicaState.PENDING)
 GB = 1e9
 
 
@@ -106,6 +112,9 @@ class ObservedReplica:
     # the warm host it sits on (a shared claim: one GPU of a node, several sleepers): only such a replica can
     # sleep and wake; its state is SLEEPING while asleep
     warm_host: str = ""
+    # when it went to sleep to yield its GPU to another service's sleeper (a service that yields to sleepers);
+    # None when it did not
+    yielded_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,16 @@ class SlowTiers:
 
 
 @dataclass(frozen=True, slots=True)
+class LentReplica:
+    """An awake replica, on a warm host, of a service that yields to sleepers (`yieldToSleepers`): another
+    service's wake may put it to sleep to take the device."""
+
+    name: str
+    device_bytes: int  # the device memory it holds awake (counted in its device's `awake_bytes`)
+    weight_bytes: int  # the host memory it takes asleep
+
+
+@dataclass(frozen=True, slots=True)
 class WarmDevice:
     """A whole GPU that sleepers share (in the controller: a shared ResourceClaim of the service's namespace), or
     a free GPU a warm host could be made on (`exists` False: its claim, `claim`, is made with the first sleeper
@@ -144,6 +163,11 @@ class WarmDevice:
     # a free GPU's device in the cluster snapshot (the controller's): taken there for the warm host made on it, so
     # that the cycle's own new replicas are not placed on it too (None: the caller places them, the simulator)
     device: DeviceId | None = None
+    # awake replicas of services that yield to sleepers, of `awake_bytes`: a wake of a service that does not
+    # yield may put them to sleep to take the device (`_WarmLedger.wake`)
+    lent: tuple[LentReplica, ...] = ()
+    sleepers: int = 0  # sleepers on it (every service's, those still loading included)
+    yielded: int = 0  # of those, replicas of services that yield to sleepers, asleep because they yielded it
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +340,11 @@ class NewReplica:
     placement: ReplicaPlacement | None = None  # None when the cycle had no cluster to place on
     held: bool = False  # a swap's replacement: labelled standby, at the serving priority
     sleeping: bool = False  # made to sleep: its model server starts asleep on a warm host
-    warm_host: str = ""  # the warm host (shared claim) the cycle chose for a sleeper ("" when it had no cluster)
-    device_bytes: int = 0  # a sleeper's: the device memory it takes awake on its warm host (`awake_device_bytes`)
+    # the warm host (shared claim) the cycle chose for a sleeper ("" when it had no cluster), or, for a service
+    # that yields to sleepers, the one its awake replica sits on: an existing one (`placement` None) or one made
+    # on the device its placement chose (`warm_host_name`)
+    warm_host: str = ""
+    device_bytes: int = 0  # the device memory it takes awake on its warm host (`awake_device_bytes`)
 
     @property
     def placed(self) -> bool:
@@ -345,6 +372,9 @@ class CyclePlan:
     # the claims of the replicas it removes, deleted with their Pods: the API server keeps a claim its Pod still
     # reserves (kube-scheduler's delete protection) and removes it, freeing its device, once the Pod is gone
     release_claims: tuple[str, ...] = ()
+    # other services' replicas (services that yield to sleepers) to put to sleep before the wakes: their warm
+    # hosts' devices are what the wakes take
+    displace: tuple[str, ...] = ()
 
     @property
     def placements(self) -> tuple[ReplicaPlacement, ...]:
@@ -409,24 +439,36 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                                      {r.name: f"{ns}/{claim_name(r.name)}" for r in replicas}).__getitem__
     reseat = spec.replicas is not None or not output.decision.reason.heading_down
     budget = max(spec.scaling.max_replicas, serving) + standby
+    # a service that yields to sleepers: its replicas that yielded their GPU stay asleep while it is taken (and
+    # for YIELD_HOLD_PERIODS, as the borrower's wake may not show yet), and return once it is free
+    held_back, returning = _yielded(replicas, ledger, now_s, YIELD_HOLD_PERIODS * period)
     planned = [Replica(r.name, api.ReplicaState.SLEEPING if r.name in starting else r.state, r.standby,
                        r.spec_hash == observation.spec_hash, low_priority=r.low_priority) for r in replicas]
+    # a returning one counts as awake: a surplus then removes the replica the service made up with elsewhere
+    planned = [replace(r, state=api.ReplicaState.SERVING, standby=False) if r.name in returning else r
+               for r in planned]
     sleeping, fallback = 0, ""
     if policy.sleep or any(r.warm_host for r in replicas):
         # the sleeping tier: wakes before creations, sleep before removal (`plan_tiers`)
-        sleeping = output.desired_sleeping if spec.replicas is None else 0
+        sleeping = output.desired_sleeping if spec.replicas is None and policy.sleep else 0
+        sleeping += len(held_back)
         hosts = {r.name: r.warm_host for r in replicas}
         refused = observation.wake_refused
 
         def on_warm_host(name: str) -> bool:
-            return bool(hosts.get(name)) and (ledger is None or ledger.sleep(name))
+            return bool(hosts.get(name)) and name not in returning and (ledger is None or ledger.sleep(name))
 
         def can_wake(name: str) -> bool:
-            return name not in refused and (ledger is None or ledger.wake(name))
+            return name not in refused and name not in held_back and (ledger is None or ledger.wake(name))
 
+        asleep = frozenset(r.name for r in planned if r.state is api.ReplicaState.SLEEPING)
         actions = plan_tiers(planned, serving, standby, sleeping, on_warm_host=on_warm_host,
-                             removal_cost=removal_cost, stuck=stuck, reseat=reseat, budget=budget,
-                             can_wake=can_wake, starting=starting, hold_starting=spec.replicas is None)
+                             removal_cost=_warm_removal_cost(removal_cost, ledger, hosts, asleep, returning),
+                             stuck=stuck, reseat=reseat, budget=budget, can_wake=can_wake, starting=starting,
+                             hold_starting=spec.replicas is None)
+        if returning:
+            back = tuple(n for n in returning if n not in actions.remove)
+            actions = replace(actions, wake=(*back, *actions.wake))
         if refused:
             fallback = "; ".join(f"the wake of {name} was refused ({why})" for name, why in sorted(refused.items()))
             fallback += f": {actions.create_serving} replica(s) created instead" if actions.create_serving else \
@@ -456,22 +498,85 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         if before != desired:
             scaled = (f"serving {before[0]} -> {serving}, standby {before[1]} -> {standby}: "
                       f"{reason}: {message}")
+    displace = tuple(ledger.displaced) if ledger is not None else ()
+    message = _warm_notes(message, output, spec, policy, (serving, standby, sleeping), fallback, displace,
+                          len(held_back))
+    if aim.note and aim.since_s == now_s:
+        message = f"{message}; {aim.note}"
+    plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
+                     measured, scaled, unavailable, prefetch, sleeping, fallback, release_claims, displace)
+    return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
+                            orphans - set(delete_claims), wake_durations, aim)
+
+
+def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSpec,  # noqa: PLR0917
+                policy: ServicePolicy, counts: tuple[int, int, int], fallback: str, displace: Sequence[str],
+                held_back: int) -> str:
+    """The decision's message with what the warm tiers did: the tier plan, a pool held short and why, refused
+    wakes, replicas of other services put to sleep for the wakes, replicas asleep for another service."""
+    serving, standby, sleeping = counts
     if output.tiers is not None and spec.replicas is None:
         message = f"{message}; tiers: {output.tiers.message}"
     # the pool as the tiers size it: beyond the awake replicas, within maxReplicas (`engine.step._tiers`)
     pool = min(policy.decide.sleeping_replicas, max(0, spec.scaling.max_replicas - serving - standby))
-    if pool and sleeping < pool and spec.replicas is None:
-        why = ("an Exclusive service's sleepers only join warm hosts that exist"
+    if pool and sleeping - held_back < pool and spec.replicas is None:
+        why = ("an Exclusive service's sleepers only join warm hosts that exist: made for a Shared service's "
+               "sleepers, or lent by a service that yields to sleepers"
                if spec.accelerator.sharing is api.Sharing.EXCLUSIVE else "no warm host has room for more")
-        message = f"{message}; sleeping pool: {sleeping} of {pool} held ({why})"
+        message = f"{message}; sleeping pool: {sleeping - held_back} of {pool} held ({why})"
     if fallback:
         message = f"{message}; {fallback}"
-    if aim.note and aim.since_s == now_s:
-        message = f"{message}; {aim.note}"
-    plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
-                     measured, scaled, unavailable, prefetch, sleeping, fallback, release_claims)
-    return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
-                            orphans - set(delete_claims), wake_durations, aim)
+    if displace:
+        message = (f"{message}; {len(displace)} replica(s) of services that yield to sleepers put to sleep for "
+                   f"the wakes: {', '.join(displace)}")
+    if held_back:
+        message = f"{message}; {held_back} replica(s) asleep, their GPU yielded to another service's sleeper"
+    return message
+
+
+def _yielded(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, now_s: float,
+             hold_s: float) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A yielding service's replicas asleep because they yielded their GPU: those held back (their device is
+    taken, or they yielded less than `hold_s` ago: the wake that took it may not show yet) and those returning
+    (their device is free again: woken, its memory taken on the ledger)."""
+    held: set[str] = set()
+    back: list[str] = []
+    for r in replicas:
+        if r.yielded_s is None or r.state is not api.ReplicaState.SLEEPING:
+            continue
+        if ledger is None or now_s - r.yielded_s < hold_s or not ledger.free_now(r.name):
+            held.add(r.name)
+        elif ledger.wake(r.name):
+            back.append(r.name)
+        else:
+            held.add(r.name)
+    return frozenset(held), tuple(back)
+
+
+def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger | None,
+                       hosts: Mapping[str, str], asleep: frozenset[str],
+                       returning: Sequence[str]) -> Callable[[str], float] | None:
+    """`cost` with the warm hosts' order on top (lower goes first; the last of the sleepers wakes first):
+    - a sleeper whose device is free wakes first, so that a wake displaces another service's replica only when
+      no free device has a sleeper;
+    - a service that does not yield gives back a GPU another service's replica yielded first (that replica waits
+      on it, asleep);
+    - a service that yields removes last a replica returning to its GPU, or awake where other services' sleepers
+      wait (a lent GPU, not an idle one), so that a surplus removes the replica it made up with elsewhere."""
+    if ledger is None:
+        return cost
+    first = frozenset(returning)
+
+    def ordered(name: str) -> float:
+        base = cost(name) if cost is not None else 0.0
+        host = hosts.get(name, "")
+        if name in asleep:
+            return base + (BIG if ledger.free_now(name) else 0.0)
+        if ledger.lends:
+            return base + (BIG if name in first or (host and ledger.foreign_sleepers(host)) else 0.0)
+        return base - (BIG if host and ledger.yielded_on(host) else 0.0)
+
+    return ordered
 
 
 def _aimed(policy: ServicePolicy, state: CycleState, observation: Observation, now_s: float
@@ -545,12 +650,24 @@ def _new_replicas(observation: Observation, actions: ReplicaActions, policies: C
     if cluster is None or policies.placement is None:
         awake = tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
     elif wanted:
+        lends = svc.spec.scaling.prewarm.yield_to_sleepers and ledger is not None
+        # a service that yields to sleepers: onto warm hosts whose device is free first, then each on a warm host
+        # made on the device its placement chose
+        while lends and ledger is not None and len(awake) < len(wanted) and (spot := ledger.place_awake()):
+            i = len(awake)
+            awake += (NewReplica(names[i], wanted[i], held=held[i], warm_host=spot[0], device_bytes=spot[1]),)
+        rest = len(awake)
         service_nodes = Counter(r.node for r in observation.replicas if r.node)
-        placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names,
+        placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names[rest:],
                                     engine=policies.placement,
                                     inputs=cluster.inputs(svc.spec.model.cache_key, service_nodes),
-                                    seed=policies.seed, state=cluster.state)
-        awake = tuple(NewReplica(n, s, p, h) for n, s, p, h in zip(names, wanted, placements, held, strict=True))
+                                    seed=policies.seed, state=cluster.state) if rest < len(wanted) else []
+        memory = {d.id: d.memory_bytes for d in cluster.inventory.devices} if lends else {}
+        for n, s, p, h in zip(names[rest:], wanted[rest:], placements, held[rest:], strict=True):
+            device = p.decision.placement.devices[0] if lends and p.placed and p.decision.placement else None
+            awake += (NewReplica(n, s, p, h) if device is None else
+                      NewReplica(n, s, p, h, warm_host=warm_host_name(device),
+                                 device_bytes=awake_device_bytes(svc.spec, memory.get(device, 0))),)
     hosts: list[tuple[str, int]] = []
     if ledger is not None and actions.create_sleeping:
         if cluster is not None:
@@ -629,12 +746,15 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         room_cached = slow.room.cached
         cached = slow.cached_s if slow.cached_s is not None else cached
         allowed.add(Tier.CACHED)
+    in_place = elsewhere = 0
     if policy.sleep:
         if ledger is not None:
             room_sleeping = ledger.room(svc.spec.scaling.max_replicas)
+            in_place = ledger.in_place()
+            elsewhere = sum(not r.warm_host and r.state in AWAKE for r in observation.replicas)
         elif slow is not None:
             room_sleeping = slow.room.sleeping
-        if room_sleeping > 0:
+        if room_sleeping > 0 or in_place > 0:
             allowed.add(Tier.SLEEPING)
     if not allowed:
         return None, others
@@ -644,7 +764,8 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
     if Tier.CACHED not in allowed:
         cached = max(cached, min(wake, cold))  # unused: only the order of the times matters
     times = TierTimes(wake_s=min(wake, cached), cached_s=cached, cold_s=max(cached, cold))
-    return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached)), others
+    return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached, in_place=in_place,
+                                                     awake_elsewhere=elsewhere)), others
 
 
 def weight_bytes(model: api.ModelSpec) -> int:
@@ -693,7 +814,13 @@ class _WarmLedger:
     replica takes awake, `awake_device_bytes`; a sleep gives it back) and host memory free per node (a sleeper
     holds its weights). Each allowed wake, sleep or new sleeper takes what it needs, so that the cycle never wakes
     onto a device without the memory free nor puts sleepers over a node's budget. The simulator hands the cycle
-    the same `WarmHosts` (from its cluster model) and applies what this decides, so both run this one model."""
+    the same `WarmHosts` (from its cluster model) and applies what this decides, so both run this one model.
+
+    Lent devices: the awake replicas of a service that yields to sleepers sit on warm hosts; for a service that
+    does not yield, their device memory is room its sleepers may wait on, and a wake that needs it puts them to
+    sleep first (`displaced`: their weights then take the node's host memory). A service that yields never
+    displaces anyone, and its own new awake replicas go to a warm host whose device is free before a new one
+    (`place_awake`)."""
 
     def __init__(self, observation: Observation, replicas: Sequence[ObservedReplica]) -> None:
         warm = observation.warm_hosts
@@ -701,6 +828,7 @@ class _WarmLedger:
         svc = observation.service
         self.spec = svc.spec
         self.weights = weight_bytes(svc.spec.model)
+        self.lends = svc.spec.scaling.prewarm.yield_to_sleepers
         self._need: dict[int, int] = {}
         # a free GPU this service would not make a warm host on (it holds fewer than two of its replicas awake,
         # see `_candidate`) can neither take a sleeper nor hold one: left out (a cluster offers many)
@@ -714,6 +842,13 @@ class _WarmLedger:
         for r in replicas:
             if r.warm_host and r.state is not api.ReplicaState.DRAINING:
                 (self.own_sleepers if r.name in asleep else self.own_awake)[r.warm_host] += 1
+        # what other services lend on each device (none for a service that yields itself), in the order a wake
+        # displaces them
+        own = {r.name for r in replicas}
+        self.lent = {c: [x for x in d.lent if x.name not in own] for c, d in self.devices.items()
+                     if not self.lends and d.lent}
+        self.lent_bytes = {c: sum(x.device_bytes for x in lent) for c, lent in self.lent.items()}
+        self.displaced: list[str] = []
 
     def drop_taken(self, state: ClusterState) -> None:
         """Forget the free GPUs no longer whole on `state` (the cycle's awake replicas were placed there)."""
@@ -730,11 +865,35 @@ class _WarmLedger:
             need = self._need[device.memory_bytes] = awake_device_bytes(self.spec, device.memory_bytes)
         return need
 
-    def wake(self, name: str) -> bool:
+    def free_now(self, name: str) -> bool:
+        """Whether the sleeper's warm host has the device memory free to wake it without displacing anyone."""
         device = self.devices.get(self.host_of.get(name, ""))
-        if device is None or self.device_free[device.claim] < self.need(device):
+        return device is not None and self.device_free[device.claim] >= self.need(device)
+
+    def wake(self, name: str) -> bool:
+        """Take the device memory of the sleeper's wake, putting lent replicas on its device to sleep when that is
+        what frees it (each takes its weights' host memory on the node); False, and nothing taken, when even
+        that would not."""
+        device = self.devices.get(self.host_of.get(name, ""))
+        if device is None:
             return False
-        self.device_free[device.claim] -= self.need(device)
+        need, free = self.need(device), self.device_free[device.claim]
+        lent = self.lent.get(device.claim, [])
+        taken: list[LentReplica] = []
+        for x in lent:
+            if free >= need:
+                break
+            taken.append(x)
+            free += x.device_bytes
+        host = sum(x.weight_bytes for x in taken)
+        if free < need or (taken and self.host_free.get(device.node, 0) < host):
+            return False
+        for x in taken:
+            lent.remove(x)
+            self.displaced.append(x.name)
+        if taken:
+            self.host_free[device.node] -= host
+        self.device_free[device.claim] = free - need
         return True
 
     def sleep(self, name: str) -> bool:
@@ -751,8 +910,30 @@ class _WarmLedger:
         need = self.need(device)
         if need <= 0:
             return 0
-        others = device.awake_bytes - self.own_awake[device.claim] * need
+        others = device.awake_bytes - self.own_awake[device.claim] * need - self.lent_bytes.get(device.claim, 0)
         return max(0, (device.memory_bytes - max(0, others)) // need)
+
+    def place_awake(self) -> tuple[str, int] | None:
+        """For a service that yields to sleepers: an existing warm host whose device has the memory a new awake
+        replica takes free (those other services' sleepers wait on first: its GPU is then lent, not idle), and
+        that memory, taken; None when there is none."""
+        fits = [d for d in self.devices.values() if d.exists and self.device_free[d.claim] >= self.need(d)]
+        if not fits:
+            return None
+        device = min(fits, key=lambda d: (-(d.sleepers - self.own_sleepers[d.claim]), d.claim))
+        self.device_free[device.claim] -= self.need(device)
+        self.own_awake[device.claim] += 1
+        return device.claim, self.need(device)
+
+    def yielded_on(self, claim: str) -> int:
+        """Replicas of other services asleep on the warm host `claim` because they yielded it."""
+        device = self.devices.get(claim)
+        return 0 if device is None else device.yielded
+
+    def foreign_sleepers(self, claim: str) -> int:
+        """Other services' sleepers on the warm host `claim`."""
+        device = self.devices.get(claim)
+        return 0 if device is None else max(0, device.sleepers - self.own_sleepers[claim])
 
     def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int]) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
@@ -765,6 +946,19 @@ class _WarmLedger:
         if not fits:
             return None
         return min(fits, key=lambda d: (not d.exists, -self.device_free.get(d.claim, 0), d.claim))
+
+    def in_place(self) -> int:
+        """This service's awake replicas on warm hosts that could sleep where they are (their node's host memory
+        has room for their weights) and wake there again: room for sleepers once they are not needed awake."""
+        out, host_free = 0, dict(self.host_free)
+        for claim, n in self.own_awake.items():
+            device = self.devices.get(claim)
+            if device is None:
+                continue
+            fit = min(n, max(0, host_free.get(device.node, 0)) // max(1, self.weights))
+            host_free[device.node] = host_free.get(device.node, 0) - fit * self.weights
+            out += fit
+        return out
 
     def place(self) -> tuple[str, int] | None:
         """The warm host a new sleeper goes to (its memory taken) and the device memory it takes awake there, or
@@ -779,7 +973,8 @@ class _WarmLedger:
     def room(self, limit: int) -> int:
         """Sleepers this service could hold now (at most `limit`): those it holds that a wake could find room for,
         and the new ones the warm hosts (and free GPUs) could take. A device's slots taken by this service's own
-        awake replicas on it are not room: a sleeper there could not wake in a burst (it adds no capacity)."""
+        awake replicas on it are not room: a sleeper there could not wake in a burst (it adds no capacity); each of
+        them could sleep where it is, though (`in_place`)."""
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
                    for c, n in self.own_sleepers.items() if c in self.devices)
         sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)

@@ -15,6 +15,7 @@ of preference: the first product with room takes the replica.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -134,6 +135,12 @@ def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inven
 def claim_name(replica: str) -> str:
     """The ResourceClaim of a replica."""
     return f"{replica}-gpu"
+
+
+def warm_host_name(device: DeviceId) -> str:
+    """The claim name of a warm host on `device` (a DNS subdomain: lower case, '-' for anything else)."""
+    text = re.sub(r"[^a-z0-9-]+", "-", f"warm-{device.pool}-{device.name}".lower()).strip("-")
+    return text[:253].rstrip("-")
 
 
 def _by_preference(svc: api.InferenceService, catalog: AcceleratorCatalog, request: Request) -> list[Request]:

@@ -355,7 +355,8 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
         # and the fixed pool, beyond the awake replicas: as many as the warm hosts have room for (a sleeper they
         # cannot take would be held awake instead, which is not what the pool is for)
         pool = min(policy.max_replicas, awake + policy.sleeping_replicas)
-        needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING], min(max(held, pool), awake + inputs.tiers.room.sleeping))
+        needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING],
+                                   min(max(held, pool), awake + inputs.tiers.room.sleeping_room(awake)))
         if Tier.CACHED in needs:
             needs[Tier.CACHED] = max(needs[Tier.CACHED], needs[Tier.SLEEPING])
     plan = ladder(needs, inputs.tiers.room)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infer_ctl.decide.tiers import Room, Tier, TierTimes, horizons, ladder
+from infer_ctl.decide.tiers import Room, Tier, TierPlan, TierTimes, horizons, ladder
 
 ALL = frozenset(Tier)
 COST = {"awake": 1000, "sleeping": 10, "cached": 1}  # per replica: a GPU >> host memory >> disk
@@ -96,3 +96,15 @@ def test_more_room_never_adds_awake_replicas(tiers: tuple[Tier, ...], values: li
     base = ladder(needs, room)
     for bigger in (Room(room.sleeping + more, room.cached), Room(room.sleeping, room.cached + more)):
         assert ladder(needs, bigger).awake <= base.awake
+
+
+def test_awake_replicas_on_warm_hosts_are_room_for_sleepers_once_not_needed_awake() -> None:
+    # 1 awake on a GPU of its own, 2 awake on warm hosts, no other room: as the need falls from 3 to 1 the two on
+    # warm hosts can sleep where they are (the one elsewhere stays awake first)
+    room = Room(sleeping=0, in_place=2, awake_elsewhere=1)
+    assert [room.sleeping_room(awake) for awake in (3, 2, 1, 0)] == [0, 1, 2, 2]
+    assert ladder({Tier.STANDBY: 1, Tier.SLEEPING: 3}, room) == TierPlan(awake=1, sleeping=2, cached=0)
+    # all three needed awake: nothing sleeps, the slots are theirs
+    assert ladder({Tier.STANDBY: 3, Tier.SLEEPING: 5}, room).sleeping == 0
+    # new room adds to it
+    assert Room(sleeping=1, in_place=2, awake_elsewhere=1).sleeping_room(2) == 2

@@ -1,0 +1,118 @@
+"""Lent GPUs end to end on the sandbox (`spec.scaling.prewarm.yieldToSleepers`): a service that yields to sleepers
+(`batch`, two replicas, each a whole H100) runs its replicas on warm hosts; a latency-critical service (`chat`,
+a whole H100 awake, a pool of two sleepers) keeps its sleepers there, on GPUs that are serving batch rather than
+idle. An unannounced burst of chat wakes its sleepers in seconds: batch's replicas go to sleep first (out of
+traffic, weights to host memory; a `Yielded` Event each), and chat's wake onto their GPUs. When chat's burst has
+passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again.
+
+Real traffic through the front door, model servers that sleep and wake over HTTP with the node agent's device
+and host memory ledgers, the controller's cycles in real time; on the emulator and on the real control plane
+(kube-scheduler allocating the shared claims)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, ANNOTATION_YIELDED_AT
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES
+from tests.builders import InferenceServiceBuilder
+from tests.controller.conftest import Cluster
+from tests.controller.test_sleeping import (
+    Cycles,
+    asleep,
+    at_the_door,
+    front_door,
+    loadgen,
+    pods,
+    serving,
+    setup,
+    stop,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster_file(Path(__file__).with_name("yield-cluster.yaml"))]
+
+COLD_START_S = 20.0
+TARGET_RPS = 10.0  # per replica; a replica serves 20 req/s at most (2 slots of 100 ms)
+
+
+def service(name: str, memory: str, **scaling: Any) -> dict[str, Any]:
+    builder = (InferenceServiceBuilder(name)
+               .with_("spec.model", {"name": f"example/{name}", "memory": memory})
+               .with_("spec.accelerator", {"products": ["H100-80GB"]})  # Exclusive: a whole GPU per replica
+               .with_("spec.scaling.targetRequestsPerReplica", TARGET_RPS)
+               .with_("spec.scaling.forecast", {"enabled": False})
+               .with_("spec.runtime.coldStartSeconds", COLD_START_S))
+    for key, value in scaling.items():
+        builder = builder.with_(f"spec.scaling.{key}", value)
+    return builder.build()
+
+
+def uids(kube: Any, name: str, names: set[str]) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, name) if p["metadata"]["name"] in names}
+
+
+@pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
+async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_it_takes_them_back(
+        cluster: Cluster) -> None:
+    batch = service("batch", "16Gi", minReplicas=2, maxReplicas=2, prewarm={"yieldToSleepers": True})
+    chat = service("chat", "20Gi", minReplicas=1, maxReplicas=3, prewarm={"sleep": True, "sleepingReplicas": 2},
+                   scaleDownStabilizationSeconds=20)
+    chat["spec"]["slo"] = {"latencyP95Ms": 300}
+    kube, reconciler = setup(cluster, batch, chat)
+    chat_url, batch_url = front_door(kube, "chat"), front_door(kube, "batch")
+    trickle = loadgen(batch_url, "4@900s")  # batch serves all along
+    try:
+        with Cycles(kube, reconciler, ("batch", "chat")) as cycles:
+            lent = await cycles.until("batch's 2 replicas serving", lambda: (s := serving(kube, "batch"))
+                                      and len(s) == 2 and s, 3 * COLD_START_S + 30, "batch")
+            hosts = {p["metadata"]["name"]: p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "")
+                     for p in pods(kube, "batch")}
+            assert all(hosts.values()), hosts  # on warm hosts
+            sleepers = await cycles.until("chat's 2 sleepers", lambda: (s := asleep(kube, "chat")) and len(s) == 2
+                                          and s, 3 * COLD_START_S + 30, "chat")
+            on = {p["metadata"]["annotations"][ANNOTATION_WARM_HOST] for p in pods(kube, "chat")
+                  if p["metadata"]["name"] in sleepers}
+            assert on == set(hosts.values()), (on, hosts)  # waiting on the GPUs batch serves on
+            assert len(serving(kube, "chat")) == 1
+            chat_before, batch_before = uids(kube, "chat", sleepers), uids(kube, "batch", lent)
+
+            burst = loadgen(chat_url, "28@90s")  # 3 replicas' worth
+            try:
+                await cycles.until("the burst at the front door",
+                                   lambda: at_the_door(cluster.sandbox.router.metrics_url, "chat") >= 3, 30, "chat")
+                started = time.monotonic()
+                await cycles.until("chat's sleepers serving", lambda: sleepers <= serving(kube, "chat"), 30, "chat")
+                took = time.monotonic() - started
+                yielded = {p["metadata"]["name"] for p in pods(kube, "batch")
+                           if (p["metadata"].get("annotations") or {}).get(ANNOTATION_YIELDED_AT)}
+                assert yielded == lent and not serving(kube, "batch"), cycles.table("batch")
+                assert asleep(kube, "batch") == lent
+            finally:
+                stop(burst)
+            # the burst has passed: chat's woken replicas sleep again, batch's come back
+            await cycles.until("batch's replicas back", lambda: serving(kube, "batch") == lent,
+                               90 + 4 * COLD_START_S, "batch")
+            await cycles.until("chat's sleepers back", lambda: len(asleep(kube, "chat")) == 2, 60, "chat")
+    finally:
+        stop(trickle)
+        await reconciler.close()
+    chat_table, batch_table = cycles.table("chat"), cycles.table("batch")
+    assert uids(kube, "chat", sleepers) == chat_before, f"chat's sleepers made again:\n{chat_table}"
+    assert uids(kube, "batch", lent) == batch_before, f"batch's replicas made again, not woken:\n{batch_table}"
+    notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
+             if e.get("reason") == "Yielded"]
+    assert len(notes) == 2 and all("lent to chat's wake" in n for n in notes), notes
+    assert any("put to sleep for the wakes" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
+    assert any("their GPU yielded to another service's sleeper" in m for _, n, _, m in cycles.history
+               if n == "batch"), batch_table
+    status = kube.get(INFERENCE_SERVICES, "batch", "default")
+    assert status is not None
+    # a wake takes seconds: batch's sleep (16 GiB) then chat's wake (20 GiB) at 12 GB/s, where a replica made for
+    # the burst would take the cold start
+    assert took < COLD_START_S / 2, f"{took:.1f} s from the burst to chat's sleepers serving:\n{chat_table}"
+    print(f"\nfrom chat's burst to its 2 sleepers serving on GPUs batch yielded: {took:.1f} s "
+          f"(cold start {COLD_START_S:g} s)")

@@ -1,0 +1,223 @@
+"""Services that yield to sleepers (`spec.scaling.prewarm.yieldToSleepers`) in `plan_cycle`: their awake replicas
+sit on warm hosts, another service's sleepers wait there, and a wake of one of those puts the yielding replica to
+sleep first (`CyclePlan.displace`) when the device's memory is what it needs; the yielding service holds its
+replica asleep while its GPU is taken and takes it back once it is free, removing what it made up with elsewhere.
+Hypothesis: over any lent devices, budgets and bursts, a plan's wakes and displacements never put more on a device
+than it holds nor more sleepers' weights on a node than its budget, and a service that yields never displaces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infer_ctl.core import api
+from infer_ctl.core.api import ReplicaState as S
+from infer_ctl.engine.cycle import (
+    YIELD_HOLD_PERIODS,
+    CyclePlan,
+    CycleState,
+    LentReplica,
+    Observation,
+    ObservedReplica,
+    WarmDevice,
+    plan_cycle,
+    weight_bytes,
+)
+from infer_ctl.engine.placement import warm_host_name
+from tests.engine.test_cycle import CYCLE, HASH, T0, observe, ready, snapshot
+from tests.engine.test_sleeping_cycle import GIB, GPU, asleep, exclusive, held_warm, hosts, sleepy
+
+PERIOD = CYCLE.policies.scaling.control_period_s
+BATCH_WEIGHTS = 16 * GIB
+
+
+def lent(claim: str, replica: str, node: str = "h100-0", *, sleepers: int = 0, yielded: int = 0) -> WarmDevice:
+    """A warm host whose whole device a yielding service's replica holds awake."""
+    return WarmDevice(claim, node, "H100-80GB", GPU, awake_bytes=GPU,
+                      lent=(LentReplica(replica, GPU, BATCH_WEIGHTS),), sleepers=sleepers, yielded=yielded)
+
+
+def borrower(**fields: object) -> api.InferenceService:
+    """An `Exclusive` service of 20 GiB weights with a pool of two sleepers (it takes a GPU whole awake)."""
+    return exclusive(spec__scaling__prewarm__sleepingReplicas=2, **fields)
+
+
+def lender(**fields: object) -> api.InferenceService:
+    return exclusive(spec__scaling__prewarm={"yieldToSleepers": True}, **fields)
+
+
+def plan(obs: Observation, state: CycleState | None = None, now: float = T0) -> CyclePlan:
+    return plan_cycle(obs, state or CycleState(), CYCLE, now)[0]
+
+
+def test_a_sleeper_waits_on_a_lent_gpu_one_per_device() -> None:
+    p = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
+                     warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1"),
+                                      lent("warm-c", "batch-r2"))), held_warm(1))
+    assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
+    assert p.displace == ()
+    # without the lent replicas the same devices are taken by an awake model: no room
+    taken = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
+                         warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU))),
+                 held_warm(1))
+    assert not [r for r in taken.create if r.sleeping]
+
+
+def test_a_burst_wakes_a_sleeper_on_a_lent_gpu_and_puts_the_lender_to_sleep_first() -> None:
+    obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), rate=18.0),
+                  warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1)))
+    p = plan(obs, held_warm(2))
+    assert p.actions.wake == ("llm-r1",) and p.actions.create_serving == 0, p.message
+    assert p.displace == ("batch-r0",)
+    assert "put to sleep for the wakes: batch-r0" in p.message
+
+
+def test_a_sleeper_on_a_free_device_wakes_before_one_that_would_displace() -> None:
+    free = WarmDevice("warm-b", "h100-0", "H100-80GB", GPU, sleepers=1)
+    obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), asleep("llm-r2", "warm-b"),
+                          rate=18.0), warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1), free))
+    p = plan(obs, held_warm(3))
+    assert p.actions.wake == ("llm-r2",) and p.displace == (), p.message
+
+
+def test_the_lender_s_weights_must_fit_the_node_s_host_memory_or_there_is_no_wake() -> None:
+    sleeper = weight_bytes(borrower().spec.model)
+    obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), rate=18.0),
+                  warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1), budget=sleeper + BATCH_WEIGHTS - 1,
+                                   used=sleeper))
+    p = plan(obs, held_warm(2))
+    assert p.actions.wake == () and p.displace == () and p.actions.create_serving == 1, p.message
+
+
+def test_a_service_that_yields_never_displaces_another() -> None:
+    both = exclusive(spec__scaling__prewarm={"yieldToSleepers": True, "sleepingReplicas": 2})
+    obs = replace(observe(both, ready("llm-r0"), asleep("llm-r1", "warm-a"), rate=18.0),
+                  warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1)))
+    p = plan(obs, held_warm(2))
+    assert p.displace == () and p.actions.wake == ()
+
+
+def yielded(name: str, host: str, at: float) -> ObservedReplica:
+    return ObservedReplica(name, S.SLEEPING, True, created_s=T0 - 3600, spec_hash=HASH, warm_host=host,
+                           yielded_s=at)
+
+
+def awake_on(name: str, host: str) -> ObservedReplica:
+    return ObservedReplica(name, S.SERVING, False, created_s=T0 - 600, spec_hash=HASH, warm_host=host)
+
+
+def test_a_replica_that_yielded_stays_asleep_while_its_gpu_is_taken_and_the_service_makes_it_up() -> None:
+    taken = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU, sleepers=1, yielded=1)  # llm's
+    obs = replace(observe(lender(spec__scaling__minReplicas=2), awake_on("batch-r1", "warm-b"),
+                          yielded("batch-r0", "warm-a", T0 - 600), rate=0.0),
+                  warm_hosts=hosts(taken, lent("warm-b", "batch-r1")))
+    p = plan(obs)
+    assert p.actions.wake == () and "batch-r0" not in p.actions.remove, p.message
+    assert p.actions.create_serving == 1  # made up elsewhere
+    assert "1 replica(s) asleep, their GPU yielded" in p.message
+
+
+def test_a_replica_that_yielded_is_not_woken_within_the_hold_even_on_a_free_gpu() -> None:
+    free = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=2, yielded=1)
+    obs = replace(observe(lender(), awake_on("batch-r1", "warm-b"), yielded("batch-r0", "warm-a", T0 - 1),
+                          rate=0.0), warm_hosts=hosts(free, lent("warm-b", "batch-r1")))
+    p = plan(obs)
+    assert p.actions.wake == () and "batch-r0" not in p.actions.remove, p.message
+    later = plan(replace(obs, replicas=(awake_on("batch-r1", "warm-b"),
+                                        yielded("batch-r0", "warm-a", T0 - YIELD_HOLD_PERIODS * PERIOD))))
+    assert later.actions.wake == ("batch-r0",), later.message
+
+
+def test_a_replica_that_yielded_returns_to_its_free_gpu_and_the_one_made_up_elsewhere_goes() -> None:
+    # batch-r0 yielded warm-a (where llm's sleeper still waits), batch-r1 was made up on a GPU of its own
+    free = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=2, yielded=1)
+    own = WarmDevice("warm-b", "h100-0", "H100-80GB", GPU, awake_bytes=GPU,
+                     lent=(LentReplica("batch-r1", GPU, BATCH_WEIGHTS),))
+    obs = replace(observe(lender(), awake_on("batch-r1", "warm-b"), yielded("batch-r0", "warm-a", T0 - 600),
+                          rate=0.0), warm_hosts=hosts(free, own))
+    p = plan(obs)
+    assert p.actions.wake == ("batch-r0",) and p.actions.remove == ("batch-r1",), p.message
+    assert p.displace == ()
+
+
+def test_a_lender_s_new_replica_goes_to_a_free_warm_host_first_then_makes_one_where_it_is_placed() -> None:
+    free = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1)  # another service's sleeper waits there
+    obs = replace(observe(lender(spec__scaling__minReplicas=2), rate=0.0, cluster=snapshot()),
+                  warm_hosts=hosts(free))
+    p = plan(obs)
+    first, second = [r for r in p.create if not r.sleeping]
+    assert (first.warm_host, first.placement, first.device_bytes) == ("warm-a", None, GPU)
+    assert second.placement is not None and second.placement.placed
+    device = second.placement.decision.placement.devices[0]  # type: ignore[union-attr]
+    memory = {d.id: d.memory_bytes for d in obs.cluster.inventory.devices}[device]  # type: ignore[union-attr]
+    assert second.warm_host == warm_host_name(device) and second.device_bytes == memory
+    # a service that does not yield places its replicas as usual: no warm host
+    plain = plan(replace(obs, service=exclusive(spec__scaling__minReplicas=2)))
+    assert all(not r.warm_host for r in plain.create)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lenders=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2]), st.booleans()), min_size=1, max_size=5),
+       sleepers=st.integers(1, 5), rate=st.floats(0.0, 80.0), budget_gib=st.integers(0, 200),
+       used_gib=st.integers(0, 40), lends=st.booleans())
+def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
+        *, lenders: list[tuple[int, bool]], sleepers: int, rate: float, budget_gib: int, used_gib: int,
+        lends: bool) -> None:
+    # device i: held by a lent replica (awake) or by another awake model, or free; each may hold a sleeper of llm
+    devices, replicas = [], [ready("llm-r0")]
+    for i, (kind, has_sleeper) in enumerate(lenders):
+        claim = f"warm-{i}"
+        if kind == 0:
+            devices.append(lent(claim, f"batch-r{i}", sleepers=int(has_sleeper)))
+        elif kind == 1:
+            devices.append(WarmDevice(claim, "h100-0", "H100-80GB", GPU, awake_bytes=GPU, sleepers=int(has_sleeper)))
+        else:
+            devices.append(WarmDevice(claim, "h100-0", "H100-80GB", GPU, sleepers=int(has_sleeper)))
+        if has_sleeper and sleepers > 0:
+            replicas.append(asleep(f"llm-s{i}", claim))
+            sleepers -= 1
+    svc = exclusive(spec__scaling__prewarm={"yieldToSleepers": lends, "sleepingReplicas": 2})
+    warm = hosts(*devices, budget=budget_gib * GIB, used=used_gib * GIB)
+    p = plan(replace(observe(svc, *replicas, rate=rate), warm_hosts=warm), held_warm(2))
+    by_claim = {d.claim: d for d in devices}
+    host_of = {r.name: r.warm_host for r in replicas}
+    if lends:
+        assert p.displace == ()
+    displaced = set(p.displace)
+    lent_names = {x.name for d in devices for x in d.lent}
+    assert displaced <= lent_names
+    for claim, d in by_claim.items():
+        wakes = sum(host_of.get(n) == claim for n in p.actions.wake)
+        lent_left = sum(x.device_bytes for x in d.lent if x.name not in displaced)
+        others = d.awake_bytes - sum(x.device_bytes for x in d.lent)
+        assert others + lent_left + wakes * GPU <= d.memory_bytes, (claim, p.message)
+        # a displacement is only for a wake on its device
+        if any(x.name in displaced for x in d.lent):
+            assert wakes >= 1
+    new = sum(r.sleeping for r in p.create) * weight_bytes(svc.spec.model)
+    assert used_gib * GIB + new + len(displaced) * BATCH_WEIGHTS <= max(budget_gib * GIB, used_gib * GIB), p.message
+
+
+def test_the_spec_field_is_checked() -> None:
+    from infer_ctl.core.errors import SpecError
+    from infer_ctl.core.parse import parse_inference_service
+    from tests.builders import InferenceServiceBuilder
+
+    doc = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm.yieldToSleepers", True) \
+        .with_("spec.accelerator.sharing", "Shared").build()
+    try:
+        parse_inference_service(doc)
+    except SpecError as exc:
+        assert "spec.scaling.prewarm.yieldToSleepers" in str(exc) and "sharing Shared" in str(exc)
+    else:
+        raise AssertionError("a Shared service that yields to sleepers was accepted")
+    wrong = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm.yieldToSleepers", "yes").build()
+    try:
+        parse_inference_service(wrong)
+    except SpecError as exc:
+        assert "spec.scaling.prewarm.yieldToSleepers" in str(exc) and "must be a boolean" in str(exc)
+    else:
+        raise AssertionError("a string was accepted")
+    assert sleepy().spec.scaling.prewarm.yield_to_sleepers is False
