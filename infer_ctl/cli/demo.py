@@ -46,7 +46,11 @@ from infer_ctl.paths import data_path
 
 DEMO_SERVICES = data_path("deploy/demo/chat.yaml")
 CLUSTER = data_path("deploy/sandbox/small.yaml")
-DRIVEN = "chat"  # the service loadgen drives; the others stay at their minimum
+DRIVEN = "chat"  # the service loadgen drives through the day; the others stay at their minimum
+# a steady background service, driven by a second loadgen at this rate (x --rate-scale) all day: the GPUs it
+# serves on are lent to chat's sleepers (prewarm.yieldToSleepers)
+BACKGROUND = "summarize"
+BACKGROUND_RPS = 30.0
 TICK_S = 1.0
 FORECAST_STEP_S = 10.0  # the forecast grid on the demo's compressed timeline (the controller's default is 60 s)
 SERVICE_TIME = "sandbox.infer-ctl.io/service-time-ms"
@@ -147,12 +151,16 @@ class _Demo:
         self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
+        for svc in self.services:
+            if svc["metadata"]["name"] == BACKGROUND:
+                scale_capacity(svc, args.rate_scale)
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
         self.gateway_metrics: str | None = None  # the sandbox's front doors' /metrics (set when it starts)
         self.measured: dict[str, Any] = {}  # the driven service's status.slo, as the last poll read it
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
         self.recorder = Recorder()
+        self.background: dict[str, Any] = {}  # the background service's figures, once summarized
 
     def run(self) -> int:
         with contextlib.ExitStack() as stack:
@@ -299,6 +307,7 @@ class _Demo:
         day0_mono = time.monotonic() - (time.time() - self.day0)
         loadgen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stack.callback(_terminate, loadgen)
+        background = self._background(stack, kube, offset_s)
         view = LiveView(sys.stdout)
         while loadgen.poll() is None:
             pods = kube.list(PODS, "default")
@@ -313,6 +322,10 @@ class _Demo:
                         "unannounced: the days before had none of it", views)
             time.sleep(TICK_S)
         view.close()
+        background_summary: dict[str, Any] = {}
+        if background is not None:
+            text, _ = background.communicate(timeout=60)
+            background_summary = _loadgen_summary(text)
         summary_text, errors = loadgen.communicate(timeout=30)
         summary = _loadgen_summary(summary_text)
         if not summary:
@@ -320,6 +333,8 @@ class _Demo:
         # loadgen's t = 0 on the day's clock (both from the machine's monotonic clock)
         start_s = float(summary.get("started_monotonic_s", day0_mono + offset_s)) - day0_mono
         self._summarize(summary)
+        if background is not None:
+            self._summarize_background(background_summary, kube)
         if missing("plot"):
             print(f"\ntimeline: {timeline}   (no plot: it needs infer-ctl's 'plot' extra, "
                   "pip install 'infer-ctl[plot]')", flush=True)
@@ -327,6 +342,47 @@ class _Demo:
             plot(self.day, self.recorder, timeline, self.out / "demo.png", start_s=start_s, slo_ms=self.slo_ms)
             print(f"\nplot: {self.out / 'demo.png'}   timeline: {timeline}", flush=True)
         return 0
+
+    def _background(self, stack: contextlib.ExitStack, kube: Any, offset_s: float) -> subprocess.Popen[str] | None:
+        """The background service's loadgen: its steady rate from where the day starts to its end, summarized in
+        the day's phases (None when the demo has no such service)."""
+        if not any(s["metadata"]["name"] == BACKGROUND for s in self.services):
+            return None
+        url = _wait_for_front_door(kube, BACKGROUND)
+        rate = BACKGROUND_RPS * self.day.rate_scale
+        cmd = [sys.executable, "-m", "loadgen", f"{url}/v1/completions",
+               "--shape", f"{rate:g}@{max(1.0, self.day.day_s - offset_s):g}s", "--json",
+               "--phases", self.day.phase_starts(offset_s), "--body", '{"prompt": "Summarize", "stream": false}',
+               "--no-progress", "--max-error-ratio", "1", "--timeout", "30s"]
+        print(f"         {BACKGROUND}: loadgen at {rate:g} req/s all day (a second process)\n", flush=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stack.callback(_terminate, proc)
+        return proc
+
+    def _summarize_background(self, summary: dict[str, Any], kube: Any) -> None:
+        """The background service's figures: what lending its GPUs cost it (its requests in each phase), and how
+        often it yielded them (its `Yielded` Events)."""
+        from infer_ctl.kube.client import EVENTS
+
+        yielded = sum(int(e.get("count") or (e.get("series") or {}).get("count") or 1)
+                      for e in kube.list(EVENTS, "default") if e.get("reason") == "Yielded")
+        print(f"\nsummary of {BACKGROUND} (steady {BACKGROUND_RPS * self.day.rate_scale:g} req/s; its GPUs lent to "
+              f"chat's sleepers: {yielded} replica(s) put to sleep for chat's wakes)", flush=True)
+        if not summary:
+            print("  loadgen printed no summary", flush=True)
+            return
+        print(f"  {'phase':<15} {'p50':>8} {'p95':>8} {'ok':>7} {'errors':>7}", flush=True)
+        for p in summary.get("phases") or ():
+            print(f"  {p['name']:<15} {_ms(p['p50_ms']):>8} {_ms(p['p95_ms']):>8} {p['ok']:>7} {p['errors']:>7}",
+                  flush=True)
+        kinds = ", ".join(f"{k} {n}" for k, n in (summary.get("errors_by_kind") or {}).items())
+        print(f"  traffic     {summary.get('sent', 0)} requests, {summary.get('ok', 0)} ok, "
+              f"{summary.get('errors', 0)} errors{' (' + kinds + ')' if kinds else ''}; p50 "
+              f"{summary.get('p50_ms', 0):.0f} ms, p95 {summary.get('p95_ms', 0):.0f} ms overall", flush=True)
+        self.background = {"loadgen": summary, "yielded": yielded}
+        path = self.out / "summary.json"
+        if path.exists():
+            path.write_text(json.dumps({**json.loads(path.read_text()), "background": self.background}, indent=2))
 
     def _names(self) -> list[str]:
         names = [s["metadata"]["name"] for s in self.services]
@@ -394,7 +450,7 @@ class _Demo:
         write_samples(rec, self.out / "controller-timeline.csv")
         (self.out / "summary.json").write_text(json.dumps({
             "loadgen": summary, "peak_serving": peak, "gpu_hours": gpu_s / 3600, "day_s": self.day.day_s,
-            "rate_scale": self.day.rate_scale, "phases": phases}, indent=2))
+            "rate_scale": self.day.rate_scale, "phases": phases, "background": self.background}, indent=2))
 
 
 def replica_states(pods: list[dict[str, Any]]) -> list[str]:
@@ -406,13 +462,22 @@ def replica_states(pods: list[dict[str, Any]]) -> list[str]:
 
 
 def held_gpus(pods: list[dict[str, Any]], name: str) -> int:
-    """GPUs the service's Pods hold: the distinct claims they reference (a warm host's claim, referenced by the
-    sleepers and awake replicas on it, is one GPU; the demo's claims each ask for one device)."""
+    """GPUs the service holds: the distinct claims its awake Pods reference, and the warm hosts only sleepers
+    reference that its sleepers are on (a warm host's claim is one GPU, charged to the service awake on it: a
+    sleeper waiting on a GPU another service serves on holds none; the demo's claims each ask for one device)."""
+    from infer_ctl.actuate.manifests import held_asleep
     from infer_ctl.controller.warm import referenced_claims
     from infer_ctl.kube.labels import LABEL_SERVICE
 
-    return len({c for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) == name
-                for c in referenced_claims(p)})
+    def service(p: dict[str, Any]) -> str:
+        return str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE, ""))
+
+    live = [p for p in pods if service(p)]  # a Pod being deleted holds its claims until it is gone
+    awake_anyone = {c for p in live if not held_asleep(p) for c in referenced_claims(p)}
+    mine = [p for p in live if service(p) == name]
+    awake = {c for p in mine if not held_asleep(p) for c in referenced_claims(p)}
+    idle = {c for p in mine if held_asleep(p) for c in referenced_claims(p)} - awake_anyone
+    return len(awake | idle)
 
 
 def write_samples(rec: Recorder, path: Path) -> None:

@@ -31,7 +31,8 @@ whose device is free, else onto a warm host made of the claim its placement pinn
 services' sleepers wait there. A wake the plan makes by displacing one (`CyclePlan.displace`) first takes that
 replica out of traffic (the standby label, the asleep annotation, `infer-ctl.io/yielded-at` and `-to`), asks it to
 sleep and waits for the answer, with one `Yielded` Event on its service (`_displace`); then the wakes. The
-yielding service's own cycle holds that replica asleep while its GPU is taken and wakes it once it is free.
+yielding service's own cycle holds that replica asleep while its GPU is taken (counted: nothing made up
+elsewhere) and wakes it once it is free.
 """
 
 from __future__ import annotations

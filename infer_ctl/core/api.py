@@ -169,8 +169,8 @@ class PrewarmSpec:
     # model actuation and AIBrix keep one): for bursts no forecast sees coming; 0: only what the forecast needs
     sleeping_replicas: int = 0
     # lends its GPUs: its awake replicas sit on warm hosts, where other services' sleepers may wait, and go to sleep
-    # (yield the GPU) when one of those wakes; its own cycle makes the capacity up elsewhere and wakes them again
-    # once their GPU is free
+    # (yield the GPU) when one of those wakes; it waits for that GPU (taking no free one meanwhile) and wakes them
+    # again once it is free
     yield_to_sleepers: bool = False
 
 
@@ -387,9 +387,10 @@ SCALING_SCHEMA = Prop(
                                     "replicas run on warm hosts, where sleepers of services of the namespace that "
                                     "do not yield may wait; when one of them must wake (a burst), this service's "
                                     "replica on that GPU goes to sleep first (out of traffic, its weights in host "
-                                    "memory), and this service's own cycle makes the capacity up elsewhere and "
-                                    "wakes it again once the GPU is free. For a service that can lose capacity "
-                                    "for a while (batch, offline, lower priority). One whole GPU per replica "
+                                    "memory); this service waits for that GPU (it takes no free one meanwhile: "
+                                    "the bursting service may need them) and wakes its replica there once it is "
+                                    "free. For a service that can lose capacity for a while (batch, offline, "
+                                    "lower priority). One whole GPU per replica "
                                     "(accelerator.count 1, sharing Exclusive).",
                                     default=False),
         }),

@@ -91,6 +91,15 @@ class Room:
     # need leaves them (`sleeping_room`)
     in_place: int = 0
     awake_elsewhere: int = 0
+    # sleepers it could hold on GPUs other services lend (`yieldToSleepers`), its awake replicas there included:
+    # they wake only for load already here (a burst), so they hold the fixed pool, never what the forecast needs
+    lent: int = 0
+
+    @property
+    def burst_only(self) -> bool:
+        """All the room for sleepers is on lent GPUs: the sleeping tier is a burst pool, and the awake replicas
+        cover the forecast as without it."""
+        return self.lent > 0 and self.sleeping == 0 and self.in_place == 0
 
     def sleeping_room(self, awake: int) -> int:
         """Sleepers there is room for when `awake` replicas stay awake: the new or wakeable ones (`sleeping`), and

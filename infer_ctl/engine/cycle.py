@@ -47,7 +47,7 @@ from infer_ctl.core.conditions import rfc3339
 from infer_ctl.core.policy import EffectiveScaling, Policies, ScalingPolicy, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.core.slo import Attainment
-from infer_ctl.decide.decision import DecidePolicy, ReplicaView
+from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
 from infer_ctl.engine.aim import AimState, RecordedAim, Rung, adapt, ladder
 from infer_ctl.engine.gangs import GangReservation
@@ -85,6 +85,10 @@ WAKE_MIN = 3
 # (the wake that took the device may not show in the caches yet), then once the device is free
 YIELD_HOLD_PERIODS = 2.0
 BIG = 1e9  # a removal cost that outweighs any fragmentation score
+# the decisions on load that is already here (the burst guard, the observed rate without a forecast, a request at
+# zero): only these wake a sleeper by putting a yielding service's replica to sleep; a forecast's has the time of
+# a cold start, and creates
+URGENT = frozenset({Reason.BURST, Reason.OBSERVED, Reason.WAKE})
 AWAKE = (api.ReplicaState.SERVING, api.ReplicaState.STANDBY, api.ReplicaState.LOADING, api.ReplicaState.PENDING)
 GB = 1e9
 
@@ -440,30 +444,34 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     reseat = spec.replicas is not None or not output.decision.reason.heading_down
     budget = max(spec.scaling.max_replicas, serving) + standby
     # a service that yields to sleepers: its replicas that yielded their GPU stay asleep while it is taken (and
-    # for YIELD_HOLD_PERIODS, as the borrower's wake may not show yet), and return once it is free
+    # for YIELD_HOLD_PERIODS, as the borrower's wake may not show yet), and return once it is free. Both count
+    # as awake in the plan: the service waits for its GPUs rather than taking free ones meanwhile (the service it
+    # yielded to is bursting, and may need them), and a surplus removes a held-back one first
     held_back, returning = _yielded(replicas, ledger, now_s, YIELD_HOLD_PERIODS * period)
     planned = [Replica(r.name, api.ReplicaState.SLEEPING if r.name in starting else r.state, r.standby,
                        r.spec_hash == observation.spec_hash, low_priority=r.low_priority) for r in replicas]
-    # a returning one counts as awake: a surplus then removes the replica the service made up with elsewhere
-    planned = [replace(r, state=api.ReplicaState.SERVING, standby=False) if r.name in returning else r
-               for r in planned]
+    planned = [replace(r, state=api.ReplicaState.SERVING, standby=False)
+               if r.name in returning or r.name in held_back else r for r in planned]
     sleeping, fallback = 0, ""
     if policy.sleep or any(r.warm_host for r in replicas):
         # the sleeping tier: wakes before creations, sleep before removal (`plan_tiers`)
         sleeping = output.desired_sleeping if spec.replicas is None and policy.sleep else 0
-        sleeping += len(held_back)
         hosts = {r.name: r.warm_host for r in replicas}
         refused = observation.wake_refused
+        if ledger is not None:
+            ledger.may_displace = output.decision.reason in URGENT and spec.replicas is None
 
         def on_warm_host(name: str) -> bool:
-            return bool(hosts.get(name)) and name not in returning and (ledger is None or ledger.sleep(name))
+            return bool(hosts.get(name)) and name not in returning and name not in held_back \
+                and (ledger is None or ledger.sleep(name))
 
         def can_wake(name: str) -> bool:
-            return name not in refused and name not in held_back and (ledger is None or ledger.wake(name))
+            return name not in refused and (ledger is None or ledger.wake(name))
 
         asleep = frozenset(r.name for r in planned if r.state is api.ReplicaState.SLEEPING)
         actions = plan_tiers(planned, serving, standby, sleeping, on_warm_host=on_warm_host,
-                             removal_cost=_warm_removal_cost(removal_cost, ledger, hosts, asleep, returning),
+                             removal_cost=_warm_removal_cost(removal_cost, ledger, hosts, asleep,
+                                                             returning=returning, held_back=held_back),
                              stuck=stuck, reseat=reseat, budget=budget, can_wake=can_wake, starting=starting,
                              hold_starting=spec.replicas is None)
         if returning:
@@ -519,18 +527,19 @@ def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSp
         message = f"{message}; tiers: {output.tiers.message}"
     # the pool as the tiers size it: beyond the awake replicas, within maxReplicas (`engine.step._tiers`)
     pool = min(policy.decide.sleeping_replicas, max(0, spec.scaling.max_replicas - serving - standby))
-    if pool and sleeping - held_back < pool and spec.replicas is None:
+    if pool and sleeping < pool and spec.replicas is None:
         why = ("an Exclusive service's sleepers only join warm hosts that exist: made for a Shared service's "
                "sleepers, or lent by a service that yields to sleepers"
                if spec.accelerator.sharing is api.Sharing.EXCLUSIVE else "no warm host has room for more")
-        message = f"{message}; sleeping pool: {sleeping - held_back} of {pool} held ({why})"
+        message = f"{message}; sleeping pool: {sleeping} of {pool} held ({why})"
     if fallback:
         message = f"{message}; {fallback}"
     if displace:
         message = (f"{message}; {len(displace)} replica(s) of services that yield to sleepers put to sleep for "
                    f"the wakes: {', '.join(displace)}")
     if held_back:
-        message = f"{message}; {held_back} replica(s) asleep, their GPU yielded to another service's sleeper"
+        message = (f"{message}; {held_back} replica(s) asleep, their GPU yielded to another service's sleeper "
+                   "(counted, not made up elsewhere, until it is given back)")
     return message
 
 
@@ -554,15 +563,16 @@ def _yielded(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, no
 
 
 def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger | None,
-                       hosts: Mapping[str, str], asleep: frozenset[str],
-                       returning: Sequence[str]) -> Callable[[str], float] | None:
+                       hosts: Mapping[str, str], asleep: frozenset[str], *, returning: Sequence[str] = (),
+                       held_back: frozenset[str] = frozenset()) -> Callable[[str], float] | None:
     """`cost` with the warm hosts' order on top (lower goes first; the last of the sleepers wakes first):
     - a sleeper whose device is free wakes first, so that a wake displaces another service's replica only when
       no free device has a sleeper;
     - a service that does not yield gives back a GPU another service's replica yielded first (that replica waits
       on it, asleep);
-    - a service that yields removes last a replica returning to its GPU, or awake where other services' sleepers
-      wait (a lent GPU, not an idle one), so that a surplus removes the replica it made up with elsewhere."""
+    - a service that yields removes first a replica held asleep for another service (it serves nothing), and
+      last a replica returning to its GPU, or awake where other services' sleepers wait (a lent GPU, not an idle
+      one), so that a surplus removes a replica elsewhere."""
     if ledger is None:
         return cost
     first = frozenset(returning)
@@ -573,6 +583,8 @@ def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger 
         if name in asleep:
             return base + (BIG if ledger.free_now(name) else 0.0)
         if ledger.lends:
+            if name in held_back:
+                return base - BIG
             return base + (BIG if name in first or (host and ledger.foreign_sleepers(host)) else 0.0)
         return base - (BIG if host and ledger.yielded_on(host) else 0.0)
 
@@ -746,15 +758,17 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         room_cached = slow.room.cached
         cached = slow.cached_s if slow.cached_s is not None else cached
         allowed.add(Tier.CACHED)
-    in_place = elsewhere = 0
+    in_place = elsewhere = lent = 0
     if policy.sleep:
         if ledger is not None:
             room_sleeping = ledger.room(svc.spec.scaling.max_replicas)
             in_place = ledger.in_place()
+            lent = min(svc.spec.scaling.max_replicas,
+                       ledger.room(svc.spec.scaling.max_replicas, lent=True) + ledger.in_place(lent=True))
             elsewhere = sum(not r.warm_host and r.state in AWAKE for r in observation.replicas)
         elif slow is not None:
             room_sleeping = slow.room.sleeping
-        if room_sleeping > 0 or in_place > 0:
+        if room_sleeping > 0 or in_place > 0 or lent > 0:
             allowed.add(Tier.SLEEPING)
     if not allowed:
         return None, others
@@ -765,7 +779,7 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         cached = max(cached, min(wake, cold))  # unused: only the order of the times matters
     times = TierTimes(wake_s=min(wake, cached), cached_s=cached, cold_s=max(cached, cold))
     return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached, in_place=in_place,
-                                                     awake_elsewhere=elsewhere)), others
+                                                     awake_elsewhere=elsewhere, lent=lent)), others
 
 
 def weight_bytes(model: api.ModelSpec) -> int:
@@ -848,7 +862,13 @@ class _WarmLedger:
         self.lent = {c: [x for x in d.lent if x.name not in own] for c, d in self.devices.items()
                      if not self.lends and d.lent}
         self.lent_bytes = {c: sum(x.device_bytes for x in lent) for c, lent in self.lent.items()}
+        # devices another service lends (or yielded and waits to get back): this service's sleepers there wake
+        # only for load already here, so they are its burst pool's room, never the forecast's
+        self.lent_devices = frozenset(c for c, d in self.devices.items()
+                                      if not self.lends and (self.lent.get(c) or d.yielded))
         self.displaced: list[str] = []
+        # only a decision on load already here displaces (`URGENT`): one ahead of a forecast has a cold start's time
+        self.may_displace = True
 
     def drop_taken(self, state: ClusterState) -> None:
         """Forget the free GPUs no longer whole on `state` (the cycle's awake replicas were placed there)."""
@@ -878,7 +898,7 @@ class _WarmLedger:
         if device is None:
             return False
         need, free = self.need(device), self.device_free[device.claim]
-        lent = self.lent.get(device.claim, [])
+        lent = self.lent.get(device.claim, []) if self.may_displace else []
         taken: list[LentReplica] = []
         for x in lent:
             if free >= need:
@@ -935,25 +955,30 @@ class _WarmLedger:
         device = self.devices.get(claim)
         return 0 if device is None else max(0, device.sleepers - self.own_sleepers[claim])
 
-    def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int]) -> WarmDevice | None:
+    def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int],
+                   lent: bool | None = None) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
         free GPUs, then the one whose device is most free. A free GPU only where it could hold two of this
         service's replicas awake: a new warm host for one replica that takes the whole device awake (an
         `Exclusive` service's) costs a GPU, what an awake standby costs, and would only be slower to serve; such a
-        service's sleepers go to warm hosts that exist (shared with other sleepers)."""
+        service's sleepers go to warm hosts that exist (shared with other sleepers). `lent`: only lent devices
+        (True), none (False), or any (None), those last."""
         fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
-                and host_free.get(d.node, 0) >= self.weights and (d.exists or self._slots(d) >= 2)]
+                and host_free.get(d.node, 0) >= self.weights and (d.exists or self._slots(d) >= 2)
+                and (lent is None or (d.claim in self.lent_devices) == lent)]
         if not fits:
             return None
-        return min(fits, key=lambda d: (not d.exists, -self.device_free.get(d.claim, 0), d.claim))
+        return min(fits, key=lambda d: (not d.exists, d.claim in self.lent_devices,
+                                        -self.device_free.get(d.claim, 0), d.claim))
 
-    def in_place(self) -> int:
-        """This service's awake replicas on warm hosts that could sleep where they are (their node's host memory
-        has room for their weights) and wake there again: room for sleepers once they are not needed awake."""
+    def in_place(self, lent: bool = False) -> int:
+        """This service's awake replicas on warm hosts (lent ones, or the others) that could sleep where they are
+        (their node's host memory has room for their weights) and wake there again: room for sleepers once they
+        are not needed awake."""
         out, host_free = 0, dict(self.host_free)
         for claim, n in self.own_awake.items():
             device = self.devices.get(claim)
-            if device is None:
+            if device is None or (claim in self.lent_devices) != lent:
                 continue
             fit = min(n, max(0, host_free.get(device.node, 0)) // max(1, self.weights))
             host_free[device.node] = host_free.get(device.node, 0) - fit * self.weights
@@ -970,16 +995,16 @@ class _WarmLedger:
         self.host_free[device.node] -= self.weights
         return device.claim, self.need(device)
 
-    def room(self, limit: int) -> int:
-        """Sleepers this service could hold now (at most `limit`): those it holds that a wake could find room for,
-        and the new ones the warm hosts (and free GPUs) could take. A device's slots taken by this service's own
-        awake replicas on it are not room: a sleeper there could not wake in a burst (it adds no capacity); each of
-        them could sleep where it is, though (`in_place`)."""
+    def room(self, limit: int, lent: bool = False) -> int:
+        """Sleepers this service could hold now (at most `limit`) on lent devices, or on the others: those it
+        holds that a wake could find room for, and the new ones the warm hosts (and free GPUs) could take. A
+        device's slots taken by this service's own awake replicas on it are not room: a sleeper there could not
+        wake in a burst (it adds no capacity); each of them could sleep where it is, though (`in_place`)."""
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
-                   for c, n in self.own_sleepers.items() if c in self.devices)
+                   for c, n in self.own_sleepers.items() if c in self.devices and (c in self.lent_devices) == lent)
         sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)
         more = 0
-        while held + more < limit and (device := self._candidate(sleepers, host_free)) is not None:
+        while held + more < limit and (device := self._candidate(sleepers, host_free, lent)) is not None:
             sleepers[device.claim] += 1
             host_free[device.node] -= self.weights
             more += 1

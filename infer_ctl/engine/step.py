@@ -282,7 +282,13 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         # covers the cold start, which the slowest held tier must
         times = inputs.tiers.times  # the cold tier's time is the measured cold start
         times = replace(times, cold_s=max(times.cached_s, inputs.cold_start_p90_s))
-        tier_horizons = horizons(times, policy.control_period_s, inputs.tiers.allowed)
+        room = inputs.tiers.room
+        if room.burst_only:
+            # sleepers only on lent GPUs: they hold the pool; the awake replicas cover what they would without
+            tier_horizons = horizons(times, policy.control_period_s, inputs.tiers.allowed - {Tier.SLEEPING})
+            tier_horizons[Tier.SLEEPING] = tier_horizons[Tier.STANDBY]
+        else:
+            tier_horizons = horizons(times, policy.control_period_s, inputs.tiers.allowed)
         horizon = max(horizon, *tier_horizons.values())
         policy = replace(policy, prewarm_lead_s=tier_horizons[Tier.STANDBY])
     forecast: Forecast | None = None
@@ -360,4 +366,9 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
         if Tier.CACHED in needs:
             needs[Tier.CACHED] = max(needs[Tier.CACHED], needs[Tier.SLEEPING])
     plan = ladder(needs, inputs.tiers.room)
+    if Tier.SLEEPING in needs and inputs.tiers.room.lent:
+        # the pool's rest (and the warm replicas the window holds) on lent GPUs: beyond the awake ones, never
+        # instead of them
+        wanted = min(policy.max_replicas, max(held, pool)) - plan.awake - plan.sleeping
+        plan = replace(plan, sleeping=plan.sleeping + max(0, min(wanted, inputs.tiers.room.lent)))
     return replace(plan, horizons_s=tuple(sorted(tier_horizons.items(), key=lambda kv: kv[1]))), window

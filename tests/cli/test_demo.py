@@ -220,6 +220,13 @@ def test_sleepers_are_counted_as_sleeping_and_a_warm_host_s_gpu_once() -> None:
     assert replica_states(pods[:4]) == ["Serving", "Serving", "Sleeping", "Loading"]
     assert held_gpus(pods, "chat") == 2
     assert held_gpus(pods, "other") == 1
+    # a sleeper waiting on a GPU another service serves on (lent: yieldToSleepers) holds none of it; one on a warm
+    # host nobody is awake on holds that GPU
+    lent = [_pod("summarize-r0", claim="warm-h100-0-gpu-2", service="summarize"),
+            _pod("chat-r4", claim="warm-h100-0-gpu-2", standby=True, asleep=True),
+            _pod("chat-r5", claim="warm-h100-0-gpu-3", standby=True, asleep=True)]
+    assert held_gpus([*pods, *lent], "chat") == 3
+    assert held_gpus([*pods, *lent], "summarize") == 1
 
 
 def test_the_demo_runs_the_whole_loop_and_leaves_a_summary_per_phase_and_a_plot(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 a whole H100 awake, a pool of two sleepers) keeps its sleepers there, on GPUs that are serving batch rather than
 idle. An unannounced burst of chat wakes its sleepers in seconds: batch's replicas go to sleep first (out of
 traffic, weights to host memory; a `Yielded` Event each), and chat's wake onto their GPUs. When chat's burst has
-passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again.
+passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again (in
+between batch takes no free GPU: it waits for its own).
 
 Real traffic through the front door, model servers that sleep and wake over HTTP with the node agent's device
 and host memory ledgers, the controller's cycles in real time; on the emulator and on the real control plane

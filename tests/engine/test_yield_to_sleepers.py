@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState as S
+from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.cycle import (
     YIELD_HOLD_PERIODS,
     CyclePlan,
@@ -58,6 +59,15 @@ def test_a_sleeper_waits_on_a_lent_gpu_one_per_device() -> None:
                                       lent("warm-c", "batch-r2"))), held_warm(1))
     assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
     assert p.displace == ()
+    # they wake only for load already here: a pool beyond the awake replicas, whose horizon stays the one they
+    # would have without the tier (a sleeper on a GPU of its own would shorten it to the wake time)
+    assert p.output.tiers is not None
+    horizons = dict(p.output.tiers.horizons_s)
+    assert horizons[Tier.STANDBY] == horizons[Tier.SLEEPING] >= 120, horizons
+    own = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
+                       warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1))),
+               held_warm(1))
+    assert own.output.tiers is not None and dict(own.output.tiers.horizons_s)[Tier.STANDBY] < 30
     # without the lent replicas the same devices are taken by an awake model: no room
     taken = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
                          warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU))),
@@ -72,6 +82,15 @@ def test_a_burst_wakes_a_sleeper_on_a_lent_gpu_and_puts_the_lender_to_sleep_firs
     assert p.actions.wake == ("llm-r1",) and p.actions.create_serving == 0, p.message
     assert p.displace == ("batch-r0",)
     assert "put to sleep for the wakes: batch-r0" in p.message
+
+
+def test_only_a_decision_on_load_already_here_displaces() -> None:
+    # minReplicas rising to 2 with no load: there is time for a cold start, so a replica is created
+    obs = replace(observe(borrower(spec__scaling__minReplicas=2), ready("llm-r0"), asleep("llm-r1", "warm-a"),
+                          rate=0.0), warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1)))
+    p = plan(obs, held_warm(2))
+    assert p.output.decision.reason == "AtMinReplicas"
+    assert p.displace == () and p.actions.wake == () and p.actions.create_serving == 1, p.message
 
 
 def test_a_sleeper_on_a_free_device_wakes_before_one_that_would_displace() -> None:
@@ -108,21 +127,26 @@ def awake_on(name: str, host: str) -> ObservedReplica:
     return ObservedReplica(name, S.SERVING, False, created_s=T0 - 600, spec_hash=HASH, warm_host=host)
 
 
-def test_a_replica_that_yielded_stays_asleep_while_its_gpu_is_taken_and_the_service_makes_it_up() -> None:
+def test_a_replica_that_yielded_stays_asleep_while_its_gpu_is_taken_and_is_not_made_up_elsewhere() -> None:
     taken = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU, sleepers=1, yielded=1)  # llm's
     obs = replace(observe(lender(spec__scaling__minReplicas=2), awake_on("batch-r1", "warm-b"),
                           yielded("batch-r0", "warm-a", T0 - 600), rate=0.0),
                   warm_hosts=hosts(taken, lent("warm-b", "batch-r1")))
     p = plan(obs)
     assert p.actions.wake == () and "batch-r0" not in p.actions.remove, p.message
-    assert p.actions.create_serving == 1  # made up elsewhere
+    # it waits for its GPU: a free one may be what the service it yielded to needs for its burst
+    assert p.actions.create_serving == 0 and not p.create
     assert "1 replica(s) asleep, their GPU yielded" in p.message
+    # on the way down the one held asleep goes first (it serves nothing)
+    down = plan(replace(obs, service=lender(spec__scaling__minReplicas=1)))
+    assert down.actions.remove == ("batch-r0",), down.message
 
 
 def test_a_replica_that_yielded_is_not_woken_within_the_hold_even_on_a_free_gpu() -> None:
     free = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=2, yielded=1)
-    obs = replace(observe(lender(), awake_on("batch-r1", "warm-b"), yielded("batch-r0", "warm-a", T0 - 1),
-                          rate=0.0), warm_hosts=hosts(free, lent("warm-b", "batch-r1")))
+    obs = replace(observe(lender(spec__scaling__minReplicas=2), awake_on("batch-r1", "warm-b"),
+                          yielded("batch-r0", "warm-a", T0 - 1), rate=0.0),
+                  warm_hosts=hosts(free, lent("warm-b", "batch-r1")))
     p = plan(obs)
     assert p.actions.wake == () and "batch-r0" not in p.actions.remove, p.message
     later = plan(replace(obs, replicas=(awake_on("batch-r1", "warm-b"),
