@@ -103,6 +103,7 @@ class Reason(enum.StrEnum):
         return self in HEADING_DOWN
 
 
+URGENT = frozenset({Reason.BURST, Reason.OBSERVED, Reason.WAKE})
 HEADING_DOWN = frozenset({Reason.STABILIZING, Reason.SCALE_DOWN, Reason.HOLD_LOADING, Reason.HOLD_CONSOLIDATION,
                           Reason.HOLD_MISSING_METRICS, Reason.KEEP_ALIVE, Reason.SCALE_TO_ZERO})
 
@@ -259,6 +260,9 @@ class Decision:
     horizon_s: float
     demand_rps: float  # the rate the decision provisioned for
     keep_alive_s: float | None = None
+    # it is sized for load already here (the burst guard, the observed rate without a forecast, a request at
+    # zero), before any clip to the bounds: capacity is wanted now, not a cold start ahead
+    urgent: bool = False
 
     @property
     def total(self) -> int:
@@ -616,7 +620,7 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
     serving = min(max(final.serving, policy.min_replicas, 1 if total > 0 else 0), total)
     standby = min(policy.standby_replicas, total - serving)
     decision = Decision(total - standby, standby, reason, message, tick.current, tick.horizon_s, final.demand,
-                        keep_alive)
+                        keep_alive, urgent=final.reason in URGENT)
     now = tick.now
     window_start = now - policy.scale_down_stabilization_s
     rec = total if wanted is None else min(wanted.total, wanted.sustained)

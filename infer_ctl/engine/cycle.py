@@ -47,7 +47,7 @@ from infer_ctl.core.conditions import rfc3339
 from infer_ctl.core.policy import EffectiveScaling, Policies, ScalingPolicy, effective_scaling
 from infer_ctl.core.promql import range_window_s
 from infer_ctl.core.slo import Attainment
-from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
+from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
 from infer_ctl.engine.aim import AimState, RecordedAim, Rung, adapt, ladder
 from infer_ctl.engine.gangs import GangReservation
@@ -85,10 +85,6 @@ WAKE_MIN = 3
 # (the wake that took the device may not show in the caches yet), then once the device is free
 YIELD_HOLD_PERIODS = 2.0
 BIG = 1e9  # a removal cost that outweighs any fragmentation score
-# the decisions on load that is already here (the burst guard, the observed rate without a forecast, a request at
-# zero): only these wake a sleeper by putting a yielding service's replica to sleep; a forecast's has the time of
-# a cold start, and creates
-URGENT = frozenset({Reason.BURST, Reason.OBSERVED, Reason.WAKE})
 AWAKE = (api.ReplicaState.SERVING, api.ReplicaState.STANDBY, api.ReplicaState.LOADING, api.ReplicaState.PENDING)
 GB = 1e9
 
@@ -459,7 +455,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         hosts = {r.name: r.warm_host for r in replicas}
         refused = observation.wake_refused
         if ledger is not None:
-            ledger.may_displace = output.decision.reason in URGENT and spec.replicas is None
+            ledger.may_displace = output.decision.urgent and spec.replicas is None
 
         def on_warm_host(name: str) -> bool:
             return bool(hosts.get(name)) and name not in returning and name not in held_back \
@@ -867,7 +863,9 @@ class _WarmLedger:
         self.lent_devices = frozenset(c for c, d in self.devices.items()
                                       if not self.lends and (self.lent.get(c) or d.yielded))
         self.displaced: list[str] = []
-        # only a decision on load already here displaces (`URGENT`): one ahead of a forecast has a cold start's time
+        # only a decision on load already here displaces (`Decision.urgent`: the burst guard, the observed rate
+        # without a forecast, a request at zero, even clipped to maxReplicas); one ahead of a forecast has a cold
+        # start's time, and creates
         self.may_displace = True
 
     def drop_taken(self, state: ClusterState) -> None:

@@ -93,6 +93,16 @@ def test_only_a_decision_on_load_already_here_displaces() -> None:
     assert p.displace == () and p.actions.wake == () and p.actions.create_serving == 1, p.message
 
 
+def test_a_burst_clipped_to_max_replicas_still_displaces() -> None:
+    # 18 rps wants 2 replicas; at maxReplicas 2 the decision says AtMaxReplicas, but it was the load already here
+    obs = replace(observe(borrower(spec__scaling__maxReplicas=2, spec__scaling__prewarm={"sleepingReplicas": 1}),
+                          ready("llm-r0"), asleep("llm-r1", "warm-a"), rate=38.0),
+                  warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1)))
+    p = plan(obs, held_warm(2))
+    assert p.output.decision.reason == "AtMaxReplicas" and p.output.decision.urgent
+    assert p.displace == ("batch-r0",) and p.actions.wake == ("llm-r1",), p.message
+
+
 def test_a_sleeper_on_a_free_device_wakes_before_one_that_would_displace() -> None:
     free = WarmDevice("warm-b", "h100-0", "H100-80GB", GPU, sleepers=1)
     obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), asleep("llm-r2", "warm-b"),
