@@ -10,7 +10,8 @@ The layers, in the order a replica passes them:
    refused to create the replica (a ResourceQuota, an admission webhook, a missing PriorityClass), from the
    controller's `FailedCreate` Events;
 5. cold start: the replica is loading, for how long, against the measured p90;
-6. the sleeping tier: a replica held asleep on a warm host (its shared claim), and a wake the warm host refused
+6. the sleeping tier: a replica held asleep on a warm host (its shared claim), or asleep because it lent its GPU to
+   another service's wake (yieldToSleepers), and a wake the warm host refused
    (the controller's `WakeRefused` Events: its device was taken; a replica was created instead).
 Placement is evaluated anew against the current cluster with the controller's own engine and policies, so the
 answer holds for the next replica the controller would try to place.
@@ -24,7 +25,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, held_asleep, selector
+from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, ANNOTATION_YIELDED_TO, held_asleep, selector
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
@@ -54,7 +55,8 @@ from infer_ctl.place.state import MILLI, ClusterState
 @dataclass(frozen=True, slots=True)
 class Finding:
     subject: str  # a replica name, or a layer name for the service as a whole
-    layer: str  # spec | decision | placement | scheduler | quota | admission | cold-start | running | sleeping | wake
+    layer: str  # spec | decision | placement | scheduler | quota | admission | cold-start | running | sleeping |
+    # yielded | wake
     message: str
 
 
@@ -81,13 +83,19 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     pods = [p for p in kube.list(PODS, namespace, label_selector=selector(svc.meta))
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or ())]
     cold = {(c.get("accelerator"), c.get("cached")): c for c in status.get("coldStarts") or ()}
-    asleep = {str(p["metadata"]["name"]): str((p["metadata"].get("annotations") or {}).get(ANNOTATION_WARM_HOST, ""))
-              for p in pods if held_asleep(p)}
+    asleep = {str(p["metadata"]["name"]): p["metadata"].get("annotations") or {} for p in pods if held_asleep(p)}
     for replica in replica_pods(pods):
         state = replica.state
         if replica.name in asleep and state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
-            findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {asleep[replica.name]} "
-                                                              f"({replica.node}): woken when the traffic needs it"))
+            notes = asleep[replica.name]
+            host = notes.get(ANNOTATION_WARM_HOST, "")
+            if notes.get(ANNOTATION_YIELDED_TO):
+                findings.append(Finding(replica.name, "yielded", f"asleep on warm host {host} ({replica.node}): its "
+                                        f"GPU is lent to {notes[ANNOTATION_YIELDED_TO]} (spec.scaling.prewarm."
+                                        "yieldToSleepers); woken there once it is given back"))
+            else:
+                findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}): "
+                                                                  "woken when the traffic needs it"))
         elif state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
             findings.append(Finding(replica.name, "running", f"{state.value} on {replica.node} "
                                                              f"({replica.accelerator or 'GPU'})"))

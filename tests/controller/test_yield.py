@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, ANNOTATION_YIELDED_AT
+from infer_ctl.controller.explain import explain
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
@@ -92,6 +93,9 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
                            if (p["metadata"].get("annotations") or {}).get(ANNOTATION_YIELDED_AT)}
                 assert yielded == lent and not serving(kube, "batch"), cycles.table("batch")
                 assert asleep(kube, "batch") == lent
+                findings = explain(kube, cluster.policies, "default", "batch")
+                assert {f.subject for f in findings if f.layer == "yielded"} == lent, findings
+                assert all("lent to chat: " in f.message for f in findings if f.layer == "yielded"), findings
             finally:
                 stop(burst)
             # the burst has passed: chat's woken replicas sleep again, batch's come back
