@@ -6,7 +6,10 @@ controller; applies the demo's InferenceServices (deploy/demo/); and drives the 
 door with loadgen, as a separate process, through a compressed day (infer_ctl/cli/demoday.py's table):
 
     early morning 50 req/s, a morning ramp to 300 (predictable: the days before had it), the day, the evening,
-    the night, then an unannounced step up to 500 and down to 2.
+    the night, then an unannounced step up to 500 and down to 2;
+
+and the `summarize` service, with a second loadgen, at a steady rate all day: its GPUs hold chat's pool of
+sleepers (it yields to sleepers), so the step wakes them there, and its summary says what that cost it.
 
 The days before are backfilled into Prometheus before it starts (`promtool tsdb create-blocks-from
 openmetrics`), and the controller's seasonal forecast runs on the compressed day (`EngineConfig.day_s`, 10 s

@@ -242,6 +242,9 @@ def test_the_demo_runs_the_whole_loop_and_leaves_a_summary_per_phase_and_a_plot(
     assert summary["loadgen"]["ok"] > 0.9 * summary["loadgen"]["sent"]
     assert [p["name"] for p in summary["phases"]] == [p.name for p in Day.build().phases]
     assert summary["peak_serving"] >= 1 and not math.isnan(summary["gpu_hours"])
+    # the background service that lends its GPUs to chat's sleepers: driven all day by a second loadgen
+    assert "summary of summarize" in out
+    assert summary["background"]["loadgen"]["sent"] > 0
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     assert (tmp_path / "controller.log").stat().st_size > 0
     assert (tmp_path / "controller-timeline.csv").read_text().startswith("t_s,observed_rps,forecast_upper_rps")
