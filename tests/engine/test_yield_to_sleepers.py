@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState as S
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.cycle import (
     YIELD_HOLD_PERIODS,
@@ -27,6 +30,7 @@ from infer_ctl.engine.cycle import (
     weight_bytes,
 )
 from infer_ctl.engine.placement import warm_host_name
+from tests.builders import InferenceServiceBuilder
 from tests.engine.test_cycle import CYCLE, HASH, T0, observe, ready, snapshot
 from tests.engine.test_sleeping_cycle import GIB, GPU, asleep, exclusive, held_warm, hosts, sleepy
 
@@ -234,24 +238,14 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
     assert used_gib * GIB + new + len(displaced) * BATCH_WEIGHTS <= max(budget_gib * GIB, used_gib * GIB), p.message
 
 
-def test_the_spec_field_is_checked() -> None:
-    from infer_ctl.core.errors import SpecError
-    from infer_ctl.core.parse import parse_inference_service
-    from tests.builders import InferenceServiceBuilder
-
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("spec.accelerator.sharing", "Shared", "sharing Shared"),  # a warm host's GPU is lent whole
+    ("spec.scaling.prewarm.yieldToSleepers", "yes", "must be a boolean"),
+])
+def test_the_spec_field_is_checked(field: str, value: object, problem: str) -> None:
     doc = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm.yieldToSleepers", True) \
-        .with_("spec.accelerator.sharing", "Shared").build()
-    try:
+        .with_(field, value).build()
+    with pytest.raises(SpecError, match=r"spec\.scaling\.prewarm\.yieldToSleepers") as caught:
         parse_inference_service(doc)
-    except SpecError as exc:
-        assert "spec.scaling.prewarm.yieldToSleepers" in str(exc) and "sharing Shared" in str(exc)
-    else:
-        raise AssertionError("a Shared service that yields to sleepers was accepted")
-    wrong = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm.yieldToSleepers", "yes").build()
-    try:
-        parse_inference_service(wrong)
-    except SpecError as exc:
-        assert "spec.scaling.prewarm.yieldToSleepers" in str(exc) and "must be a boolean" in str(exc)
-    else:
-        raise AssertionError("a string was accepted")
+    assert problem in str(caught.value)
     assert sleepy().spec.scaling.prewarm.yield_to_sleepers is False
