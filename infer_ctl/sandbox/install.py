@@ -35,8 +35,7 @@ def apply_in_order(cluster: LocalCluster, path: Path) -> None:
             continue
         cluster.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(doc))
         if doc.get("kind") == "CustomResourceDefinition":
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                            f"crd/{doc['metadata']['name']}")
+            cluster.wait_established(doc["metadata"]["name"])
 
 
 def manage_namespace(cluster: LocalCluster, namespace: str) -> None:

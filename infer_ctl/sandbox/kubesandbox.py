@@ -54,7 +54,7 @@ def install_crd(local: LocalCluster) -> None:
     """Apply the InferenceService CRD (server-side) and wait until it is served."""
     local.kubectl("apply", "--server-side", "-f", "-", input_text=CRD_PATH.read_text())
     name = yaml.safe_load(CRD_PATH.read_text())["metadata"]["name"]
-    local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    local.wait_established(name)
 
 
 def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: float = 60.0) -> None:

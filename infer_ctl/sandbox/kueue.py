@@ -227,8 +227,7 @@ class LocalKueue:
                             next(v["name"] for v in d["spec"]["versions"] if v.get("storage")),
                             d["spec"]["scope"] == "Namespaced") for d in crd_docs]
         self._apply(crd_docs)
-        self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                             *(f"crd/{name}" for name, *_ in self._crd_names))
+        self.cluster.wait_established(*(name for name, *_ in self._crd_names))
         self._apply(webhook_configurations((assets / "webhook" / "manifests.yaml").read_text(), self.webhook_url,
                                            certs["ca.crt"], self.webhook_namespace_selector))
 

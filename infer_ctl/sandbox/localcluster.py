@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -339,6 +340,22 @@ class LocalCluster:
             raise LocalClusterError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): "
                                     f"{result.stderr.strip()}")
         return result
+
+    def wait_established(self, *crds: str, timeout_s: float = 60.0) -> None:
+        """`kubectl wait --for=condition=Established` on the named CustomResourceDefinitions, tried again while
+        a CRD just created has no status yet: kubectl then fails at once ("status.conditions accessor error: <nil>
+        is of the type <nil>") instead of waiting."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(1, math.ceil(deadline - time.monotonic()))
+            result = self.kubectl("wait", "--for=condition=Established", f"--timeout={left}s",
+                                  *(f"crd/{name}" for name in crds), check=False)
+            if result.returncode == 0:
+                return
+            if "accessor error" not in result.stderr or time.monotonic() >= deadline:
+                raise LocalClusterError(f"kubectl wait --for=condition=Established {' '.join(crds)} failed "
+                                        f"(exit {result.returncode}): {result.stderr.strip()}")
+            time.sleep(0.5)
 
     # ------------------------------------------------------------------------------------------ helpers
 

@@ -38,8 +38,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     with cluster:
         result = cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "inferenceservice.yaml"))
         assert "serverside-applied" in result.stdout, result
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/inferenceservices.infer-ctl.io")
+        cluster.wait_established("inferenceservices.infer-ctl.io")
         yield cluster
 
 

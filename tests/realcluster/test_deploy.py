@@ -188,7 +188,7 @@ def test_kubectl_apply_k_installs_a_controller_that_reconciles_and_delete_k_keep
         sandbox: KubeSandbox, kube: KubeClient) -> None:
     local = sandbox.local
     local.kubectl("apply", "-k", str(KUSTOMIZE / "kopf-peering"))
-    local.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PEERING_CRD}")
+    local.wait_established(PEERING_CRD)
     applied = local.kubectl("apply", "-k", str(KUSTOMIZE / "overlays" / "local"))  # once, on a fresh namespace
     assert "deployment.apps/infer-ctl created" in applied.stdout, applied.stdout
     reconciles_the_example(sandbox, kube, "infer-ctl-system", replicas=1)

@@ -32,6 +32,7 @@ CACHED = {
     "examples/llm-70b.yaml#llama-70b": CLUSTERS,
     "examples/embedder-mig.yaml#bge-embedder": CLUSTERS,
     "demo/chat.yaml#embedder": ("small.yaml",),
+    "demo/chat.yaml#summarize": ("small.yaml",),  # its replicas load from the H100 nodes' caches
 }
 # service -> why it is cached in no cluster file
 UNCACHED = {
