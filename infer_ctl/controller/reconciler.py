@@ -871,18 +871,7 @@ class Reconciler:
                 "labels": {LABEL_ROLE: Role.STANDBY.value},
                 "annotations": {ANNOTATION_ASLEEP: "true", ANNOTATION_YIELDED_AT: f"{now.timestamp():.3f}",
                                 ANNOTATION_YIELDED_TO: f"{svc.meta.name}: {to}"[:250]}}})
-            address = kube_pods.replica_pod(pod).address
-            why = ""
-            if not address:
-                why = "its model server's address is not known"
-            else:
-                try:
-                    answer = await self._http.post(f"http://{address}/sleep", params={"level": "1"},
-                                                   timeout=httpx.Timeout(SLEEP_TIMEOUT_S, connect=2.0))
-                    if answer.status_code != 200:
-                        why = _refusal(answer)
-                except httpx.HTTPError as exc:
-                    why = f"no answer from {address}: {type(exc).__name__} {exc}"
+            why = await self._post_sleep(kube_pods.replica_pod(pod).address)
             owner = _owner_ref(pod)
             if owner is not None:
                 note = (f"replica {name} went to sleep: its GPU (warm host "
@@ -966,17 +955,22 @@ class Reconciler:
     async def _sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
         """`POST /sleep?level=1` (it lets the requests in flight finish, then moves the weights to host memory),
         after the replica left traffic. A sleep that fails is tried again by the next cycle (`_ensure_asleep`)."""
+        why = await self._post_sleep(address)
+        if not why:
+            memory.asleep.add(name)
+        else:
+            log.warning("%s: the sleep of %s failed (tried again next cycle): %s", svc.meta.key, name, why)
+
+    async def _post_sleep(self, address: str) -> str:
+        """`POST /sleep?level=1` to a model server; why it failed ("" when it slept)."""
+        if not address:
+            return "its model server's address is not known"
         try:
             answer = await self._http.post(f"http://{address}/sleep", params={"level": "1"},
                                            timeout=httpx.Timeout(SLEEP_TIMEOUT_S, connect=2.0))
         except httpx.HTTPError as exc:
-            log.warning("%s: the sleep of %s got no answer (tried again next cycle): %s", svc.meta.key, name, exc)
-            return
-        if answer.status_code == 200:
-            memory.asleep.add(name)
-        else:
-            log.warning("%s: the sleep of %s was refused (tried again next cycle): %s", svc.meta.key, name,
-                        _refusal(answer))
+            return f"no answer from {address}: {type(exc).__name__} {exc}"
+        return "" if answer.status_code == 200 else _refusal(answer)
 
     def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
                        replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]], *,
@@ -1129,13 +1123,7 @@ class Reconciler:
             return
         claim = new_hosts.get(host)
         if claim is not None and host not in written:
-            try:
-                await self._k(self.kube.create, RESOURCE_CLAIMS, claim, ns)
-            except KubeError as exc:
-                if not exc.conflict:
-                    raise
-            self.view.created(ns, host)
-            written.add(host)
+            await self._create_host(ns, host, claim, written)
         selector_node = host_nodes.get(host, "")
         pod = replica_pod(svc, replica=replica.name, claim_name=host, role=Role.STANDBY,
                           node_selector={HOSTNAME_LABEL: selector_node} if selector_node else {},
@@ -1151,6 +1139,16 @@ class Reconciler:
             await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
                               + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
 
+    async def _create_host(self, namespace: str, host: str, claim: Mapping[str, Any], written: set[str]) -> None:
+        """A new warm host's claim (one that exists already is fine: a repeated cycle), as the cache shows it."""
+        try:
+            await self._k(self.kube.create, RESOURCE_CLAIMS, claim, namespace)
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+        self.view.created(namespace, host)
+        written.add(host)
+
     async def _write_lent(self, svc: api.InferenceService, replica: NewReplica, host_nodes: Mapping[str, str],
                           now: datetime, written: set[str]) -> None:
         """A new awake replica of a service that yields to sleepers, on a warm host: one whose device is free
@@ -1161,13 +1159,7 @@ class Reconciler:
         node_selector: Mapping[str, str] = {}
         where = host_nodes.get(host, "")
         if placement is not None and placement.claim is not None:
-            try:
-                await self._k(self.kube.create, RESOURCE_CLAIMS, placement.claim.claim, ns)
-            except KubeError as exc:
-                if not exc.conflict:
-                    raise
-            self.view.created(ns, host)
-            written.add(host)
+            await self._create_host(ns, host, placement.claim.claim, written)
             node_selector, where = placement.claim.node_selector, placement.claim.node_name
         elif where:
             node_selector = {HOSTNAME_LABEL: where}
