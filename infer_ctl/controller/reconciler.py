@@ -32,7 +32,8 @@ services' sleepers wait there. A wake the plan makes by displacing one (`CyclePl
 replica out of traffic (the standby label, the asleep annotation, `infer-ctl.io/yielded-at` and `-to`), asks it to
 sleep and waits for the answer, with one `Yielded` Event on its service (`_displace`); then the wakes. The
 yielding service's own cycle holds that replica asleep while its GPU is taken (counted: nothing made up
-elsewhere) and wakes it once it is free.
+elsewhere) and wakes it once it is free; the borrower's cycle puts its replica there back to sleep once the load
+here no longer needs it (`engine.cycle._give_back`), an ordinary sleep.
 """
 
 from __future__ import annotations

@@ -389,8 +389,9 @@ SCALING_SCHEMA = Prop(
                                     "replica on that GPU goes to sleep first (out of traffic, its weights in host "
                                     "memory); this service waits for that GPU (it takes no free one meanwhile: "
                                     "the bursting service may need them) and wakes its replica there once it is "
-                                    "free. For a service that can lose capacity for a while (batch, offline, "
-                                    "lower priority). One whole GPU per replica "
+                                    "free: the other service keeps a lent GPU only while the load already here "
+                                    "needs it, not for its forecast. For a service that can lose capacity for a "
+                                    "while (batch, offline, lower priority). One whole GPU per replica "
                                     "(accelerator.count 1, sharing Exclusive).",
                                     default=False),
         }),

@@ -263,6 +263,10 @@ class Decision:
     # it is sized for load already here (the burst guard, the observed rate without a forecast, a request at
     # zero), before any clip to the bounds: capacity is wanted now, not a cold start ahead
     urgent: bool = False
+    # replicas the load already here needs: the observed rate's, the requests in flight at the SLO concurrency,
+    # an urgent decision's (within maxReplicas). What a service keeps of GPUs other services lent it (a forecast
+    # or a stabilization window does not hold them: `engine.cycle`)
+    here: int = 0
 
     @property
     def total(self) -> int:
@@ -619,8 +623,9 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
     # loading, consolidation, a clip to the minimum) keep serving, they are not demoted to standby.
     serving = min(max(final.serving, policy.min_replicas, 1 if total > 0 else 0), total)
     standby = min(policy.standby_replicas, total - serving)
+    urgent = final.reason in URGENT
     decision = Decision(total - standby, standby, reason, message, tick.current, tick.horizon_s, final.demand,
-                        keep_alive, urgent=final.reason in URGENT)
+                        keep_alive, urgent=urgent, here=_here(tick, policy, total - standby if urgent else 0))
     now = tick.now
     window_start = now - policy.scale_down_stabilization_s
     rec = total if wanted is None else min(wanted.total, wanted.sustained)
@@ -630,6 +635,15 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
                    if wanted is not None and wanted.total > rec else ()))
     return decision, DecideState(recommendations, state.idle_since_s, state.idle_histogram, state.learned_keep_alive,
                                  state.backlog_requests, state.backlog_at_s, transient, state.last_in_flight)
+
+
+def _here(tick: _Tick, policy: DecidePolicy, urgent_serving: int) -> int:
+    """The serving replicas the load already here needs (none ahead of it): the observed rate's, the requests in
+    flight at the SLO concurrency (queued ones included: they are here), an urgent decision's serving."""
+    target = policy.target_concurrency_per_replica
+    in_flight = 0 if target is None or math.isnan(tick.concurrency) or target <= 0 else \
+        math.ceil(tick.concurrency / target - 1e-9)
+    return min(policy.max_replicas, max(tick.need_now, in_flight, urgent_serving))
 
 
 def _bound(policy: DecidePolicy, final: _Recommendation) -> tuple[int, Reason, str]:

@@ -84,6 +84,10 @@ WAKE_MIN = 3
 # a replica that yielded its GPU to another service's sleeper is not woken again for this many control periods
 # (the wake that took the device may not show in the caches yet), then once the device is free
 YIELD_HOLD_PERIODS = 2.0
+# a service that borrowed GPUs (woke sleepers where replicas of a service that yields to sleepers sat) gives
+# back what the load already here does not need once its decisions have not been urgent for this many control
+# periods (a burst's decisions alternate between the burst guard and the forecast's)
+LEND_HOLD_PERIODS = 2.0
 BIG = 1e9  # a removal cost that outweighs any fragmentation score
 AWAKE = (api.ReplicaState.SERVING, api.ReplicaState.STANDBY, api.ReplicaState.LOADING, api.ReplicaState.PENDING)
 GB = 1e9
@@ -331,6 +335,7 @@ class CycleState:
     orphan_claims: frozenset[str] = frozenset()  # claims without a replica in the last observation
     wake_durations: tuple[float, ...] = ()  # the last WAKE_WINDOW wakes' seconds (the sleeping tier's time)
     aim: AimState = field(default_factory=AimState)  # where the service's aim is on its ladder
+    urgent_s: float | None = None  # when its decision was last urgent (`Decision.urgent`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,10 +453,19 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                        r.spec_hash == observation.spec_hash, low_priority=r.low_priority) for r in replicas]
     planned = [replace(r, state=api.ReplicaState.SERVING, standby=False)
                if r.name in returning or r.name in held_back else r for r in planned]
+    # a service that does not yield: the GPUs other services lent it (their replicas asleep there, waiting) it
+    # keeps while the load already here needs them; the rest go back to sleep where they are, sleepers again
+    urgent_s = now_s if output.decision.urgent else state.urgent_s
+    give_back = _give_back(replicas, ledger, max(output.decision.here, spec.scaling.min_replicas)) \
+        if spec.replicas is None and (urgent_s is None or now_s - urgent_s >= LEND_HOLD_PERIODS * period) else ()
+    serving, standby, planned = _asleep_again(give_back, replicas, planned, serving, standby)
     sleeping, fallback = 0, ""
     if policy.sleep or any(r.warm_host for r in replicas):
         # the sleeping tier: wakes before creations, sleep before removal (`plan_tiers`)
         sleeping = output.desired_sleeping if spec.replicas is None and policy.sleep else 0
+        # the replicas given back are sleepers again (the pool within the policy's size)
+        sleeping = max(sleeping, min(policy.decide.sleeping_replicas if policy.sleep else 0,
+                                     sleeping + len(give_back)))
         hosts = {r.name: r.warm_host for r in replicas}
         refused = observation.wake_refused
         if ledger is not None:
@@ -473,6 +487,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         if returning:
             back = tuple(n for n in returning if n not in actions.remove)
             actions = replace(actions, wake=(*back, *actions.wake))
+        actions = replace(actions, sleep=(*(n for n in give_back if n not in actions.remove), *actions.sleep))
         if refused:
             fallback = "; ".join(f"the wake of {name} was refused ({why})" for name, why in sorted(refused.items()))
             fallback += f": {actions.create_serving} replica(s) created instead" if actions.create_serving else \
@@ -505,12 +520,16 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     displace = tuple(ledger.displaced) if ledger is not None else ()
     message = _warm_notes(message, output, spec, policy, (serving, standby, sleeping), fallback, displace,
                           len(held_back))
+    if give_back:
+        message = (f"{message}; {len(give_back)} replica(s) on GPUs lent by services that yield to sleepers back "
+                   f"to sleep there, the GPUs given back (the load here needs {output.decision.here} serving; a "
+                   f"forecast does not hold a lent GPU): {', '.join(give_back)}")
     if aim.note and aim.since_s == now_s:
         message = f"{message}; {aim.note}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
                      measured, scaled, unavailable, prefetch, sleeping, fallback, release_claims, displace)
     return plan, CycleState(engine_state, cold_starts, measured_names, desired, last_decision, resolved,
-                            orphans - set(delete_claims), wake_durations, aim)
+                            orphans - set(delete_claims), wake_durations, aim, urgent_s)
 
 
 def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSpec,  # noqa: PLR0917
@@ -556,6 +575,35 @@ def _yielded(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, no
         else:
             held.add(r.name)
     return frozenset(held), tuple(back)
+
+
+def _give_back(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, here: int) -> tuple[str, ...]:
+    """A service that does not yield: its ready replicas on GPUs other services lent it (a replica of theirs
+    asleep there, waiting for it) beyond what the load here needs of them (`here` serving replicas, less those
+    serving elsewhere), standby ones first; each one's sleep taken on the ledger (one that the node's host memory
+    cannot take stays awake)."""
+    if ledger is None or ledger.lends:
+        return ()
+    ready = [r for r in replicas if r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)]
+    borrowed = [r for r in ready if r.warm_host and ledger.yielded_on(r.warm_host)]
+    if not borrowed:
+        return ()
+    elsewhere = sum(r.state is api.ReplicaState.SERVING and r not in borrowed for r in ready)
+    keep = min(len(borrowed), max(0, here - elsewhere))
+    borrowed.sort(key=lambda r: (not r.standby, r.name))
+    return tuple(r.name for r in borrowed[:len(borrowed) - keep] if ledger.sleep(r.name))
+
+
+def _asleep_again(names: Sequence[str], replicas: Sequence[ObservedReplica], planned: list[Replica],
+                  serving: int, standby: int) -> tuple[int, int, list[Replica]]:
+    """The awake targets less the replicas given back (they leave traffic now: a forecast short of them is
+    made up elsewhere from the next cycle), and the plan's replicas with those asleep."""
+    if not names:
+        return serving, standby, planned
+    back = frozenset(names)
+    served = sum(not r.standby for r in replicas if r.name in back)
+    planned = [replace(r, state=api.ReplicaState.SLEEPING) if r.name in back else r for r in planned]
+    return max(0, serving - served), max(0, standby - (len(back) - served)), planned
 
 
 def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger | None,
@@ -828,9 +876,10 @@ class _WarmLedger:
 
     Lent devices: the awake replicas of a service that yields to sleepers sit on warm hosts; for a service that
     does not yield, their device memory is room its sleepers may wait on, and a wake that needs it puts them to
-    sleep first (`displaced`: their weights then take the node's host memory). A service that yields never
-    displaces anyone, and its own new awake replicas go to a warm host whose device is free before a new one
-    (`place_awake`)."""
+    sleep first (`displaced`: their weights then take the node's host memory). Only a decision on load already
+    here wakes onto a lent device (`may_displace`), and the borrower gives the device back once that load is
+    gone (`_give_back`). A service that yields never displaces anyone, and its own new awake replicas go to a
+    warm host whose device is free before a new one (`place_awake`)."""
 
     def __init__(self, observation: Observation, replicas: Sequence[ObservedReplica]) -> None:
         warm = observation.warm_hosts
@@ -863,9 +912,9 @@ class _WarmLedger:
         self.lent_devices = frozenset(c for c, d in self.devices.items()
                                       if not self.lends and (self.lent.get(c) or d.yielded))
         self.displaced: list[str] = []
-        # only a decision on load already here displaces (`Decision.urgent`: the burst guard, the observed rate
-        # without a forecast, a request at zero, even clipped to maxReplicas); one ahead of a forecast has a cold
-        # start's time, and creates
+        # only a decision on load already here displaces, or wakes on a lent device at all (`Decision.urgent`:
+        # the burst guard, the observed rate without a forecast, a request at zero, even clipped to maxReplicas);
+        # one ahead of a forecast has a cold start's time, and creates
         self.may_displace = True
 
     def drop_taken(self, state: ClusterState) -> None:
@@ -891,9 +940,10 @@ class _WarmLedger:
     def wake(self, name: str) -> bool:
         """Take the device memory of the sleeper's wake, putting lent replicas on its device to sleep when that is
         what frees it (each takes its weights' host memory on the node); False, and nothing taken, when even
-        that would not."""
+        that would not, or when the device is lent (another service's replica awake there, or asleep waiting for
+        it) and the decision is not on load already here."""
         device = self.devices.get(self.host_of.get(name, ""))
-        if device is None:
+        if device is None or (device.claim in self.lent_devices and not self.may_displace):
             return False
         need, free = self.need(device), self.device_free[device.claim]
         lent = self.lent.get(device.claim, []) if self.may_displace else []

@@ -4,7 +4,8 @@ a whole H100 awake, a pool of two sleepers) keeps its sleepers there, on GPUs th
 idle. An unannounced burst of chat wakes its sleepers in seconds: batch's replicas go to sleep first (out of
 traffic, weights to host memory; a `Yielded` Event each), and chat's wake onto their GPUs. When chat's burst has
 passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again (in
-between batch takes no free GPU: it waits for its own).
+between batch takes no free GPU: it waits for its own). chat gives the GPUs back as soon as the load here no
+longer needs them, though its scale-down stabilization window (10 minutes here) still holds its replicas.
 
 Real traffic through the front door, model servers that sleep and wake over HTTP with the node agent's device
 and host memory ledgers, the controller's cycles in real time; on the emulator and on the real control plane
@@ -62,7 +63,7 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
         cluster: Cluster) -> None:
     batch = service("batch", "16Gi", minReplicas=2, maxReplicas=2, prewarm={"yieldToSleepers": True})
     chat = service("chat", "20Gi", minReplicas=1, maxReplicas=3, prewarm={"sleep": True, "sleepingReplicas": 2},
-                   scaleDownStabilizationSeconds=20)
+                   scaleDownStabilizationSeconds=600)
     chat["spec"]["slo"] = {"latencyP95Ms": 300}
     kube, reconciler = setup(cluster, batch, chat)
     chat_url, batch_url = front_door(kube, "chat"), front_door(kube, "batch")
@@ -114,6 +115,7 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
     assert any("put to sleep for the wakes" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
     assert any("their GPU yielded to another service's sleeper" in m for _, n, _, m in cycles.history
                if n == "batch"), batch_table
+    assert any("the GPUs given back" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
     status = kube.get(INFERENCE_SERVICES, "batch", "default")
     assert status is not None
     # a wake takes seconds: batch's sleep (16 GiB) then chat's wake (20 GiB) at 12 GB/s, where a replica made for

@@ -19,6 +19,7 @@ from infer_ctl.core.errors import SpecError
 from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.cycle import (
+    LEND_HOLD_PERIODS,
     YIELD_HOLD_PERIODS,
     CyclePlan,
     CycleState,
@@ -196,14 +197,55 @@ def test_a_lender_s_new_replica_goes_to_a_free_warm_host_first_then_makes_one_wh
     assert all(not r.warm_host for r in plain.create)
 
 
+def borrowed(claim: str, *, sleepers: int = 1) -> WarmDevice:
+    """A warm host the borrower's woken replica holds awake, the lender's replica asleep there waiting for it."""
+    return WarmDevice(claim, "h100-0", "H100-80GB", GPU, awake_bytes=GPU, sleepers=sleepers, yielded=1)
+
+
+def test_the_borrower_gives_a_lent_gpu_back_once_the_load_here_no_longer_needs_it() -> None:
+    # llm woke llm-r1 on warm-a for a burst (batch-r0 asleep there since); the burst is over (5 rps: one
+    # replica), but its stabilization window still holds 2
+    obs = replace(observe(borrower(), ready("llm-r0"), awake_on("llm-r1", "warm-a"), rate=5.0),
+                  warm_hosts=hosts(borrowed("warm-a")))
+    p = plan(obs, held_warm(2, awake=2))
+    assert p.actions.sleep == ("llm-r1",) and p.actions.remove == (), p.message
+    # not made up elsewhere this cycle, and a sleeper again (the pool for the next burst)
+    assert p.actions.create_serving == 0 and not [r for r in p.create if not r.sleeping], p.message
+    assert p.serving == 1 and p.sleeping >= 1, p.message
+    assert "back to sleep there, the GPUs given back" in p.message and "llm-r1" in p.message
+    # not within LEND_HOLD_PERIODS of an urgent decision (a burst's decisions alternate)
+    recent = replace(held_warm(2, awake=2), urgent_s=T0 - (LEND_HOLD_PERIODS - 0.5) * PERIOD)
+    assert "llm-r1" not in plan(obs, recent).actions.sleep
+    # while the load here needs it (18 rps: two serving), kept, though no longer urgent
+    busy = plan(replace(obs, samples=((T0, 18.0),)), replace(held_warm(2, awake=2), urgent_s=T0 - 600))
+    assert not busy.output.decision.urgent and busy.output.decision.here == 2, busy.message
+    assert "llm-r1" not in busy.actions.sleep, busy.message
+    # a GPU of its own (no replica waits for it) is held as the decision says
+    own = replace(obs, warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU)))
+    assert plan(own, held_warm(2, awake=2)).actions.sleep == ()
+
+
+def test_a_forecast_does_not_wake_a_sleeper_on_a_gpu_a_lender_waits_for() -> None:
+    # minReplicas rising to 2 with no load: batch-r0 waits asleep for warm-a, which is free; llm creates
+    free = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=2, yielded=1)
+    obs = replace(observe(borrower(spec__scaling__minReplicas=2), ready("llm-r0"), asleep("llm-r1", "warm-a"),
+                          rate=0.0), warm_hosts=hosts(free))
+    p = plan(obs, held_warm(2))
+    assert p.actions.wake == () and p.actions.create_serving == 1, p.message
+    # a burst does
+    burst = plan(replace(obs, samples=((T0, 18.0),)), held_warm(2))
+    assert burst.output.decision.urgent and burst.actions.wake == ("llm-r1",), burst.message
+
+
 @settings(max_examples=200, deadline=None)
-@given(lenders=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2]), st.booleans()), min_size=1, max_size=5),
+@given(lenders=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2, 3]), st.booleans()), min_size=1, max_size=5),
        sleepers=st.integers(1, 5), rate=st.floats(0.0, 80.0), budget_gib=st.integers(0, 200),
        used_gib=st.integers(0, 40), lends=st.booleans())
 def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
         *, lenders: list[tuple[int, bool]], sleepers: int, rate: float, budget_gib: int, used_gib: int,
         lends: bool) -> None:
-    # device i: held by a lent replica (awake) or by another awake model, or free; each may hold a sleeper of llm
+    # device i: held by a lent replica (awake) or by another awake model, or free, or borrowed (llm awake there,
+    # the lender asleep waiting for it); each may hold a sleeper of llm
     devices, replicas = [], [ready("llm-r0")]
     for i, (kind, has_sleeper) in enumerate(lenders):
         claim = f"warm-{i}"
@@ -211,6 +253,9 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
             devices.append(lent(claim, f"batch-r{i}", sleepers=int(has_sleeper)))
         elif kind == 1:
             devices.append(WarmDevice(claim, "h100-0", "H100-80GB", GPU, awake_bytes=GPU, sleepers=int(has_sleeper)))
+        elif kind == 3 and not lends:
+            devices.append(borrowed(claim, sleepers=1 + int(has_sleeper)))
+            replicas.append(awake_on(f"llm-b{i}", claim))
         else:
             devices.append(WarmDevice(claim, "h100-0", "H100-80GB", GPU, sleepers=int(has_sleeper)))
         if has_sleeper and sleepers > 0:
@@ -234,8 +279,13 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
         # a displacement is only for a wake on its device
         if any(x.name in displaced for x in d.lent):
             assert wakes >= 1
-    new = sum(r.sleeping for r in p.create) * weight_bytes(svc.spec.model)
+    new = (sum(r.sleeping for r in p.create) + len(p.actions.sleep)) * weight_bytes(svc.spec.model)
     assert used_gib * GIB + new + len(displaced) * BATCH_WEIGHTS <= max(budget_gib * GIB, used_gib * GIB), p.message
+    # a borrowed GPU is given back only beyond what the load here needs awake, and never for a burst
+    serving_after = sum(r.state is S.SERVING and r.name not in p.actions.sleep for r in replicas)
+    if p.actions.sleep:
+        assert not p.output.decision.urgent
+        assert serving_after >= min(p.output.decision.here, sum(r.state is S.SERVING for r in replicas)), p.message
 
 
 @pytest.mark.parametrize(("field", "value", "problem"), [
