@@ -459,6 +459,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     give_back = _give_back(replicas, ledger, max(output.decision.here, spec.scaling.min_replicas)) \
         if spec.replicas is None and (urgent_s is None or now_s - urgent_s >= LEND_HOLD_PERIODS * period) else ()
     serving, standby, planned = _asleep_again(give_back, replicas, planned, serving, standby)
+    planned, stranded = _stranded(planned, ledger, output.decision.urgent)
     sleeping, fallback = 0, ""
     if policy.sleep or any(r.warm_host for r in replicas):
         # the sleeping tier: wakes before creations, sleep before removal (`plan_tiers`)
@@ -487,7 +488,8 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         if returning:
             back = tuple(n for n in returning if n not in actions.remove)
             actions = replace(actions, wake=(*back, *actions.wake))
-        actions = replace(actions, sleep=(*(n for n in give_back if n not in actions.remove), *actions.sleep))
+        actions = replace(actions, sleep=(*(n for n in give_back if n not in actions.remove), *actions.sleep),
+                          remove=(*actions.remove, *stranded))
         if refused:
             fallback = "; ".join(f"the wake of {name} was refused ({why})" for name, why in sorted(refused.items()))
             fallback += f": {actions.create_serving} replica(s) created instead" if actions.create_serving else \
@@ -520,10 +522,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     displace = tuple(ledger.displaced) if ledger is not None else ()
     message = _warm_notes(message, output, spec, policy, (serving, standby, sleeping), fallback, displace,
                           len(held_back))
-    if give_back:
-        message = (f"{message}; {len(give_back)} replica(s) on GPUs lent by services that yield to sleepers back "
-                   f"to sleep there, the GPUs given back (the load here needs {output.decision.here} serving; a "
-                   f"forecast does not hold a lent GPU): {', '.join(give_back)}")
+    message = _lending_notes(message, give_back, output.decision.here, stranded)
     if aim.note and aim.since_s == now_s:
         message = f"{message}; {aim.note}"
     plan = CyclePlan(output, serving, standby, reason, message, actions, create, delete_claims, deferred, stuck,
@@ -592,6 +591,29 @@ def _give_back(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, 
     keep = min(len(borrowed), max(0, here - elsewhere))
     borrowed.sort(key=lambda r: (not r.standby, r.name))
     return tuple(r.name for r in borrowed[:len(borrowed) - keep] if ledger.sleep(r.name))
+
+
+def _lending_notes(message: str, give_back: Sequence[str], here: int, stranded: Sequence[str]) -> str:
+    if give_back:
+        message = (f"{message}; {len(give_back)} replica(s) on GPUs lent by services that yield to sleepers back "
+                   f"to sleep there, the GPUs given back (the load here needs {here} serving; a forecast does not "
+                   f"hold a lent GPU): {', '.join(give_back)}")
+    if stranded:
+        message = (f"{message}; {len(stranded)} sleeper(s) removed from warm hosts that held only them, each "
+                   f"a GPU it takes whole (what a standby costs; left when the service that lent it went): "
+                   f"{', '.join(stranded)}")
+    return message
+
+
+def _stranded(planned: list[Replica], ledger: _WarmLedger | None, urgent: bool
+              ) -> tuple[list[Replica], tuple[str, ...]]:
+    """The service's sleepers on stranded warm hosts (`_WarmLedger.stranded`), to remove, and the plan's replicas
+    without them; none for a decision on load already here (they are on free devices: the first a burst wakes)."""
+    if ledger is None or urgent or not ledger.stranded:
+        return planned, ()
+    names = tuple(r.name for r in planned if r.state is api.ReplicaState.SLEEPING
+                  and ledger.host_of.get(r.name) in ledger.stranded)
+    return [r for r in planned if r.name not in names], names
 
 
 def _asleep_again(names: Sequence[str], replicas: Sequence[ObservedReplica], planned: list[Replica],
@@ -911,6 +933,14 @@ class _WarmLedger:
         # only for load already here, so they are its burst pool's room, never the forecast's
         self.lent_devices = frozenset(c for c, d in self.devices.items()
                                       if not self.lends and (self.lent.get(c) or d.yielded))
+        # warm hosts that hold only this service's sleepers and no awake model, of a size it would not make one of
+        # (a GPU held for sleepers that take it whole: what a standby costs, and slower), e.g. left so when the
+        # service that lent it went: room for no sleeper; their sleepers go unless a burst wakes them
+        # (`_stranded`), which frees the GPU
+        self.stranded = frozenset(c for c, d in self.devices.items()
+                                  if d.exists and not self.lends and not d.awake_bytes and not d.yielded
+                                  and not d.lent and d.sleepers <= self.own_sleepers[c]
+                                  and not makes_warm_hosts(self.spec, d.memory_bytes))
         self.displaced: list[str] = []
         # only a decision on load already here displaces, or wakes on a lent device at all (`Decision.urgent`:
         # the burst guard, the observed rate without a forecast, a request at zero, even clipped to maxReplicas);
@@ -1013,7 +1043,7 @@ class _WarmLedger:
         (True), none (False), or any (None), those last."""
         fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
                 and host_free.get(d.node, 0) >= self.weights and (d.exists or self._slots(d) >= 2)
-                and (lent is None or (d.claim in self.lent_devices) == lent)]
+                and (lent is None or (d.claim in self.lent_devices) == lent) and d.claim not in self.stranded]
         if not fits:
             return None
         return min(fits, key=lambda d: (not d.exists, d.claim in self.lent_devices,
@@ -1049,7 +1079,8 @@ class _WarmLedger:
         device's slots taken by this service's own awake replicas on it are not room: a sleeper there could not
         wake in a burst (it adds no capacity); each of them could sleep where it is, though (`in_place`)."""
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
-                   for c, n in self.own_sleepers.items() if c in self.devices and (c in self.lent_devices) == lent)
+                   for c, n in self.own_sleepers.items()
+                   if c in self.devices and (c in self.lent_devices) == lent and c not in self.stranded)
         sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)
         more = 0
         while held + more < limit and (device := self._candidate(sleepers, host_free, lent)) is not None:

@@ -125,7 +125,8 @@ class WarmHosts:
         hold. Claim names as the controller's: a host's name, or a free GPU's (made into a host by `place_on`)."""
         names = self._node_names()
         hosts = [h for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
-        devices = [WarmDevice(h.name, names[h.node], product, h.memory_bytes, True, h.awake_bytes) for h in hosts]
+        devices = [WarmDevice(h.name, names[h.node], product, h.memory_bytes, True, h.awake_bytes,
+                              sleepers=len(h.members) - len(h.awake)) for h in hosts]
         nodes = {h.node for h in hosts}
         self._free_names, self._made = {}, {}
         if self.device_memory >= model_bytes and free_gpus > 0:

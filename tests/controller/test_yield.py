@@ -5,7 +5,8 @@ idle. An unannounced burst of chat wakes its sleepers in seconds: batch's replic
 traffic, weights to host memory; a `Yielded` Event each), and chat's wake onto their GPUs. When chat's burst has
 passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again (in
 between batch takes no free GPU: it waits for its own). chat gives the GPUs back as soon as the load here no
-longer needs them, though its scale-down stabilization window (10 minutes here) still holds its replicas.
+longer needs them, though its scale-down stabilization window (10 minutes here) still holds its replicas. When
+batch is paused at zero, chat's sleepers alone on its former GPUs (a GPU each) are removed.
 
 Real traffic through the front door, model servers that sleep and wake over HTTP with the node agent's device
 and host memory ledgers, the controller's cycles in real time; on the emulator and on the real control plane
@@ -103,12 +104,23 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
             await cycles.until("batch's replicas back", lambda: serving(kube, "batch") == lent,
                                90 + 4 * COLD_START_S, "batch")
             await cycles.until("chat's sleepers back", lambda: len(asleep(kube, "chat")) == 2, 60, "chat")
+            chat_after = uids(kube, "chat", sleepers)
+            batch_after = uids(kube, "batch", lent)
+            # batch paused at zero: its GPUs hold chat's sleepers alone, a GPU each (what a standby costs):
+            # chat removes them
+            stop(trickle)
+            kube.merge_patch(INFERENCE_SERVICES, "batch", {"spec": {"replicas": 0}}, "default")
+            await cycles.until("batch's replicas gone", lambda: not pods(kube, "batch"), 60, "batch")
+            await cycles.until("chat's sleepers gone from the hosts batch left",
+                               lambda: not asleep(kube, "chat"), 60, "chat")
     finally:
         stop(trickle)
         await reconciler.close()
     chat_table, batch_table = cycles.table("chat"), cycles.table("batch")
-    assert uids(kube, "chat", sleepers) == chat_before, f"chat's sleepers made again:\n{chat_table}"
-    assert uids(kube, "batch", lent) == batch_before, f"batch's replicas made again, not woken:\n{batch_table}"
+    assert chat_after == chat_before, f"chat's sleepers made again:\n{chat_table}"
+    assert batch_after == batch_before, f"batch's replicas made again, not woken:\n{batch_table}"
+    assert any("sleeper(s) removed from warm hosts that held only them" in m for _, n, _, m in cycles.history
+               if n == "chat"), chat_table
     notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
              if e.get("reason") == "Yielded"]
     assert len(notes) == 2 and all("lent to chat's wake" in n for n in notes), notes

@@ -92,7 +92,9 @@ def exclusive(**fields: object) -> api.InferenceService:
 def test_an_exclusive_service_s_sleepers_go_one_per_existing_warm_host_and_never_make_one() -> None:
     assert awake_device_bytes(exclusive().spec, GPU) == GPU
     assert awake_device_bytes(sleepy().spec, GPU) == 20 * GIB
-    existing = (WarmDevice("warm-a", "h100-0", "H100-80GB", GPU), WarmDevice("warm-b", "h100-1", "H100-80GB", GPU))
+    # warm hosts made for a Shared service's sleepers (one of its sleepers on each)
+    existing = (WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1),
+                WarmDevice("warm-b", "h100-1", "H100-80GB", GPU, sleepers=1))
     free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),
             WarmDevice("warm-h100-0-gpu-2", "h100-0", "H100-80GB", GPU, exists=False))
     p = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*existing, *free)),
@@ -101,6 +103,10 @@ def test_an_exclusive_service_s_sleepers_go_one_per_existing_warm_host_and_never
     # only: a new one for one whole-device replica would cost a GPU, as much as an awake standby
     assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
     assert p.sleeping == 2
+    # one that holds no other service's sleeper would hold the GPU for this service's alone: not joined
+    empty = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0),
+                         warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU))), held_warm(4))
+    assert not [r for r in empty.create if r.sleeping], empty.message
     # with memory shares a free GPU holds three awake: it is made a warm host
     shared = plan(replace(observe(sleepy(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*free)), held_warm(4))
     assert Counter(r.warm_host for r in shared.create if r.sleeping) == {"warm-h100-0-gpu-1": 3}

@@ -237,6 +237,25 @@ def test_a_forecast_does_not_wake_a_sleeper_on_a_gpu_a_lender_waits_for() -> Non
     assert burst.output.decision.urgent and burst.actions.wake == ("llm-r1",), burst.message
 
 
+def test_sleepers_left_alone_on_a_gpu_whose_lender_went_are_removed_first_and_the_gpu_freed() -> None:
+    # batch scaled down: warm-a holds only llm's sleeper (a GPU held for one sleeper that takes it whole); warm-b
+    # is still lent
+    alone = WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1)
+    obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), asleep("llm-r2", "warm-b"),
+                          rate=5.0), warm_hosts=hosts(alone, lent("warm-b", "batch-r1", sleepers=1)))
+    p = plan(obs, held_warm(1))
+    assert p.actions.remove == ("llm-r1",) and not [r for r in p.create if r.sleeping], p.message
+    assert "1 sleeper(s) removed from warm hosts that held only them" in p.message
+    assert p.sleeping == 1, p.message  # the pool is what the lent GPUs hold
+    # no new sleeper goes there either
+    fresh = plan(replace(obs, replicas=(ready("llm-r0"),),
+                         warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU))), held_warm(1))
+    assert not [r for r in fresh.create if r.sleeping], fresh.message
+    # a burst still wakes it (a free device), before displacing anyone
+    burst = plan(replace(obs, samples=((T0, 18.0),)), held_warm(2))
+    assert burst.actions.wake == ("llm-r1",) and burst.displace == (), burst.message
+
+
 @settings(max_examples=200, deadline=None)
 @given(lenders=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2, 3]), st.booleans()), min_size=1, max_size=5),
        sleepers=st.integers(1, 5), rate=st.floats(0.0, 80.0), budget_gib=st.integers(0, 200),
