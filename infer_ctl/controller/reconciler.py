@@ -32,8 +32,8 @@ services' sleepers wait there. A wake the plan makes by displacing one (`CyclePl
 replica out of traffic (the standby label, the asleep annotation, `infer-ctl.io/yielded-at` and `-to`), asks it to
 sleep and waits for the answer, with one `Yielded` Event on its service (`_displace`); then the wakes. The
 yielding service's own cycle holds that replica asleep while its GPU is taken (counted: nothing made up
-elsewhere) and wakes it once it is free; the borrower's cycle puts its replica there back to sleep once the load
-here no longer needs it (`engine.cycle._give_back`), an ordinary sleep.
+elsewhere) and wakes it once it is free (one `Reclaimed` Event); the borrower's cycle puts its replica there back
+to sleep once the load here no longer needs it (`engine.cycle._give_back`), an ordinary sleep.
 """
 
 from __future__ import annotations
@@ -848,10 +848,29 @@ class Reconciler:
             await self._displace(body, svc, plan, now)
         refused: list[str] = []
         if actions.wake:
+            yielded = await self._yielded_at(ns, actions.wake)
             woken = await asyncio.gather(*(self._wake(body, svc, memory, name, addresses.get(name, ""), now)
                                            for name in actions.wake))
             refused = [name for name, ok in zip(actions.wake, woken, strict=True) if not ok]
+            back = [f"{name} (yielded {now.timestamp() - at:.0f} s before)" for name, ok in
+                    zip(actions.wake, woken, strict=True) if ok and (at := yielded.get(name)) is not None]
+            if back:
+                await self._event(body, "Reclaimed", f"woken on the GPUs they had yielded, given back: "
+                                  f"{', '.join(back)}", "Normal", "Wake", now)
         return refused
+
+    async def _yielded_at(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
+        """When each of the replicas `names` yielded its GPU to another service's wake (its `yielded-at`
+        annotation, as the cache shows it), for those that did."""
+        wanted = set(names)
+        out: dict[str, float] = {}
+        for pod in (await self.view.cached(PODS))[0]:
+            meta = pod.get("metadata") or {}
+            if meta.get("namespace") == namespace and meta.get("name") in wanted:
+                at = _seconds((meta.get("annotations") or {}).get(ANNOTATION_YIELDED_AT))
+                if at is not None:
+                    out[str(meta["name"])] = at
+        return out
 
     async def _displace(self, body: Mapping[str, Any], svc: api.InferenceService, plan: CyclePlan,
                         now: datetime) -> None:

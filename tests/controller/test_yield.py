@@ -3,10 +3,11 @@
 a whole H100 awake, a pool of two sleepers) keeps its sleepers there, on GPUs that are serving batch rather than
 idle. An unannounced burst of chat wakes its sleepers in seconds: batch's replicas go to sleep first (out of
 traffic, weights to host memory; a `Yielded` Event each), and chat's wake onto their GPUs. When chat's burst has
-passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again (in
-between batch takes no free GPU: it waits for its own). chat gives the GPUs back as soon as the load here no
-longer needs them, though its scale-down stabilization window (10 minutes here) still holds its replicas. When
-batch is paused at zero, chat's sleepers alone on its former GPUs (a GPU each) are removed.
+passed, its woken replicas go back to sleep and batch's replicas take their GPUs back: woken, not made again, and
+a `Reclaimed` Event says so (in between batch takes no free GPU: it waits for its own). chat gives the GPUs back
+as soon as the load here no longer needs them, though its scale-down stabilization window (10 minutes here) still
+holds its replicas. When batch is paused at zero, chat's sleepers alone on its former GPUs (a GPU each) are
+removed.
 
 Real traffic through the front door, model servers that sleep and wake over HTTP with the node agent's device
 and host memory ledgers, the controller's cycles in real time; on the emulator and on the real control plane
@@ -124,6 +125,10 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
     notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
              if e.get("reason") == "Yielded"]
     assert len(notes) == 2 and all("lent to chat's wake" in n for n in notes), notes
+    back = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
+            if e.get("reason") == "Reclaimed"]
+    assert back and all("woken on the GPUs they had yielded" in n for n in back), back
+    assert {name for name in lent if any(name in n for n in back)} == lent, back
     assert any("put to sleep for the wakes" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
     assert any("their GPU yielded to another service's sleeper" in m for _, n, _, m in cycles.history
                if n == "batch"), batch_table
