@@ -639,7 +639,10 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
 
 def _here(tick: _Tick, policy: DecidePolicy, urgent_serving: int) -> int:
     """The serving replicas the load already here needs (none ahead of it): the observed rate's, the requests in
-    flight at the SLO concurrency (queued ones included: they are here), an urgent decision's serving."""
+    flight at the SLO concurrency (queued ones included: they are here), an urgent decision's serving; while the
+    rate is missing, at least the replicas serving now (what the load needs is not known)."""
+    if tick.missing:
+        return min(policy.max_replicas, max(tick.serving, urgent_serving))
     target = policy.target_concurrency_per_replica
     in_flight = 0 if target is None or math.isnan(tick.concurrency) or target <= 0 else \
         math.ceil(tick.concurrency / target - 1e-9)

@@ -220,6 +220,9 @@ def test_the_borrower_gives_a_lent_gpu_back_once_the_load_here_no_longer_needs_i
     busy = plan(replace(obs, samples=((T0, 18.0),)), replace(held_warm(2, awake=2), urgent_s=T0 - 600))
     assert not busy.output.decision.urgent and busy.output.decision.here == 2, busy.message
     assert "llm-r1" not in busy.actions.sleep, busy.message
+    # nor while the rate is missing (what the load needs is not known)
+    blind = plan(replace(obs, samples=((T0, float("nan")),)), replace(held_warm(2, awake=2), urgent_s=T0 - 600))
+    assert blind.output.decision.here == 2 and "llm-r1" not in blind.actions.sleep, blind.message
     # a GPU of its own (no replica waits for it) is held as the decision says
     own = replace(obs, warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU)))
     assert plan(own, held_warm(2, awake=2)).actions.sleep == ()
