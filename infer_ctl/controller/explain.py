@@ -92,7 +92,8 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
             if notes.get(ANNOTATION_YIELDED_TO):
                 findings.append(Finding(replica.name, "yielded", f"asleep on warm host {host} ({replica.node}): its "
                                         f"GPU is lent to {notes[ANNOTATION_YIELDED_TO]} (spec.scaling.prewarm."
-                                        "yieldToSleepers); woken there once it is given back"))
+                                        "yieldToSleepers); woken there once it is given back (the other "
+                                        "service keeps it while the load already here needs it)"))
             else:
                 findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}): "
                                                                   "woken when the traffic needs it"))
