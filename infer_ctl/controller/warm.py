@@ -49,6 +49,7 @@ from infer_ctl.engine.cycle import LentReplica, WarmDevice, WarmHosts, makes_war
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import replica_request, warm_host_name
 from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
+from infer_ctl.kube.pods import replica_pod
 from infer_ctl.place.claims import pinned_claim
 from infer_ctl.place.framework import Placement
 from infer_ctl.place.inventory import Device, DeviceId
@@ -142,7 +143,7 @@ class _Usage:
 
 
 def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mapping[str, str]) -> _Usage:
-    """Per warm host of `namespace`: the device memory of awake models, the awake replicas of services that yield
+    """Per warm host of `namespace`: the device memory of awake models, the ready replicas of services that yield
     to sleepers (oldest last: a wake displaces the youngest first), the sleepers and those of them that yielded
     it; and sleepers' weights per node (every namespace's: host memory is the node's)."""
     out = _Usage()
@@ -163,7 +164,10 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
         elif local:
             device_bytes = _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations, ANNOTATION_MODEL_BYTES)
             out.awake[host] += device_bytes
-            if annotations.get(ANNOTATION_YIELDS) == "true":
+            # a replica that lends its GPU, once loaded (one still loading has nothing to sleep yet: its device
+            # stays taken, and a wake there is refused, as on any device another model takes)
+            if annotations.get(ANNOTATION_YIELDS) == "true" and replica_pod(pod).state in (
+                    api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
                 out.lent[host].append(LentReplica(str(meta.get("name", "")), device_bytes,
                                                   _bytes(annotations, ANNOTATION_MODEL_BYTES)))
     return out

@@ -725,16 +725,17 @@ def _new_replicas(observation: Observation, actions: ReplicaActions, policies: C
     names = new_names(svc.meta.name, taken, len(wanted))
     cluster = observation.cluster
     awake: tuple[NewReplica, ...] = ()
+    lends = svc.spec.scaling.prewarm.yield_to_sleepers and ledger is not None
+    # a service that yields to sleepers: onto warm hosts whose device is free first, then each on a warm host made
+    # on the device its placement chose (by the caller, without a cluster: the simulator's scheduler)
+    while lends and ledger is not None and len(awake) < len(wanted) and (spot := ledger.place_awake()):
+        i = len(awake)
+        awake += (NewReplica(names[i], wanted[i], held=held[i], warm_host=spot[0], device_bytes=spot[1]),)
+    rest = len(awake)
     if cluster is None or policies.placement is None:
-        awake = tuple(NewReplica(n, s, held=h) for n, s, h in zip(names, wanted, held, strict=True))
-    elif wanted:
-        lends = svc.spec.scaling.prewarm.yield_to_sleepers and ledger is not None
-        # a service that yields to sleepers: onto warm hosts whose device is free first, then each on a warm host
-        # made on the device its placement chose
-        while lends and ledger is not None and len(awake) < len(wanted) and (spot := ledger.place_awake()):
-            i = len(awake)
-            awake += (NewReplica(names[i], wanted[i], held=held[i], warm_host=spot[0], device_bytes=spot[1]),)
-        rest = len(awake)
+        awake += tuple(NewReplica(n, s, held=h) for n, s, h in zip(names[rest:], wanted[rest:], held[rest:],
+                                                                    strict=True))
+    elif rest < len(wanted):
         service_nodes = Counter(r.node for r in observation.replicas if r.node)
         placements = place_replicas(svc, policies.policies.catalog, cluster.inventory, names[rest:],
                                     engine=policies.placement,

@@ -390,13 +390,29 @@ class _Replicas(Replicas):
         self.to_sleep.add(name)
         self._load(name, now + cold_start_s)
 
+    def add_on_host(self, name: str, host: str, node: int, *, created_s: float, ready_s: float, standby: bool,
+                    cached: bool) -> None:
+        """A lending service's replica, awake on warm host `host` (an existing one, or one made of the GPU it was
+        bound to): it loads until `ready_s`, then serves."""
+        self.pending.pop(name, None)
+        self.replicas[name] = ObservedReplica(name, ReplicaState.LOADING, standby, created_s=created_s,
+                                              node=f"node-{node}", accelerator=self.product, cached=cached,
+                                              warm_host=host)
+        self.warm.add(name)
+        self._load(name, ready_s)
+
+    def yielded(self, name: str, now: float) -> None:
+        """A lending service's replica, put to sleep for another service's wake: asleep, and since when."""
+        self.sleep(name)
+        self.replicas[name] = replace(self.replicas[name], yielded_s=now)
+
     def _load(self, name: str, ready_s: float) -> None:
         bisect.insort(self.loading, (ready_s, name))
         self.cold_starts += 1
 
     def wake(self, name: str, now: float, wake_s: float) -> None:
         """An asleep replica, woken: in traffic once the weights are back on its host's GPUs."""
-        self.replicas[name] = replace(self.replicas[name], state=ReplicaState.LOADING, standby=False)
+        self.replicas[name] = replace(self.replicas[name], state=ReplicaState.LOADING, standby=False, yielded_s=None)
         self.waking.add(name)
         bisect.insort(self.loading, (now + wake_s, name))
 
@@ -481,7 +497,9 @@ class _ServiceRun:
         # the service's InferenceService (infer-ctl's own; for the others, the one infer-ctl would run): what its
         # replicas hold asleep and take awake on a warm host are the engine's (`weight_bytes`,
         # `awake_device_bytes`), so that the cluster model and infer-ctl's ledger count the same bytes
-        self.spec = policy.service.spec if isinstance(policy, InferCtl) else scenario_service(service.settings).spec
+        service_doc = policy.service if isinstance(policy, InferCtl) else scenario_service(service.settings)
+        self.spec = service_doc.spec
+        self.spec_name = service_doc.meta.name
         self.weight = weight_bytes(self.spec.model)
         self.warm_gpus_n = np.zeros(n_ticks)  # the warm hosts' GPUs charged to this service
         self.host_bytes_n = np.zeros(n_ticks)  # host memory its replicas on warm hosts hold
@@ -593,6 +611,10 @@ class _FleetSim:
             raise ValueError(f"cluster.accelerator: {c.spec.accelerator!r} is not in the accelerator catalog")
         self.product = accelerator.name
         self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, accelerator.memory_bytes)
+        self.warm.lenders = {run.index for run in runs if lends(run)}
+        self.warm.service_names = {run.index: run.spec_name for run in runs}
+        self.warm.ready = lambda key: (r := self.runs[key[0]].replicas.replicas.get(key[1])) is not None \
+            and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
 
     def record_warm(self, t: int) -> int:
         """Each service's share of the warm hosts' GPUs and its host memory at tick `t`; the host memory held."""
@@ -604,8 +626,17 @@ class _FleetSim:
             run.host_bytes_n[t] = held.get(run.index, 0)
         return self.warm.host_bytes
 
-    def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float) -> None:
+    def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float, *, claim: str = "",
+               device_bytes: int = 0) -> None:
+        """A new replica, Pending until the scheduler binds it; a lending service's on the existing warm host its
+        plan names (`claim`), loading at once (the host holds the GPU)."""
         name = name or run.replicas.new_name()
+        if claim:
+            host = self.warm.join_awake((run.index, name), claim, run.weight, device_bytes)
+            run.replicas.add_on_host(name, host.name, host.node, created_s=now,
+                                     ready_s=now + self._cold_start(run, run.use.node_cache), standby=standby,
+                                     cached=run.use.node_cache)
+            return
         run.replicas.add_pending(name, now, standby)
         self.queue.append((-run.priority(name), now, self.seq, run.index, name))
         self.seq += 1
@@ -646,6 +677,18 @@ class _FleetSim:
         if state in (ReplicaState.SERVING, ReplicaState.STANDBY):
             run.cache.append((now, node))
 
+    def displace(self, name: str, now: float) -> None:
+        """A lending service's replica, asleep for another service's wake (`CyclePlan.displace`; the controller
+        waits for its sleep before the wake): out of traffic, its weights to its node's host memory."""
+        key = self.warm.lent_key(name)
+        run = self.runs[key[0]]
+        r = run.replicas.replicas.get(key[1])
+        if r is None or r.state not in (ReplicaState.SERVING, ReplicaState.STANDBY) or not self.warm.sleep(key):
+            raise ValueError(f"displace: {name} is not a ready replica whose sleep its node's host memory holds "
+                             f"(the engine's ledger and the cluster model disagree)")
+        self.warm.yielded[key] = now
+        run.replicas.yielded(key[1], now)
+
     def wake(self, run: _ServiceRun, name: str, now: float) -> bool:
         """An asleep replica onto its warm host's GPUs, ready after the wake time; False (and it stays asleep)
         when another replica is awake on them."""
@@ -682,6 +725,14 @@ class _FleetSim:
             if node is None:
                 self.create(run, name, False, 0.0)
                 continue
+            if lends(run):  # on a warm host made of its GPU, as the controller runs it
+                made = self.warm.host_for((run.index, name), node, run.weight,
+                                          awake_device_bytes(run.spec, self.warm.device_memory), 0.0)
+                run.replicas.add_on_host(name, made.name, node, created_s=0.0, ready_s=0.0, standby=False,
+                                         cached=False)
+                run.replicas.cold_starts -= 1  # ready at t = 0: no cold start
+                run.replicas.advance(0.0)
+                continue
             self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=run.priority_serving,
                               now=0.0)
             run.replicas.add_ready(name, node)
@@ -710,7 +761,7 @@ class _FleetSim:
                                                              window_s=self.config.ongoing_window_s))
             observation = run.measured.attach(observation, t, dt=self.config.tick_s, arrivals=run.arrivals,
                                               ready_n=run.ready_n, backlog=run.backlog, model=run.model)
-            if run.use.sleeping or run.use.node_cache:
+            if run.use.sleeping or run.use.node_cache or lends(run):
                 # a refused wake is told once its host's GPU is free again (the caller clears it)
                 run.refused = {k: why for k, why in run.refused.items() if k in run.replicas.replicas
                                and not self.warm.can_wake((run.index, k))}
@@ -742,7 +793,8 @@ class _FleetSim:
         (`infer_ctl.controller.warm.warm_hosts`): only to a one-GPU `Exclusive` or `Shared` service, as the
         controller makes warm hosts of one GPU; up to its maximum replicas' worth of free GPUs."""
         spec = run.spec
-        if not run.use.sleeping or spec.accelerator.count != 1 or spec.accelerator.sharing is api.Sharing.MIG:
+        if not (run.use.sleeping or lends(run)) or spec.accelerator.count != 1 \
+                or spec.accelerator.sharing is api.Sharing.MIG:
             return None
         free = spec.scaling.max_replicas if makes_warm_hosts(spec, self.warm.device_memory) else 0
         return self.warm.observe(spec.model.memory_bytes, self.product, free_gpus=free)
@@ -797,13 +849,16 @@ class _FleetSim:
             self.remove(run, name, now)
         for name in plan.actions.sleep:
             self.sleep(run, name, now)
+        for name in plan.displace:
+            self.displace(name, now)
         for name in plan.actions.wake:
             self.wake(run, name, now)
         for replica in plan.create:
             if replica.sleeping:
                 self.create_sleeper(run, replica.name, now, claim=replica.warm_host, device_bytes=replica.device_bytes)
             else:
-                self.create(run, replica.name, replica.standby, now)
+                self.create(run, replica.name, replica.standby, now, claim=replica.warm_host,
+                            device_bytes=replica.device_bytes)
 
     # -- the scheduler
 
@@ -837,6 +892,13 @@ class _FleetSim:
         if node is None:
             return False
         cold = self._cold_start(run, cached)
+        if lends(run):  # a warm host made of the GPU it is given, the replica awake on it
+            pending = run.replicas.replicas[name]
+            host = self.warm.host_for((run.index, name), node, run.weight,
+                                      awake_device_bytes(run.spec, self.warm.device_memory), now)
+            run.replicas.add_on_host(name, host.name, node, created_s=pending.created_s or now, ready_s=now + cold,
+                                     standby=pending.standby, cached=cached)
+            return True
         self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
         run.replicas.bind(name, node, now, cold, cached=cached)
         return True
@@ -861,6 +923,11 @@ class _FleetSim:
                 del run.cache[i]
                 return node, True
         return self.cluster.least_allocated(gpus), False
+
+
+def lends(run: _ServiceRun) -> bool:
+    """Whether infer-ctl runs the service and it yields to sleepers (`spec.scaling.prewarm.yieldToSleepers`)."""
+    return isinstance(run.policy, InferCtl) and run.spec.scaling.prewarm.yield_to_sleepers
 
 
 def simulate_fleet(

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from infer_ctl.engine.cycle import WarmDevice
+from infer_ctl.engine.cycle import LentReplica, WarmDevice
 from infer_ctl.engine.cycle import WarmHosts as ObservedWarmHosts
 
 GIB = 1024**3
@@ -115,6 +115,15 @@ class WarmHosts:
         self._made: dict[str, WarmHost] = {}  # hosts made on them since
         self._shares: tuple[dict[int, float], dict[int, int]] | None = None
         self._names: list[str] = []
+        # lent GPUs (`yieldToSleepers`): the services that lend, what each service is called (a lent replica's
+        # name is qualified by its service's, as Pod names are unique in a namespace), and the replicas asleep
+        # because they yielded their GPU, since when
+        self.lenders: set[int] = set()
+        # whether a lending service's awake replica is loaded (the caller's books; one still loading or waking has
+        # nothing to sleep yet, as in the controller)
+        self.ready: Callable[[Key], bool] = lambda _key: True
+        self.service_names: dict[int, str] = {}
+        self.yielded: dict[Key, float] = {}
 
     # -- what infer-ctl is told (the controller's `infer_ctl.controller.warm.warm_hosts`)
 
@@ -126,7 +135,10 @@ class WarmHosts:
         names = self._node_names()
         hosts = [h for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
         devices = [WarmDevice(h.name, names[h.node], product, h.memory_bytes, True, h.awake_bytes,
-                              sleepers=len(h.members) - len(h.awake)) for h in hosts]
+                              lent=tuple(LentReplica(self.lent_name(k), h.need[k], h.members[k])
+                                         for k in sorted(h.awake) if k[0] in self.lenders and self.ready(k)),
+                              sleepers=len(h.members) - len(h.awake),
+                              yielded=sum(k in self.yielded for k in h.members)) for h in hosts]
         nodes = {h.node for h in hosts}
         self._free_names, self._made = {}, {}
         if self.device_memory >= model_bytes and free_gpus > 0:
@@ -141,6 +153,18 @@ class WarmHosts:
                     devices.append(WarmDevice(name, names[node], product, self.device_memory, False))
         return ObservedWarmHosts(tuple(devices), {names[n]: self.budget for n in sorted(nodes)},
                                  {names[n]: self.used[n] for n in sorted(nodes)})
+
+    def lent_name(self, key: Key) -> str:
+        """A lent replica's name as other services' cycles see it (`LentReplica.name`, `CyclePlan.displace`)."""
+        return f"{self.service_names.get(key[0], key[0])}/{key[1]}"
+
+    def lent_key(self, name: str) -> Key:
+        """The replica `lent_name` named."""
+        service, _, replica = name.partition("/")
+        index = next((i for i, n in self.service_names.items() if n == service), None)
+        if index is None or not replica:
+            raise KeyError(f"lent_key: {name!r} names no lending service's replica")
+        return index, replica
 
     def _node_names(self) -> list[str]:
         if len(self._names) != self.gpus.nodes:
@@ -161,6 +185,26 @@ class WarmHosts:
         if self.used[host.node] + weight > self.budget:
             raise ValueError(f"place_on: node-{host.node}'s host-memory budget cannot hold {key}'s weights")
         self._join(host, key, weight, need)
+        return host
+
+    def join_awake(self, key: Key, claim: str, weight: int, need: int) -> WarmHost:
+        """A lending service's new replica onto an existing warm host (the engine's `place_awake` chose it), awake:
+        it takes `need` of the device, no host memory. ValueError when the device has not the memory free."""
+        host = self.hosts.get(claim)
+        if host is None or host.awake_bytes + need > host.memory_bytes:
+            raise ValueError(f"join_awake: {claim} is not a warm host with {need} bytes of device memory free")
+        self._join(host, key, weight, need)
+        self.used[host.node] -= weight  # awake: its weights are on the device, not in host memory
+        host.awake.add(key)
+        return host
+
+    def host_for(self, key: Key, node: int, weight: int, need: int, now: float) -> WarmHost:
+        """A lending service's replica bound on `node`: a warm host made of the GPU it was given (as the controller
+        makes one of the claim its placement pinned), the replica awake on it."""
+        host = self._new_host(node, 1, now)
+        self._join(host, key, weight, need)
+        self.used[host.node] -= weight
+        host.awake.add(key)
         return host
 
     # -- the baselines' pools
@@ -220,6 +264,7 @@ class WarmHosts:
             host.awake.add(key)
             self.used[host.node] -= host.members[key]
             self._shares = None
+        self.yielded.pop(key, None)
         return True
 
     def sleep(self, key: Key) -> bool:
@@ -249,6 +294,7 @@ class WarmHosts:
             host.awake.discard(key)
         else:
             self.used[host.node] -= weight
+        self.yielded.pop(key, None)
         if not host.members:
             del self.hosts[name]
             self.gpus.give(name, host.node, now)
