@@ -2,6 +2,7 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
+        [--lenders 0 --lender-replicas 4 --pool 0]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
@@ -21,6 +22,13 @@ the deletion, warm hosts' included) and their ratio to the oracle's on the same 
 scheduler preempted (only infer-ctl's standby replicas run at a lower priority), cold starts, and the run's wall
 time.
 
+Lent GPUs (`--lenders N`): N batch services join the fleet, each with `--lender-replicas` replicas (its bounds) of
+one whole GPU at a steady 80 % of their capacity (Poisson), and `spec.scaling.prewarm.yieldToSleepers`: under
+infer-ctl their replicas run on warm hosts and yield them to other services' wakes (`infer_ctl.sim.fleet`, as the
+controller runs them); the peers run them as any service. `--pool K` gives every one-GPU service of the recipe a
+sleeping pool of K (`spec.scaling.prewarm.sleepingReplicas`; its replicas take a GPU whole, so its sleepers wait
+only on lent GPUs). The table then adds a line per policy for the lenders and for the others.
+
 Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
 trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
 rules); a fleet run has other inputs (the recipe, the cluster) and other columns, and takes minutes rather than
@@ -30,11 +38,14 @@ seconds.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+
+import numpy as np
 
 from infer_ctl.core.api import Preset
 from infer_ctl.sim.fleet import (
@@ -72,6 +83,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "infer-ctl/<preset>")
     ap.add_argument("--score-from-s", type=float, default=0.0)
     ap.add_argument("--per-service", action="store_true", help="also print each service's attainment per policy")
+    ap.add_argument("--lenders", type=int, default=0, help="batch services that lend their GPUs (yieldToSleepers)")
+    ap.add_argument("--lender-replicas", type=int, default=4, help="each lender's replicas")
+    ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
     return ap.parse_args(argv)
 
 
@@ -92,6 +106,52 @@ def table(results: Sequence[FleetResult], oracle_gpu_hours: float | None) -> lis
                     f"{r.host_memory_gib_hours:>10.1f} {r.pending_replica_s / 3600.0:>13.1f} {r.preempted:>9d} "
                     f"{r.cold_starts:>6d} {r.wall_s:>7.1f}")
     return rows
+
+
+def group_table(results: Sequence[FleetResult], lenders: frozenset[str]) -> list[str]:
+    """Per policy, the lenders' and the other services' attainment (requests within their SLO over all theirs)
+    and GPU-hours (warm hosts split between the services on them)."""
+    w = max(11, *(len(r.policy) for r in results))
+    rows = [f"  {'policy':<{w}} {'group':<8} {'SLO':>8} {'GPU-h':>8}"]
+    for r in results:
+        for group, pick in (("lenders", True), ("others", False)):
+            mine = [s for name, s in zip(r.names, r.services, strict=True) if (name in lenders) == pick]
+            requests = sum(s.requests for s in mine)
+            within = sum(s.slo_attainment * s.requests for s in mine) / requests if requests else 1.0
+            rows.append(f"  {r.policy:<{w}} {group:<8} {within:>8.2%} {sum(s.gpu_hours for s in mine):>8.1f}")
+    return rows
+
+
+def lender_services(n: int, replicas: int, horizon_s: float, tick_s: float, *, seed: int,
+                    settings: Callable[[str, ServiceModel], ScenarioSettings]) -> tuple[FleetService, ...]:
+    """`n` batch services of `replicas` one-GPU replicas (their bounds) at 80 % of their capacity, steady
+    (Poisson), that yield their GPUs to other services' sleepers."""
+    out = []
+    ticks = round(horizon_s / tick_s)
+    for i in range(n):
+        model = ServiceModel(min_replicas=replicas, max_replicas=replicas)
+        base = settings(f"batch-{i:02d}", model)
+        manifest = copy.deepcopy(dict(base.manifest or {}))
+        manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {})["yieldToSleepers"] = True
+        rate = 0.8 * replicas * model.target_rps_per_replica
+        arrivals = np.random.default_rng([seed, 1000 + i]).poisson(np.full(ticks, rate * tick_s)).astype(np.float64)
+        out.append(FleetService(f"batch-{i:02d}", arrivals, replace(base, manifest=manifest), 10_000 * (seed + 1) + i))
+    return tuple(out)
+
+
+def with_pool(services: Sequence[FleetService], pool: int) -> tuple[FleetService, ...]:
+    """The one-GPU services with a sleeping pool of `pool` (the others as they are)."""
+    if pool <= 0:
+        return tuple(services)
+    out = []
+    for s in services:
+        if s.settings.model.gpus_per_replica != 1:
+            out.append(s)
+            continue
+        manifest = copy.deepcopy(dict(s.settings.manifest or {}))
+        manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {})["sleepingReplicas"] = pool
+        out.append(replace(s, settings=replace(s.settings, manifest=manifest)))
+    return tuple(out)
 
 
 def per_service_table(results: Sequence[FleetResult]) -> list[str]:
@@ -149,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         def settings(name: str, model: ServiceModel) -> ScenarioSettings:
             return with_preset(service_settings(name, model), preset)
 
-        return build_fleet(recipe, azure, bank, horizon_s=horizon_s, tick_s=args.tick_s, settings=settings)
+        fleet = with_pool(build_fleet(recipe, azure, bank, horizon_s=horizon_s, tick_s=args.tick_s,
+                                      settings=settings), args.pool)
+        return fleet + lender_services(args.lenders, args.lender_replicas, horizon_s, args.tick_s,
+                                       seed=args.recipe_seed, settings=settings)
 
     by_preset = {p: settings_for(p) for p in presets}
     services = by_preset[presets[0]]
@@ -170,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{presets[0].value}")
     for line in recipe:
         print(f"  {line.describe()}")
+    if args.lenders:
+        print(f"  + {args.lenders} batch services of {args.lender_replicas} one-GPU replicas at 80 % of their "
+              f"capacity, lending their GPUs (yieldToSleepers); one-GPU services' sleeping pool: {args.pool}")
     print(f"cluster: {cluster.describe()} ({how})")
     print(f"  reference: the oracle's per-service hindsight sizing would hold at most {peak:.0f} GPUs at once "
           f"({float(demand.sum()) * args.tick_s / 3600.0:.1f} GPU-h) with no GPU limit; here it runs on the "
@@ -177,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run_policies(names, cluster, config, by_preset)
     oracle = next((r for r in results if r.policy == "oracle"), None)
     print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
+    if args.lenders:
+        print("\n".join(group_table(results, frozenset(s.name for s in services if s.name.startswith("batch-")))))
     if args.per_service:
         print("per service (SLO attainment, GPU-hours):")
         print("\n".join(per_service_table(results)))

@@ -336,3 +336,23 @@ def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(tmp_
     table = [line.split() for line in out.splitlines() if line.strip().startswith(("hpa ", "oracle "))]
     assert [row[0] for row in table] == ["hpa", "oracle"]
     assert table[1][6] == "1.00"  # the oracle against itself
+
+
+def test_the_benchmark_adds_lending_batch_services_and_pools_and_prints_each_group(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    azure = tmp_path / "azure.csv"
+    rows = [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,10" for m in range(12) for s in range(0, 60, 3)]
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    bank = tmp_path / "bank.csv"
+    bank.write_text("DateTime,Calls\n" + "\n".join(
+        f"{1046674800 + 300 * i},{100 + i % 50}" for i in range(288 * 7 * 33)) + "\n")
+    assert main(["--azure", str(azure), "--bank", str(bank), "--services", "2", "--hours", "1",
+                 "--policies", "infer-ctl,hpa", "--lenders", "2", "--lender-replicas", "2", "--pool", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "+ 2 batch services of 2 one-GPU replicas" in out and "sleeping pool: 1" in out
+    groups = [line.split() for line in out.splitlines() if line.split()[1:2] in (["lenders"], ["others"])]
+    assert [(row[0], row[1]) for row in groups] == [("infer-ctl", "lenders"), ("infer-ctl", "others"),
+                                                    ("hpa", "lenders"), ("hpa", "others")]
+    table = [line.split() for line in out.splitlines() if line.strip().startswith(("infer-ctl ", "hpa "))
+             and line.split()[1] not in ("lenders", "others")]
+    assert len(table) == 2 and all(row[4].endswith("/4") for row in table)  # 2 services + 2 lenders
