@@ -106,6 +106,15 @@ def _autoscaling_runs(args: argparse.Namespace) -> list[Run]:
                                    "--bank", str(traces / "bank_calls_5min.csv")))]
 
 
+def _lent_gpu_runs(args: argparse.Namespace) -> list[Run]:
+    traces = Path(args.traces_dir)
+    data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
+    return [Run(f"4 lenders of 4 GPUs, sleeping pools of {pool}",
+                ("infer_ctl.sim.bench_fleet", *data, "--lenders", "4", "--lender-replicas", "4", "--pool", str(pool),
+                 "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--per-service"))
+            for pool in (0, 2)]
+
+
 def _loadgen_runs(args: argparse.Namespace) -> list[Run]:
     return [Run("aiohttp's client and httpx's own transport, one core each, 3 runs per rate",
                 ("loadgen.bench", "--clients", "aiohttp,httpx", "--repeat", "3", "--duration", "10",
@@ -192,6 +201,13 @@ SECTIONS: tuple[Section, ...] = (
         "The Azure code trace, bank_calls x200 and the step profile, each policy simulated over seeds "
         "(`infer_ctl/sim/bench_autoscaling.py`); takes long (bank_calls is 8 months per policy and seed).",
         _autoscaling_runs),
+    Section(
+        "lent-gpus", "Lent GPUs in a fleet: sleepers on the GPUs of services that yield to them",
+        "bench_fleet's 24 services plus 4 steady batch services of 4 one-GPU replicas that lend their GPUs "
+        "(`yieldToSleepers`), without and with sleeping pools of 2 for the one-GPU services "
+        "(`infer_ctl/sim/bench_fleet.py --lenders`): the lenders' and the others' attainment and GPU-hours (a warm "
+        "host's GPU split between the services on it).",
+        _lent_gpu_runs),
     Section(
         "loadgen", "loadgen's open-loop rate and send lag on one core, per HTTP client",
         "`python -m loadgen.bench --clients`: the benchmark endpoint (`loadgen/benchserver.py`) pinned to one core, "
