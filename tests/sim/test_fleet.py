@@ -320,16 +320,21 @@ def test_the_oracle_demand_sums_each_services_schedule_times_its_gpus() -> None:
     assert auto_nodes(170.0, 8, 1.25) == 27
 
 
-def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(tmp_path: Path,
-                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def traces(tmp_path: Path) -> list[str]:
+    """bench_fleet's trace arguments: a 12-minute Azure-format trace and 33 weeks of 5-minute counts."""
     azure = tmp_path / "azure.csv"
     rows = [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,10" for m in range(12) for s in range(0, 60, 3)]
     azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
     bank = tmp_path / "bank.csv"
     bank.write_text("DateTime,Calls\n" + "\n".join(
         f"{1046674800 + 300 * i},{100 + i % 50}" for i in range(288 * 7 * 33)) + "\n")
-    assert main(["--azure", str(azure), "--bank", str(bank), "--services", "3", "--hours", "1",
-                 "--policies", "hpa,oracle"]) == 0
+    return ["--azure", str(azure), "--bank", str(bank)]
+
+
+def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(
+        traces: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*traces, "--services", "3", "--hours", "1", "--policies", "hpa,oracle"]) == 0
     out = capsys.readouterr().out
     assert "svc-00   bank" in out and "svc-01   azure-loop" in out and "svc-02   bank" in out
     assert "cluster: " in out and "reference: the oracle's per-service hindsight sizing" in out
@@ -339,15 +344,9 @@ def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(tmp_
 
 
 def test_the_benchmark_adds_lending_batch_services_and_pools_and_prints_each_group(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    azure = tmp_path / "azure.csv"
-    rows = [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,10" for m in range(12) for s in range(0, 60, 3)]
-    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
-    bank = tmp_path / "bank.csv"
-    bank.write_text("DateTime,Calls\n" + "\n".join(
-        f"{1046674800 + 300 * i},{100 + i % 50}" for i in range(288 * 7 * 33)) + "\n")
-    assert main(["--azure", str(azure), "--bank", str(bank), "--services", "2", "--hours", "1",
-                 "--policies", "infer-ctl,hpa", "--lenders", "2", "--lender-replicas", "2", "--pool", "1"]) == 0
+        traces: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*traces, "--services", "2", "--hours", "1", "--policies", "infer-ctl,hpa", "--lenders", "2",
+                 "--lender-replicas", "2", "--pool", "1"]) == 0
     out = capsys.readouterr().out
     assert "+ 2 batch services of 2 one-GPU replicas" in out and "sleeping pool: 1" in out
     groups = [line.split() for line in out.splitlines() if line.split()[1:2] in (["lenders"], ["others"])]

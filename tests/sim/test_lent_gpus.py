@@ -21,8 +21,9 @@ from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, sim
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import build_policy, initial_replicas
-from infer_ctl.sim.warm import GIB, TierPhysics
+from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.warm import GIB
+from tests.sim.test_warm_tiers import run_within
 
 TICK = 5.0
 
@@ -117,16 +118,5 @@ def lending_fleets(draw: st.DrawFn) -> tuple[list[FleetService], list[str], Clus
 @given(lending_fleets())
 def test_lending_never_holds_more_than_the_cluster_s_gpus_and_host_memory(
         fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> None:
-    services, names, cluster = fleet
-    policies = [build_policy(n, s.settings, s.arrivals, TICK) for s, n in zip(services, names, strict=True)]
-    initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
-    # the engine's plans are applied to the cluster model: a wake or a displacement it disagrees with raises
-    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
-    hours = services[0].arrivals.size * TICK / 3600.0
-    budget_gib = cluster.host_memory_bytes * TierPhysics().host_memory_fraction / GIB * cluster.nodes
-    assert r.host_memory_gib_hours <= budget_gib * hours + 1e-9
-    assert np.all(r.gpus_held <= cluster.gpus)
-    assert r.gpu_hours == pytest.approx(r.gpus_held.sum() * TICK / 3600.0)
-    for a in r.allocations:
-        held = sum(b.gpus for b in r.allocations if b.node == a.node and b.start_s <= a.start_s < b.end_s)
-        assert held <= cluster.gpus_per_node
+    # a wake or a displacement the cluster model disagrees with raises
+    run_within(fleet)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle, weight_bytes
-from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, simulate_fleet
+from infer_ctl.sim.fleet import ClusterSpec, FleetResult, FleetService, service_settings, simulate_fleet
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
 from infer_ctl.sim.run import SimConfig, simulate
@@ -329,6 +329,13 @@ def tier_fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], Clus
 @given(tier_fleets())
 def test_a_fleet_with_warm_tiers_holds_no_more_than_its_gpus_and_host_memory(
         fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> None:
+    run_within(fleet)
+
+
+def run_within(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> FleetResult:
+    """Each service under its policy, all on the cluster at once (the engine's plans applied to the cluster model,
+    which raises where they disagree); the run never held more than its cluster's GPUs (per node, warm hosts
+    included) nor its nodes' host memory budgets, and charged every GPU it held to a service."""
     services, names, cluster = fleet
     policies = [build_policy(n, s.settings, s.arrivals, TICK) for s, n in zip(services, names, strict=True)]
     initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
@@ -343,3 +350,4 @@ def test_a_fleet_with_warm_tiers_holds_no_more_than_its_gpus_and_host_memory(
         held = sum(b.gpus for b in r.allocations if b.node == a.node and b.start_s <= a.start_s < b.end_s)
         assert held <= cluster.gpus_per_node
     assert all(math.isfinite(s.slo_attainment) for s in r.services)
+    return r
