@@ -67,6 +67,7 @@ CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "name
                "endpointslice-controller", "disruption-controller", "pod-garbage-collector-controller",
                "podgroup-protection-controller", "node-lifecycle-controller", "taint-eviction-controller")
 ADMIN_USER = "infer-ctl-admin"
+PORT_ATTEMPTS = 3  # starts of the control plane when a component finds its port taken (see `LocalCluster.start`)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -188,7 +189,20 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
         try:
-            self._start(bin_dir)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    self._start(bin_dir)
+                    break
+                except LocalClusterError as exc:
+                    # free_port() closes the port it found before the component binds it: another process (another
+                    # test worker's servers) may take it in between. The component then exits at once; start again
+                    # on new ports, with a new etcd data dir.
+                    if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                        raise
+                    log.warning("a port was taken before the control plane bound it (attempt %d of %d); starting "
+                                "again on new ports: %s", attempt, PORT_ATTEMPTS, str(exc).splitlines()[0])
+                    self._stop_processes()
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
         except BaseException:
             self.stop()
             raise
@@ -288,6 +302,14 @@ class LocalCluster:
         """Stop every process, newest first, each before the next (SIGTERM, SIGKILL after 10 s): the API server
         shuts down in about a second while etcd is up, and waits for it when etcd goes first. Removes a
         temporary workdir. Safe to call twice."""
+        self._stop_processes()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _stop_processes(self) -> None:
         processes, self._processes = self._processes, []
         for proc in reversed(processes):
             if proc.popen.poll() is None:
@@ -300,11 +322,6 @@ class LocalCluster:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.popen.pid, signal.SIGKILL)
                     proc.popen.wait(timeout=10)
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
 
     def alive(self) -> dict[str, bool]:
         return {p.name: p.popen.poll() is None for p in self._processes}
