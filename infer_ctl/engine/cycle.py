@@ -587,7 +587,8 @@ def _give_back(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, 
     borrowed = [r for r in ready if r.warm_host and ledger.yielded_on(r.warm_host)]
     if not borrowed:
         return ()
-    elsewhere = sum(r.state is api.ReplicaState.SERVING and r not in borrowed for r in ready)
+    lent = {r.name for r in borrowed}
+    elsewhere = sum(r.state is api.ReplicaState.SERVING and r.name not in lent for r in ready)
     keep = min(len(borrowed), max(0, here - elsewhere))
     borrowed.sort(key=lambda r: (not r.standby, r.name))
     return tuple(r.name for r in borrowed[:len(borrowed) - keep] if ledger.sleep(r.name))

@@ -38,7 +38,6 @@ seconds.
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import sys
 import time
@@ -61,7 +60,7 @@ from infer_ctl.sim.fleet import (
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset
+from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
 from infer_ctl.sim.trace import load_trace
 
 
@@ -130,12 +129,10 @@ def lender_services(n: int, replicas: int, horizon_s: float, tick_s: float, *, s
     ticks = round(horizon_s / tick_s)
     for i in range(n):
         model = ServiceModel(min_replicas=replicas, max_replicas=replicas)
-        base = settings(f"batch-{i:02d}", model)
-        manifest = copy.deepcopy(dict(base.manifest or {}))
-        manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {})["yieldToSleepers"] = True
+        lender = with_prewarm(settings(f"batch-{i:02d}", model), yieldToSleepers=True)
         rate = 0.8 * replicas * model.target_rps_per_replica
         arrivals = np.random.default_rng([seed, 1000 + i]).poisson(np.full(ticks, rate * tick_s)).astype(np.float64)
-        out.append(FleetService(f"batch-{i:02d}", arrivals, replace(base, manifest=manifest), 10_000 * (seed + 1) + i))
+        out.append(FleetService(f"batch-{i:02d}", arrivals, lender, 10_000 * (seed + 1) + i))
     return tuple(out)
 
 
@@ -143,15 +140,8 @@ def with_pool(services: Sequence[FleetService], pool: int) -> tuple[FleetService
     """The one-GPU services with a sleeping pool of `pool` (the others as they are)."""
     if pool <= 0:
         return tuple(services)
-    out = []
-    for s in services:
-        if s.settings.model.gpus_per_replica != 1:
-            out.append(s)
-            continue
-        manifest = copy.deepcopy(dict(s.settings.manifest or {}))
-        manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {})["sleepingReplicas"] = pool
-        out.append(replace(s, settings=replace(s.settings, manifest=manifest)))
-    return tuple(out)
+    return tuple(replace(s, settings=with_prewarm(s.settings, sleepingReplicas=pool))
+                 if s.settings.model.gpus_per_replica == 1 else s for s in services)
 
 
 def per_service_table(results: Sequence[FleetResult]) -> list[str]:

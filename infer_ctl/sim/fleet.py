@@ -355,10 +355,15 @@ class _Replicas(Replicas):
         self.pending: dict[str, None] = {}  # names, in creation order
         self.warm: set[str] = set()  # replicas on warm hosts (asleep, loading to sleep, waking or awake)
 
-    def add_ready(self, name: str, node: int) -> None:
+    def add_ready(self, name: str, node: int, host: str = "") -> None:
+        """A replica serving at t = 0: on GPUs of its own on `node`, or (a lending service's) awake on warm host
+        `host` there."""
         self.replicas[name] = ObservedReplica(name, ReplicaState.SERVING, False, created_s=0.0,
-                                              node=f"node-{node}", accelerator=self.product)
-        self.node[name] = node
+                                              node=f"node-{node}", accelerator=self.product, warm_host=host)
+        if host:
+            self.warm.add(name)
+        else:
+            self.node[name] = node
         self.serving += 1
 
     def add_asleep(self, name: str, host: str, node: int) -> None:
@@ -726,12 +731,7 @@ class _FleetSim:
                 self.create(run, name, False, 0.0)
                 continue
             if lends(run):  # on a warm host made of its GPU, as the controller runs it
-                made = self.warm.host_for((run.index, name), node, run.weight,
-                                          awake_device_bytes(run.spec, self.warm.device_memory), 0.0)
-                run.replicas.add_on_host(name, made.name, node, created_s=0.0, ready_s=0.0, standby=False,
-                                         cached=False)
-                run.replicas.cold_starts -= 1  # ready at t = 0: no cold start
-                run.replicas.advance(0.0)
+                run.replicas.add_ready(name, node, self._lent_host(run, name, node, 0.0))
                 continue
             self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=run.priority_serving,
                               now=0.0)
@@ -894,14 +894,19 @@ class _FleetSim:
         cold = self._cold_start(run, cached)
         if lends(run):  # a warm host made of the GPU it is given, the replica awake on it
             pending = run.replicas.replicas[name]
-            host = self.warm.host_for((run.index, name), node, run.weight,
-                                      awake_device_bytes(run.spec, self.warm.device_memory), now)
-            run.replicas.add_on_host(name, host.name, node, created_s=pending.created_s or now, ready_s=now + cold,
-                                     standby=pending.standby, cached=cached)
+            run.replicas.add_on_host(name, self._lent_host(run, name, node, now), node,
+                                     created_s=pending.created_s or now, ready_s=now + cold, standby=pending.standby,
+                                     cached=cached)
             return True
         self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
         run.replicas.bind(name, node, now, cold, cached=cached)
         return True
+
+    def _lent_host(self, run: _ServiceRun, name: str, node: int, now: float) -> str:
+        """A warm host made of a GPU of `node` for a lending service's replica, awake on it (as the controller makes
+        one of the claim its placement pinned): its name."""
+        need = awake_device_bytes(run.spec, self.warm.device_memory)
+        return self.warm.host_for((run.index, name), node, run.weight, need, now).name
 
     def _cold_start(self, run: _ServiceRun, cached: bool) -> float:
         cold = run.model.sample_cold_start_s(run.rng, cached)

@@ -133,6 +133,13 @@ def with_preset(settings: ScenarioSettings, preset: api.Preset) -> ScenarioSetti
                    scale_down_stabilization_s=p.scale_down_stabilization_s)
 
 
+def with_prewarm(settings: ScenarioSettings, **fields: Any) -> ScenarioSettings:
+    """The settings with `fields` set in its InferenceService's `spec.scaling.prewarm`."""
+    manifest = copy.deepcopy(dict(settings.manifest or {}))
+    manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {}).update(fields)
+    return replace(settings, manifest=manifest)
+
+
 def parse_policy_names(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return POLICY_NAMES

@@ -193,18 +193,14 @@ class WarmHosts:
         host = self.hosts.get(claim)
         if host is None or host.awake_bytes + need > host.memory_bytes:
             raise ValueError(f"join_awake: {claim} is not a warm host with {need} bytes of device memory free")
-        self._join(host, key, weight, need)
-        self.used[host.node] -= weight  # awake: its weights are on the device, not in host memory
-        host.awake.add(key)
+        self._join(host, key, weight, need, awake=True)
         return host
 
     def host_for(self, key: Key, node: int, weight: int, need: int, now: float) -> WarmHost:
         """A lending service's replica bound on `node`: a warm host made of the GPU it was given (as the controller
         makes one of the claim its placement pinned), the replica awake on it."""
         host = self._new_host(node, 1, now)
-        self._join(host, key, weight, need)
-        self.used[host.node] -= weight
-        host.awake.add(key)
+        self._join(host, key, weight, need, awake=True)
         return host
 
     # -- the baselines' pools
@@ -234,10 +230,13 @@ class WarmHosts:
         self.gpus_held += gpus
         return host
 
-    def _join(self, host: WarmHost, key: Key, weight: int, need: int) -> None:
+    def _join(self, host: WarmHost, key: Key, weight: int, need: int, *, awake: bool = False) -> None:
         host.members[key] = weight
         host.need[key] = need
-        self.used[host.node] += weight  # a new sleeper: its weights go to host memory as it loads
+        if awake:  # a lending service's replica: its weights on the device
+            host.awake.add(key)
+        else:  # a new sleeper: its weights go to host memory as it loads
+            self.used[host.node] += weight
         self.where[key] = host.name
         self._shares = None
 

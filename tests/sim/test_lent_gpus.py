@@ -6,8 +6,6 @@ holds it asleep and takes no other GPU, and wakes it there once the borrower giv
 
 from __future__ import annotations
 
-import copy
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,26 +19,19 @@ from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, sim
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.suite import build_policy, with_prewarm
 from infer_ctl.sim.warm import GIB
 from tests.sim.test_warm_tiers import run_within
 
 TICK = 5.0
 
 
-def service(name: str, arrivals: np.ndarray, seed: int, bounds: tuple[int, int], **spec: Any) -> FleetService:
-    """A one-GPU service (its replicas take an H100 whole) within `bounds` replicas, with `spec` merged into its
-    InferenceService's."""
+def service(name: str, arrivals: np.ndarray, seed: int, bounds: tuple[int, int], **prewarm: Any) -> FleetService:
+    """A one-GPU service (its replicas take an H100 whole) within `bounds` replicas, with `prewarm` in its
+    InferenceService's `spec.scaling.prewarm`."""
     settings = service_settings(name, ServiceModel(min_replicas=bounds[0], max_replicas=bounds[1],
                                                    cold_start_s=120.0, cold_start_sigma=0.0))
-    manifest = copy.deepcopy(dict(settings.manifest or {}))
-    for path, value in spec.items():
-        node = manifest["spec"]
-        *parents, leaf = path.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return FleetService(name, arrivals, replace(settings, manifest=manifest), seed)
+    return FleetService(name, arrivals, with_prewarm(settings, **prewarm), seed)
 
 
 def run_lending() -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
@@ -51,8 +42,8 @@ def run_lending() -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
     rate = np.full(ticks, 3.0)
     rate[240:300] = 22.0
     chat = rng.poisson(rate * TICK).astype(np.float64)
-    services = [service("batch", batch, 1, (2, 2), **{"scaling.prewarm": {"yieldToSleepers": True}}),
-                service("chat", chat, 2, (1, 4), **{"scaling.prewarm": {"sleepingReplicas": 2}})]
+    services = [service("batch", batch, 1, (2, 2), yieldToSleepers=True),
+                service("chat", chat, 2, (1, 4), sleepingReplicas=2)]
     policies = [build_policy("infer-ctl", services[0].settings, batch, TICK),
                 build_policy("infer-ctl+tiers", services[1].settings, chat, TICK)]
     assert all(isinstance(p, InferCtl) for p in policies)
@@ -102,14 +93,14 @@ def lending_fleets(draw: st.DrawFn) -> tuple[list[FleetService], list[str], Clus
         seed = draw(st.integers(0, 10_000))
         n = draw(st.integers(1, 3))
         arrivals = np.random.default_rng(seed).poisson(np.full(360, 4.0 * n) * TICK).astype(np.float64)
-        services.append(service(f"lend{i}", arrivals, seed, (n, n), **{"scaling.prewarm": {"yieldToSleepers": True}}))
+        services.append(service(f"lend{i}", arrivals, seed, (n, n), yieldToSleepers=True))
         names.append("infer-ctl")
     for i in range(draw(st.integers(1, 3))):
         seed = draw(st.integers(0, 10_000))
         rng = np.random.default_rng(seed)
         rate = np.repeat(rng.choice([0.0, 3.0, 20.0, 40.0], size=12), 30)
         services.append(service(f"burst{i}", rng.poisson(rate * TICK).astype(np.float64), seed, (1, 6),
-                                **{"scaling.prewarm": {"sleepingReplicas": draw(st.integers(1, 3))}}))
+                                sleepingReplicas=draw(st.integers(1, 3))))
         names.append("infer-ctl+tiers")
     return services, names, cluster
 
