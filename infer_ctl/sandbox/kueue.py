@@ -50,7 +50,14 @@ from typing import Any
 
 import yaml
 
-from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError, die_with_parent, free_port, kube_binaries
+from infer_ctl.sandbox.localcluster import (
+    PORT_ATTEMPTS,
+    LocalCluster,
+    LocalClusterError,
+    die_with_parent,
+    free_port,
+    kube_binaries,
+)
 
 log = logging.getLogger(__name__)
 
@@ -190,16 +197,30 @@ class LocalKueue:
     def start(self) -> None:
         started = time.monotonic()
         binary, assets = kueue_assets(self.cluster.bin_dir)
-        if self.workdir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="infer-ctl-kueue-")
-            self.workdir = Path(self._tmp.name)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        atexit.register(self.stop)
-        try:
-            self._start(binary, assets)
-        except BaseException:
-            self.stop()
-            raise
+        own_workdir = self.workdir is None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if own_workdir:
+                self._tmp = tempfile.TemporaryDirectory(prefix="infer-ctl-kueue-")
+                self.workdir = Path(self._tmp.name)
+            assert self.workdir is not None
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            atexit.register(self.stop)
+            try:
+                self._start(binary, assets)
+                break
+            except LocalKueueError as exc:
+                self.stop()
+                # free_port() closes the port it found before Kueue binds it: another process (another test
+                # worker's servers) may take it in between, and Kueue exits at once. Installed again on new ports.
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    raise
+                if not own_workdir and self.log_path.exists():  # the next attempt's log starts afresh
+                    self.log_path.replace(self.log_path.with_name(f"kueue.attempt-{attempt}.log"))
+                log.warning("a port was taken before Kueue bound it (attempt %d of %d); installing it again on new "
+                            "ports", attempt, PORT_ATTEMPTS)
+            except BaseException:
+                self.stop()
+                raise
         log.info("Kueue ready (webhooks at %s) in %.1f s", self.webhook_url, time.monotonic() - started)
 
     def _start(self, binary: Path, assets: Path) -> None:
