@@ -596,7 +596,8 @@ class Reconciler:
                 claims = claims + self._unseen_hosts(claims)
                 warm, devices = warm_hosts(svc, self.settings.policies.catalog, snapshot, claims=claims, pods=pods,
                                            nodes=nodes,
-                                           host_fraction=self.settings.policies.scaling.host_memory_fraction)
+                                           host_fraction=self.settings.policies.scaling.host_memory_fraction,
+                                           pool_gpus=self.settings.policies.scaling.warm_pool_gpus)
                 observation = replace(observation, warm_hosts=warm)
             # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
             plan, memory.state = await asyncio.to_thread(

@@ -88,9 +88,11 @@ def _gone(pod: Mapping[str, Any]) -> bool:
 
 def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot, *,
                claims: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-               nodes: Sequence[Mapping[str, Any]], host_fraction: float) -> tuple[WarmHosts, dict[str, Device]]:
+               nodes: Sequence[Mapping[str, Any]], host_fraction: float,
+               pool_gpus: int = 0) -> tuple[WarmHosts, dict[str, Device]]:
     """The warm hosts (and free GPUs) `svc`'s sleepers could use, and the device of each by claim name (for the
-    claim of a new one). `claims`, `pods`, `nodes`: the caches (any namespace)."""
+    claim of a new one). `claims`, `pods`, `nodes`: the caches (any namespace); `pool_gpus`: the warm pool's size
+    (`warmPoolGPUs`)."""
     ns, spec = svc.meta.namespace, svc.spec
     by_id = {d.id: d for d in snapshot.inventory.devices}
     products = {a.name for a in candidate_products(spec, catalog)}
@@ -111,26 +113,37 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
         device = by_id.get(device_id) if device_id is not None else None
         if device is not None:
             hosts[str(meta.get("name"))] = device
-    usage = _usage(ns, pods, {name: d.node_name for name, d in hosts.items()})
+    usage = _usage(ns, pods, {name: d.node_name for name, d in hosts.items()},
+                   {name: d.memory_bytes for name, d in hosts.items()})
     candidates = {name: d for name, d in sorted(hosts.items()) if fits(d)}
     devices = [WarmDevice(name, d.node_name, product_of(d), d.memory_bytes, True, usage.awake.get(name, 0),
                           lent=tuple(usage.lent.get(name, ())), sleepers=usage.sleepers.get(name, 0),
-                          yielded=usage.yielded.get(name, 0))
+                          yielded=usage.yielded.get(name, 0), whole=name not in usage.shared)
                for name, d in candidates.items()]
+    # the warm pool's idle hosts this service's model cannot use (they count against the pool all the same)
+    elsewhere = sum(1 for name in hosts if name not in candidates and name not in usage.shared
+                    and not usage.awake.get(name) and not usage.yielded.get(name))
     if spec.accelerator.sharing is not api.Sharing.MIG and spec.accelerator.count == 1:
         taken = {d.id for d in hosts.values()}
+        # a service whose GPU holds two of its replicas awake makes warm hosts of its own; one that takes it whole
+        # only the warm pool's (the engine makes as many as the pool has room for)
+        pooled = 0
         for device in free_gpus(svc, catalog, snapshot.state, snapshot.gang_reservation()):
             name = warm_host_name(device.id)
-            if device.id in taken or name in candidates or not fits(device) \
-                    or not makes_warm_hosts(spec, device.memory_bytes):
+            if device.id in taken or name in candidates or not fits(device):
                 continue
+            if not makes_warm_hosts(spec, device.memory_bytes):
+                if pooled >= min(pool_gpus, spec.scaling.max_replicas):
+                    continue
+                pooled += 1
             devices.append(WarmDevice(name, device.node_name, product_of(device), device.memory_bytes, False,
                                       device=device.id))
             candidates[name] = device
     wanted = {d.node for d in devices}
     budgets = {str(n["metadata"]["name"]): node_host_budget(n, host_fraction) for n in nodes
                if (n.get("metadata") or {}).get("name") in wanted}
-    return WarmHosts(tuple(devices), budgets, {n: usage.used.get(n, 0) for n in budgets}), candidates
+    return WarmHosts(tuple(devices), budgets, {n: usage.used.get(n, 0) for n in budgets}, pool_gpus=pool_gpus,
+                     idle_elsewhere=elsewhere), candidates
 
 
 @dataclass
@@ -140,12 +153,17 @@ class _Usage:
     lent: dict[str, list[LentReplica]] = field(default_factory=lambda: defaultdict(list))  # per warm host
     sleepers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
     yielded: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
+    # warm hosts with a replica that takes less than the whole device awake (a `Shared` service's): not the
+    # warm pool's
+    shared: set[str] = field(default_factory=set)
 
 
-def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mapping[str, str]) -> _Usage:
+def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mapping[str, str],
+           host_memory: Mapping[str, int]) -> _Usage:
     """Per warm host of `namespace`: the device memory of awake models, the ready replicas of services that yield
     to sleepers (oldest last: a wake displaces the youngest first), the sleepers and those of them that yielded
-    it; and sleepers' weights per node (every namespace's: host memory is the node's)."""
+    it, and whether a replica on it takes less than the whole device awake (`host_memory`: each host's device
+    memory); and sleepers' weights per node (every namespace's: host memory is the node's)."""
     out = _Usage()
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
                       reverse=True):
@@ -155,6 +173,8 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
         if not host or _gone(pod):
             continue
         local = meta.get("namespace") == namespace
+        if local and 0 < _bytes(annotations, ANNOTATION_DEVICE_BYTES) < host_memory.get(host, 0):
+            out.shared.add(host)
         if annotations.get(ANNOTATION_ASLEEP) == "true":
             node = str((pod.get("spec") or {}).get("nodeName") or (host_nodes.get(host, "") if local else ""))
             out.used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)

@@ -181,6 +181,9 @@ class ScalingPolicy:
     # have been measured, and the share of a node's memory (status.capacity.memory) sleepers' weights may hold
     wake_gbps: float = 20.0
     host_memory_fraction: float = 0.5
+    # the warm pool: warm hosts with no model awake each namespace may hold for the sleepers of services whose
+    # replica takes a GPU whole (shared by them all; whichever service's burst comes first wakes there)
+    warm_pool_gpus: int = 0
     # the cached tier's directory on each node, a hostPath ("" when off: no Pod mounts a host directory, and no
     # prefetch Pod is made; see policies/scaling.yaml's modelCacheHostPath)
     model_cache_host_path: str = DEFAULT_MODEL_CACHE_HOST_PATH
@@ -353,8 +356,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "burstCheckSeconds", "unavailableAfterSeconds",
                             "cachedStartRatio",
                             "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
-                            "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "modelCacheHostPath", "aim",
-                            "presets"))
+                            "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "warmPoolGPUs",
+                            "modelCacheHostPath", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -367,6 +370,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     wake_gbps = r.number(doc, "wakeGbps", f"{source}: wakeGbps", default=20.0, exclusive_minimum=0, maximum=10_000)
     host_fraction = r.number(doc, "hostMemoryFraction", f"{source}: hostMemoryFraction", default=0.5,
                              exclusive_minimum=0, maximum=1)
+    warm_pool = r.integer(doc, "warmPoolGPUs", f"{source}: warmPoolGPUs", default=0, minimum=0, maximum=4096)
     unavailable_after = r.number(doc, "unavailableAfterSeconds", f"{source}: unavailableAfterSeconds",
                                  default=30.0, minimum=0, maximum=86_400)
     concurrency_query = r.string(doc, "concurrencyQuery", f"{source}: concurrencyQuery",
@@ -430,6 +434,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          adapt_aim=bool(adapt), aim_headroom=headroom,
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
+                         warm_pool_gpus=warm_pool or 0,
                          model_cache_host_path=cache_path, aims=aims)
 
 

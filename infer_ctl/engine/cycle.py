@@ -172,6 +172,9 @@ class WarmDevice:
     lent: tuple[LentReplica, ...] = ()
     sleepers: int = 0  # sleepers on it (every service's, those still loading included)
     yielded: int = 0  # of those, replicas of services that yield to sleepers, asleep because they yielded it
+    # every model on it, awake or asleep, takes the device whole awake (no `Shared` service's replica): with no
+    # model awake, a host of the warm pool (`WarmHosts.pool_gpus`)
+    whole: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +186,21 @@ class WarmHosts:
     devices: tuple[WarmDevice, ...] = ()
     host_budget: Mapping[str, int] = field(default_factory=dict)
     host_used: Mapping[str, int] = field(default_factory=dict)
+    # the warm pool (the policy's `warmPoolGPUs`): warm hosts with no model awake that the namespace may hold for
+    # the sleepers of services whose replica takes a GPU whole (`WarmDevice.whole`), and such hosts of the
+    # namespace that `devices` leaves out (a device this service's model cannot use)
+    pool_gpus: int = 0
+    idle_elsewhere: int = 0
+
+    def pool(self) -> tuple[int, frozenset[str]]:
+        """The warm pool now: new hosts it may still have made, and its idle hosts beyond its size (`surplus`: all
+        but those holding the most sleepers, then by name, so that every service's cycle names the same ones).
+        E.g. pool 2, idle hosts a (3 sleepers) and b (1), one elsewhere: room 0, surplus {b}."""
+        idle = [(d.claim, d.sleepers) for d in self.devices
+                if d.exists and d.whole and not d.awake_bytes and not d.lent and not d.yielded]
+        keep = max(0, self.pool_gpus - self.idle_elsewhere)
+        kept = {c for c, _ in sorted(idle, key=lambda kv: (-kv[1], kv[0]))[:keep]}
+        return max(0, keep - len(idle)), frozenset(c for c, _ in idle) - kept
 
 
 class PendingGang(Protocol):
@@ -580,7 +598,9 @@ def _give_back(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, 
     """A service that does not yield: its ready replicas on GPUs other services lent it (a replica of theirs
     asleep there, waiting for it) beyond what the load here needs of them (`here` serving replicas, less those
     serving elsewhere), standby ones first; each one's sleep taken on the ledger (one that the node's host memory
-    cannot take stays awake)."""
+    cannot take stays awake). Not those on the warm pool's GPUs: a pool host woken is the service's awake replica
+    from then on (the pool makes another), and goes back to sleep as any replica on a warm host, when the
+    decision no longer holds it."""
     if ledger is None or ledger.lends:
         return ()
     ready = [r for r in replicas if r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)]
@@ -636,7 +656,9 @@ def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger 
     - a sleeper whose device is free wakes first, so that a wake displaces another service's replica only when
       no free device has a sleeper;
     - a service that does not yield gives back a GPU another service's replica yielded first (that replica waits
-      on it, asleep);
+      on it, asleep), and a replica awake on a warm host it does not make (the warm pool's, or a Shared
+      service's) sleeps there before a replica elsewhere goes: the pool's GPU is held either way, and idle again
+      for the next burst;
     - a service that yields removes first a replica held asleep for another service (it serves nothing), and
       last a replica returning to its GPU, or awake where other services' sleepers wait (a lent GPU, not an idle
       one), so that a surplus removes a replica elsewhere."""
@@ -653,7 +675,7 @@ def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger 
             if name in held_back:
                 return base - BIG
             return base + (BIG if name in first or (host and ledger.foreign_sleepers(host)) else 0.0)
-        return base - (BIG if host and ledger.yielded_on(host) else 0.0)
+        return base - (BIG if host and (ledger.yielded_on(host) or host in ledger.pooled) else 0.0)
 
     return ordered
 
@@ -914,8 +936,11 @@ class _WarmLedger:
         self.lends = svc.spec.scaling.prewarm.yield_to_sleepers
         self._need: dict[int, int] = {}
         # a free GPU this service would not make a warm host on (it holds fewer than two of its replicas awake,
-        # see `_candidate`) can neither take a sleeper nor hold one: left out (a cluster offers many)
-        self.devices = {d.claim: d for d in warm.devices if d.exists or makes_warm_hosts(self.spec, d.memory_bytes)}
+        # see `_candidate`, and the warm pool has no room) can neither take a sleeper nor hold one: left out (a
+        # cluster offers many)
+        self.pool, surplus = warm.pool()
+        self.devices = {d.claim: d for d in warm.devices
+                        if d.exists or self.pool > 0 or makes_warm_hosts(self.spec, d.memory_bytes)}
         self.device_free = {c: d.memory_bytes - d.awake_bytes for c, d in self.devices.items()}
         self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
         self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}
@@ -933,15 +958,18 @@ class _WarmLedger:
         self.lent_bytes = {c: sum(x.device_bytes for x in lent) for c, lent in self.lent.items()}
         # devices another service lends (or yielded and waits to get back): this service's sleepers there wake
         # only for load already here, so they are its burst pool's room, never the forecast's
+        # and every warm host, for a service whose replica takes a GPU whole (it makes no warm host of its own):
+        # the warm pool's, or a `Shared` service's, shared with other services' sleepers, each of which a burst may
+        # wake first: a burst pool's room too, never the forecast's
+        self.pooled = frozenset(c for c, d in self.devices.items()
+                                if not self.lends and not makes_warm_hosts(self.spec, d.memory_bytes))
         self.lent_devices = frozenset(c for c, d in self.devices.items()
-                                      if not self.lends and (self.lent.get(c) or d.yielded))
-        # warm hosts that hold only this service's sleepers and no awake model, of a size it would not make one of
-        # (a GPU held for sleepers that take it whole: what a standby costs, and slower), e.g. left so when the
-        # service that lent it went: room for no sleeper; their sleepers go unless a burst wakes them
-        # (`_stranded`), which frees the GPU
-        self.stranded = frozenset(c for c, d in self.devices.items()
-                                  if d.exists and not self.lends and not d.awake_bytes and not d.yielded
-                                  and not d.lent and d.sleepers <= self.own_sleepers[c]
+                                      if not self.lends and (self.lent.get(c) or d.yielded)) | self.pooled
+        # warm hosts with no awake model beyond what the warm pool may hold idle (`WarmHosts.pool`), of a size
+        # this service would not make one of (a GPU held for sleepers that take it whole: what a standby costs, and
+        # slower), e.g. left so when the service that lent it went, or when woken replicas of the pool went back to
+        # sleep: room for no sleeper; their sleepers go unless a burst wakes them (`_stranded`), which frees the GPU
+        self.stranded = frozenset(c for c, d in self.devices.items() if c in surplus and not self.lends
                                   and not makes_warm_hosts(self.spec, d.memory_bytes))
         self.displaced: list[str] = []
         # only a decision on load already here displaces, or wakes on a lent device at all (`Decision.urgent`:
@@ -1035,16 +1063,17 @@ class _WarmLedger:
         device = self.devices.get(claim)
         return 0 if device is None else max(0, device.sleepers - self.own_sleepers[claim])
 
-    def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int],
-                   lent: bool | None = None) -> WarmDevice | None:
+    def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int], lent: bool | None = None,
+                   pool: int = 0) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
         free GPUs, then the one whose device is most free. A free GPU only where it could hold two of this
-        service's replicas awake: a new warm host for one replica that takes the whole device awake (an
-        `Exclusive` service's) costs a GPU, what an awake standby costs, and would only be slower to serve; such a
-        service's sleepers go to warm hosts that exist (shared with other sleepers). `lent`: only lent devices
-        (True), none (False), or any (None), those last."""
+        service's replicas awake, or while the warm pool has room (`pool`: new hosts it may still have made): a
+        new warm host for one replica that takes the whole device awake (an `Exclusive` service's) costs a GPU,
+        what an awake standby costs, and pays only as a pool that the sleepers of many services share (whichever
+        service's burst comes first wakes there); else such a service's sleepers go to warm hosts that exist.
+        `lent`: only lent devices (True), none (False), or any (None), those last."""
         fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
-                and host_free.get(d.node, 0) >= self.weights and (d.exists or self._slots(d) >= 2)
+                and host_free.get(d.node, 0) >= self.weights and (d.exists or pool > 0 or self._slots(d) >= 2)
                 and (lent is None or (d.claim in self.lent_devices) == lent) and d.claim not in self.stranded]
         if not fits:
             return None
@@ -1068,12 +1097,18 @@ class _WarmLedger:
     def place(self) -> tuple[str, int] | None:
         """The warm host a new sleeper goes to (its memory taken) and the device memory it takes awake there, or
         None when none has room."""
-        device = self._candidate(self.own_sleepers, self.host_free)
+        device = self._candidate(self.own_sleepers, self.host_free, pool=self.pool)
         if device is None:
             return None
+        self.pool -= self._pooled(device)
         self.own_sleepers[device.claim] += 1
         self.host_free[device.node] -= self.weights
         return device.claim, self.need(device)
+
+    def _pooled(self, device: WarmDevice) -> int:
+        """1 when a new sleeper on `device` makes a warm host of the pool (a free GPU it could hold fewer than two
+        of this service's replicas awake on), else 0."""
+        return int(not device.exists and self._slots(device) < 2)
 
     def room(self, limit: int, lent: bool = False) -> int:
         """Sleepers this service could hold now (at most `limit`) on lent devices, or on the others: those it
@@ -1083,9 +1118,10 @@ class _WarmLedger:
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
                    for c, n in self.own_sleepers.items()
                    if c in self.devices and (c in self.lent_devices) == lent and c not in self.stranded)
-        sleepers, host_free = Counter(self.own_sleepers), dict(self.host_free)
+        sleepers, host_free, pool = Counter(self.own_sleepers), dict(self.host_free), self.pool
         more = 0
-        while held + more < limit and (device := self._candidate(sleepers, host_free, lent)) is not None:
+        while held + more < limit and (device := self._candidate(sleepers, host_free, lent, pool)) is not None:
+            pool -= self._pooled(device)
             sleepers[device.claim] += 1
             host_free[device.node] -= self.weights
             more += 1

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
-        [--lenders 0 --lender-replicas 4 --pool 0]
+        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
@@ -62,6 +62,7 @@ from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig
 from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
 from infer_ctl.sim.trace import load_trace
+from infer_ctl.sim.warm import DEFAULT_PHYSICS, TierPhysics
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,6 +86,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lenders", type=int, default=0, help="batch services that lend their GPUs (yieldToSleepers)")
     ap.add_argument("--lender-replicas", type=int, default=4, help="each lender's replicas")
     ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
+    ap.add_argument("--warm-pool", type=int, default=0,
+                    help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
     return ap.parse_args(argv)
 
 
@@ -169,7 +172,8 @@ def _progress(name: str) -> Callable[[float], None]:
 
 
 def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
-                 fleets: dict[Preset, tuple[FleetService, ...]]) -> list[FleetResult]:
+                 fleets: dict[Preset, tuple[FleetService, ...]], physics: TierPhysics = DEFAULT_PHYSICS
+                 ) -> list[FleetResult]:
     """Every policy over the fleet; infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
     first preset's row named infer-ctl, the others infer-ctl/<preset>); the peers on the first preset's fleet
     (the preset changes nothing of theirs)."""
@@ -179,7 +183,7 @@ def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
         runs = [(name, fleets[presets[0]])] if name != "infer-ctl" else [
             ("infer-ctl" if i == 0 else f"infer-ctl/{p.value}", fleets[p]) for i, p in enumerate(presets)]
         for label, fleet in runs:
-            r = run_fleet(fleet, name, cluster, config, progress=_progress(label))
+            r = run_fleet(fleet, name, cluster, config, progress=_progress(label), physics=physics)
             out.append(r if label == r.policy else replace(r, policy=label))
             print(f"\r  {label}: done in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
     return out
@@ -230,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  reference: the oracle's per-service hindsight sizing would hold at most {peak:.0f} GPUs at once "
           f"({float(demand.sum()) * args.tick_s / 3600.0:.1f} GPU-h) with no GPU limit; here it runs on the "
           f"cluster above like every policy")
-    results = run_policies(names, cluster, config, by_preset)
+    if args.warm_pool:
+        print(f"  warm pool (warmPoolGPUs): {args.warm_pool} warm hosts with no model awake for whole-GPU sleepers")
+    results = run_policies(names, cluster, config, by_preset, TierPhysics(pool_gpus=args.warm_pool))
     oracle = next((r for r in results if r.policy == "oracle"), None)
     print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
     if args.lenders:

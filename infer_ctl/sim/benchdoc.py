@@ -115,6 +115,15 @@ def _lent_gpu_runs(args: argparse.Namespace) -> list[Run]:
             for pool in (0, 2)]
 
 
+def _warm_pool_runs(args: argparse.Namespace) -> list[Run]:
+    traces = Path(args.traces_dir)
+    data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
+    return [Run(f"a warm pool of {gpus} GPUs, sleeping pools of 2",
+                ("infer_ctl.sim.bench_fleet", *data, "--pool", "2", "--warm-pool", str(gpus),
+                 "--policies", "infer-ctl,infer-ctl+tiers,fma-pool,oracle", "--per-service"))
+            for gpus in (0, 8, 16)]
+
+
 def _loadgen_runs(args: argparse.Namespace) -> list[Run]:
     return [Run("aiohttp's client and httpx's own transport, one core each, 3 runs per rate",
                 ("loadgen.bench", "--clients", "aiohttp,httpx", "--repeat", "3", "--duration", "10",
@@ -208,6 +217,13 @@ SECTIONS: tuple[Section, ...] = (
         "(`infer_ctl/sim/bench_fleet.py --lenders`): the lenders' and the others' attainment and GPU-hours (a warm "
         "host's GPU split between the services on it).",
         _lent_gpu_runs),
+    Section(
+        "warm-pool", "A warm pool in a fleet: whole GPUs held idle for every service's sleepers",
+        "bench_fleet's 24 services, each one-GPU service with a sleeping pool of 2, on clusters whose warm pool "
+        "(`warmPoolGPUs`) is 0, 8 and 16 GPUs (`infer_ctl/sim/bench_fleet.py --warm-pool`): a sleeper of each service "
+        "on each pool host, woken by whichever service's burst comes first; fma-pool (a fixed pool of sleepers per "
+        "service, its hosts made for them) beside it.",
+        _warm_pool_runs),
     Section(
         "loadgen", "loadgen's open-loop rate and send lag on one core, per HTTP client",
         "`python -m loadgen.bench --clients`: the benchmark endpoint (`loadgen/benchserver.py`) pinned to one core, "

@@ -791,12 +791,15 @@ class _FleetSim:
     def warm_hosts(self, run: _ServiceRun) -> WarmHostsView | None:
         """The warm hosts as the controller gives them to a service with the sleeping tier
         (`infer_ctl.controller.warm.warm_hosts`): only to a one-GPU `Exclusive` or `Shared` service, as the
-        controller makes warm hosts of one GPU; up to its maximum replicas' worth of free GPUs."""
+        controller makes warm hosts of one GPU; up to its maximum replicas' worth of free GPUs (for a service
+        whose replica takes a GPU whole, at most the warm pool's size: the engine makes as many as it has room
+        for)."""
         spec = run.spec
         if not (run.use.sleeping or lends(run)) or spec.accelerator.count != 1 \
                 or spec.accelerator.sharing is api.Sharing.MIG:
             return None
-        free = spec.scaling.max_replicas if makes_warm_hosts(spec, self.warm.device_memory) else 0
+        free = spec.scaling.max_replicas if makes_warm_hosts(spec, self.warm.device_memory) else \
+            min(spec.scaling.max_replicas, self.warm.physics.pool_gpus)
         return self.warm.observe(spec.model.memory_bytes, self.product, free_gpus=free)
 
     def _decide_count(self, run: _ServiceRun, policy: SimPolicy, t: int, now: float, metric: float) -> int:
@@ -1030,10 +1033,12 @@ def simulate_alone(arrivals: FloatArray, policy: SimPolicy | InferCtl, model: Se
 
 
 def run_fleet(services: Sequence[FleetService], policy: str, cluster: ClusterSpec, config: SimConfig, *,
-              start: str = "warm", progress: Callable[[float], None] | None = None) -> FleetResult:
+              start: str = "warm", progress: Callable[[float], None] | None = None,
+              physics: TierPhysics = DEFAULT_PHYSICS) -> FleetResult:
     """One of `infer_ctl.sim.suite.POLICY_NAMES` for every service of the fleet (the oracle with each service's
     own hindsight schedule), each service from the replicas `suite.initial_replicas` gives it."""
     tick = config.tick_s
     policies = [build_policy(policy, s.settings, s.arrivals, tick) for s in services]
     initial = [initial_replicas(s.arrivals, tick, s.settings.model, start) for s in services]
-    return simulate_fleet(services, policies, cluster, config, initial=initial, name=policy, progress=progress)
+    return simulate_fleet(services, policies, cluster, config, initial=initial, name=policy, progress=progress,
+                          physics=physics)

@@ -46,10 +46,15 @@ class TierPhysics:
 
     h2d_gib_s: float = DEFAULT_H2D_GIB_S
     host_memory_fraction: float = 0.5
+    # the warm pool (the controller's `warmPoolGPUs`): warm hosts with no model awake that may be held for the
+    # sleepers of services whose replica takes a GPU whole
+    pool_gpus: int = 0
 
     def __post_init__(self) -> None:
         if self.h2d_gib_s <= 0:
             raise ValueError(f"h2d_gib_s: {self.h2d_gib_s} must be positive")
+        if self.pool_gpus < 0:
+            raise ValueError(f"pool_gpus: {self.pool_gpus} must not be negative")
         if not 0 < self.host_memory_fraction <= 1:
             raise ValueError(f"host_memory_fraction: {self.host_memory_fraction} must be in (0, 1]")
 
@@ -138,7 +143,8 @@ class WarmHosts:
                               lent=tuple(LentReplica(self.lent_name(k), h.need[k], h.members[k])
                                          for k in sorted(h.awake) if k[0] in self.lenders and self.ready(k)),
                               sleepers=len(h.members) - len(h.awake),
-                              yielded=sum(k in self.yielded for k in h.members)) for h in hosts]
+                              yielded=sum(k in self.yielded for k in h.members),
+                              whole=all(n >= h.memory_bytes for n in h.need.values())) for h in hosts]
         nodes = {h.node for h in hosts}
         self._free_names, self._made = {}, {}
         if self.device_memory >= model_bytes and free_gpus > 0:
@@ -152,7 +158,8 @@ class WarmHosts:
                     self._free_names[name] = node
                     devices.append(WarmDevice(name, names[node], product, self.device_memory, False))
         return ObservedWarmHosts(tuple(devices), {names[n]: self.budget for n in sorted(nodes)},
-                                 {names[n]: self.used[n] for n in sorted(nodes)})
+                                 {names[n]: self.used[n] for n in sorted(nodes)},
+                                 pool_gpus=self.physics.pool_gpus)
 
     def lent_name(self, key: Key) -> str:
         """A lent replica's name as other services' cycles see it (`LentReplica.name`, `CyclePlan.displace`)."""

@@ -93,8 +93,8 @@ def test_an_exclusive_service_s_sleepers_go_one_per_existing_warm_host_and_never
     assert awake_device_bytes(exclusive().spec, GPU) == GPU
     assert awake_device_bytes(sleepy().spec, GPU) == 20 * GIB
     # warm hosts made for a Shared service's sleepers (one of its sleepers on each)
-    existing = (WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1),
-                WarmDevice("warm-b", "h100-1", "H100-80GB", GPU, sleepers=1))
+    existing = (WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1, whole=False),
+                WarmDevice("warm-b", "h100-1", "H100-80GB", GPU, sleepers=1, whole=False))
     free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),
             WarmDevice("warm-h100-0-gpu-2", "h100-0", "H100-80GB", GPU, exists=False))
     p = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*existing, *free)),

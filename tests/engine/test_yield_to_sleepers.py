@@ -69,10 +69,13 @@ def test_a_sleeper_waits_on_a_lent_gpu_one_per_device() -> None:
     assert p.output.tiers is not None
     horizons = dict(p.output.tiers.horizons_s)
     assert horizons[Tier.STANDBY] == horizons[Tier.SLEEPING] >= 120, horizons
-    own = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
-                       warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1))),
-               held_warm(1))
-    assert own.output.tiers is not None and dict(own.output.tiers.horizons_s)[Tier.STANDBY] < 30
+    # so does one on a warm host of a Shared service's sleepers: whoever's burst comes first wakes there (a GPU
+    # of its own, made for one whole-GPU sleeper, would cost what a standby does)
+    shared = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
+                          warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, sleepers=1,
+                                                      whole=False))), held_warm(1))
+    assert [r.warm_host for r in shared.create if r.sleeping] == ["warm-a"]
+    assert shared.output.tiers is not None and dict(shared.output.tiers.horizons_s)[Tier.STANDBY] >= 120
     # without the lent replicas the same devices are taken by an awake model: no room
     taken = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
                          warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=GPU))),
