@@ -2,7 +2,7 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
-        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0]
+        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0] [--overloads]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
@@ -21,6 +21,11 @@ the deletion, warm hosts' included) and their ratio to the oracle's on the same 
 (the weights of replicas on warm hosts), the replica-hours spent Pending for want of a GPU, the replicas the
 scheduler preempted (only infer-ctl's standby replicas run at a lower priority), cold starts, and the run's wall
 time.
+
+`--overloads` adds, per policy and kind of service (its trace), the requests that arrived beyond what the ready
+replicas serve within the SLO, by the length of the overload (consecutive ticks over capacity) they arrived in: an
+overload of a tick or two is over before a control cycle could wake or start anything, one of minutes is what a
+warm tier could serve.
 
 Lent GPUs (`--lenders N`): N batch services join the fleet, each with `--lender-replicas` replicas (its bounds) of
 one whole GPU at a steady 80 % of their capacity (Poisson), and `spec.scaling.prewarm.yieldToSleepers`: under
@@ -47,6 +52,7 @@ from dataclasses import replace
 import numpy as np
 
 from infer_ctl.core.api import Preset
+from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.fleet import (
     GIB,
     ClusterSpec,
@@ -83,6 +89,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "infer-ctl/<preset>")
     ap.add_argument("--score-from-s", type=float, default=0.0)
     ap.add_argument("--per-service", action="store_true", help="also print each service's attainment per policy")
+    ap.add_argument("--overloads", action="store_true",
+                    help="also print, per policy and kind of service, the requests beyond the ready replicas' "
+                         "capacity by the length of the overload they arrived in")
     ap.add_argument("--lenders", type=int, default=0, help="batch services that lend their GPUs (yieldToSleepers)")
     ap.add_argument("--lender-replicas", type=int, default=4, help="each lender's replicas")
     ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
@@ -145,6 +154,51 @@ def with_pool(services: Sequence[FleetService], pool: int) -> tuple[FleetService
         return tuple(services)
     return tuple(replace(s, settings=with_prewarm(s.settings, sleepingReplicas=pool))
                  if s.settings.model.gpus_per_replica == 1 else s for s in services)
+
+
+OVERLOAD_BUCKETS_S = (10.0, 30.0, 120.0)  # overloads up to 10 s, up to 30 s, up to 2 min, longer
+
+
+def overloads(arrivals_rps: FloatArray, ready: FloatArray, capacity_rps: float, tick_s: float) -> list[float]:
+    """The requests beyond the ready replicas' capacity (`capacity_rps` each), by the length of the overload they
+    arrived in (consecutive ticks over capacity), in `OVERLOAD_BUCKETS_S` and beyond. E.g. 5 s ticks, capacity 8,
+    arrivals 20/s over one ready replica for two ticks: [120, 0, 0, 0] (an overload of 10 s)."""
+    over = np.maximum(0.0, arrivals_rps - ready * capacity_rps) * tick_s
+    out = [0.0] * (len(OVERLOAD_BUCKETS_S) + 1)
+    start = None
+    for t in range(over.size + 1):
+        if t < over.size and over[t] > 0:
+            start = t if start is None else start
+            continue
+        if start is not None:
+            length = (t - start) * tick_s
+            out[next((i for i, b in enumerate(OVERLOAD_BUCKETS_S) if length <= b + 1e-9),
+                     len(OVERLOAD_BUCKETS_S))] += float(over[start:t].sum())
+            start = None
+    return out
+
+
+def overload_table(results: Sequence[FleetResult], groups: dict[str, str], capacity: dict[str, float],
+                   tick_s: float) -> list[str]:
+    """Per policy and group of services (`groups`: service -> group), the requests beyond the ready replicas'
+    capacity within the SLO (`capacity`: each service's per replica) and their share by the overload's length:
+    what no wake could serve (an overload shorter than a control cycle and a wake) and what one could."""
+    w = max(11, *(len(r.policy) for r in results))
+    names = [f"<={OVERLOAD_BUCKETS_S[0]:g} s", *(f"<={b:g} s" for b in OVERLOAD_BUCKETS_S[1:]),
+             f">{OVERLOAD_BUCKETS_S[-1]:g} s"]
+    rows = [f"  {'policy':<{w}} {'group':<12} {'beyond capacity':>15} " + " ".join(f"{n:>8}" for n in names)]
+    for r in results:
+        for group in sorted(set(groups.values())):
+            sums = [0.0] * len(names)
+            for name, svc in zip(r.names, r.services, strict=True):
+                if groups.get(name) != group:
+                    continue
+                for i, v in enumerate(overloads(svc.arrivals_rps, svc.ready, capacity[name], tick_s)):
+                    sums[i] += v
+            total = sum(sums)
+            shares = " ".join(f"{(v / total if total else 0.0):>8.0%}" for v in sums)
+            rows.append(f"  {r.policy:<{w}} {group:<12} {total:>15,.0f} {shares}")
+    return rows
 
 
 def per_service_table(results: Sequence[FleetResult]) -> list[str]:
@@ -241,6 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
     if args.lenders:
         print("\n".join(group_table(results, frozenset(s.name for s in services if s.name.startswith("batch-")))))
+    if args.overloads:
+        groups = {line.name: line.source for line in recipe}
+        groups.update({s.name: "lender" for s in services if s.name not in groups})
+        capacity = {s.name: s.settings.model.target_rps_per_replica for s in services}
+        print("requests beyond the ready replicas' capacity (at the SLO), by the length of the overload they "
+              "arrived in:")
+        print("\n".join(overload_table(results, groups, capacity, args.tick_s)))
     if args.per_service:
         print("per service (SLO attainment, GPU-hours):")
         print("\n".join(per_service_table(results)))

@@ -120,7 +120,7 @@ def _warm_pool_runs(args: argparse.Namespace) -> list[Run]:
     data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
     return [Run(f"a warm pool of {gpus} GPUs, sleeping pools of 2",
                 ("infer_ctl.sim.bench_fleet", *data, "--pool", "2", "--warm-pool", str(gpus),
-                 "--policies", "infer-ctl,infer-ctl+tiers,fma-pool,oracle", "--per-service"))
+                 "--policies", "infer-ctl,infer-ctl+tiers,fma-pool,oracle", "--overloads", "--per-service"))
             for gpus in (0, 8, 16)]
 
 
@@ -222,7 +222,8 @@ SECTIONS: tuple[Section, ...] = (
         "bench_fleet's 24 services, each one-GPU service with a sleeping pool of 2, on clusters whose warm pool "
         "(`warmPoolGPUs`) is 0, 8 and 16 GPUs (`infer_ctl/sim/bench_fleet.py --warm-pool`): a sleeper of each service "
         "on each pool host, woken by whichever service's burst comes first; fma-pool (a fixed pool of sleepers per "
-        "service, its hosts made for them) beside it.",
+        "service, its hosts made for them) beside it; and where the requests beyond the ready replicas' capacity "
+        "arrived, by the length of their overload (`--overloads`).",
         _warm_pool_runs),
     Section(
         "loadgen", "loadgen's open-loop rate and send lag on one core, per HTTP client",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import Preset, ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
-from infer_ctl.sim.bench_fleet import auto_nodes, main
+from infer_ctl.sim.bench_fleet import auto_nodes, main, overloads
 from infer_ctl.sim.fleet import (
     Allocation,
     ClusterSpec,
@@ -355,3 +355,15 @@ def test_the_benchmark_adds_lending_batch_services_and_pools_and_prints_each_gro
     table = [line.split() for line in out.splitlines() if line.strip().startswith(("infer-ctl ", "hpa "))
              and line.split()[1] not in ("lenders", "others")]
     assert len(table) == 2 and all(row[4].endswith("/4") for row in table)  # 2 services + 2 lenders
+
+
+def test_requests_beyond_capacity_are_counted_by_the_length_of_their_overload() -> None:
+    ready = np.ones(40)
+    arrivals = np.full(40, 4.0)  # within one replica's 8 req/s
+    arrivals[2:4] = 20.0  # 10 s over: 2 ticks x 12 req/s x 5 s
+    arrivals[10:16] = 10.0  # 30 s over: 6 ticks x 2 req/s x 5 s
+    arrivals[20:40] = 9.0  # 100 s over to the end: 20 ticks x 1 req/s x 5 s
+    assert overloads(arrivals, ready, 8.0, 5.0) == [120.0, 60.0, 100.0, 0.0]
+    ready[20:40] = 2.0  # a second replica: no overload
+    assert overloads(arrivals, ready, 8.0, 5.0) == [120.0, 60.0, 0.0, 0.0]
+    assert overloads(np.full(30, 9.0), np.ones(30), 8.0, 5.0) == [0.0, 0.0, 0.0, 150.0]  # 150 s
