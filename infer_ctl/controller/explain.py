@@ -25,7 +25,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, ANNOTATION_YIELDED_TO, held_asleep, selector
+from infer_ctl.actuate.manifests import (
+    ANNOTATION_WARM_HOST,
+    ANNOTATION_YIELDED_TO,
+    ANNOTATION_YIELDS,
+    held_asleep,
+    selector,
+)
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
@@ -44,6 +50,7 @@ from infer_ctl.kube.client import (
     KubeClient,
 )
 from infer_ctl.kube.inferenceservice import check_inference_service
+from infer_ctl.kube.labels import LABEL_SERVICE
 from infer_ctl.kube.pods import replica_pods
 from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
@@ -84,6 +91,7 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or ())]
     cold = {(c.get("accelerator"), c.get("cached")): c for c in status.get("coldStarts") or ()}
     asleep = {str(p["metadata"]["name"]): p["metadata"].get("annotations") or {} for p in pods if held_asleep(p)}
+    taken = _awake_on_warm_hosts(kube, namespace) if asleep else {}
     for replica in replica_pods(pods):
         state = replica.state
         if replica.name in asleep and state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
@@ -94,6 +102,20 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
                                         f"GPU is lent to {notes[ANNOTATION_YIELDED_TO]} (spec.scaling.prewarm."
                                         "yieldToSleepers); woken there once it is given back (the other "
                                         "service keeps it while the load already here needs it)"))
+            elif host in taken and taken[host][1]:
+                findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}), "
+                                        f"whose GPU {', '.join(taken[host][0])} serves on and lends "
+                                        "(yieldToSleepers): a burst puts it to sleep and wakes this one there"))
+            elif host in taken:
+                findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}), "
+                                        f"whose GPU {', '.join(taken[host][0])} holds awake now: it wakes there "
+                                        "once that sleeps again; a burst meanwhile wakes the service's sleepers "
+                                        "elsewhere or starts replicas"))
+            elif svc.spec.accelerator.sharing is api.Sharing.EXCLUSIVE:
+                findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}), "
+                                        "shared with other services' sleepers: woken only for load already here (a "
+                                        "burst), whichever service's burst comes first; a forecast starts "
+                                        "replicas instead"))
             else:
                 findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}): "
                                                                   "woken when the traffic needs it"))
@@ -117,6 +139,24 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     findings.extend(_refusal_findings(kube, namespace, name))
     findings.extend(_wake_findings(kube, namespace, name))
     return findings
+
+
+def _awake_on_warm_hosts(kube: KubeClient, namespace: str) -> dict[str, tuple[list[str], bool]]:
+    """Per warm host of the namespace, the replicas not held asleep on it (as the controller's warm-host ledger
+    counts them: awake, or loading), named with their service, and whether all of them lend it (their service
+    yields to sleepers)."""
+    out: dict[str, tuple[list[str], bool]] = {}
+    for pod in kube.list(PODS, namespace):
+        meta = pod.get("metadata") or {}
+        host = (meta.get("annotations") or {}).get(ANNOTATION_WARM_HOST)
+        if not host or held_asleep(pod) or meta.get("deletionTimestamp") \
+                or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        service = (meta.get("labels") or {}).get(LABEL_SERVICE, "?")
+        names, lent = out.get(str(host), ([], True))
+        lends = (meta.get("annotations") or {}).get(ANNOTATION_YIELDS) == "true"
+        out[str(host)] = ([*names, f"{meta.get('name')} (of {service})"], lent and lends)
+    return out
 
 
 def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceService) -> str:

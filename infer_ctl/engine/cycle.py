@@ -485,6 +485,11 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         # the replicas given back are sleepers again (the pool within the policy's size)
         sleeping = max(sleeping, min(policy.decide.sleeping_replicas if policy.sleep else 0,
                                      sleeping + len(give_back)))
+        if ledger is not None and policy.sleep:
+            # sleepers of the pool on warm hosts another service's model is awake on now (it woke there first):
+            # kept, within the pool's size (host memory is all they cost, and they wake once that model sleeps
+            # again), rather than removed now and loaded again then
+            sleeping = max(sleeping, min(ledger.blocked(), policy.decide.sleeping_replicas))
         hosts = {r.name: r.warm_host for r in replicas}
         refused = observation.wake_refused
         if ledger is not None:
@@ -1052,6 +1057,12 @@ class _WarmLedger:
         self.device_free[device.claim] -= self.need(device)
         self.own_awake[device.claim] += 1
         return device.claim, self.need(device)
+
+    def blocked(self) -> int:
+        """This service's sleepers on warm hosts it does not make (`pooled`) that another service's model fills
+        now: they could not wake in a burst."""
+        return sum(max(0, n - max(0, self._slots(self.devices[c]) - self.own_awake[c]))
+                   for c, n in self.own_sleepers.items() if c in self.pooled)
 
     def yielded_on(self, claim: str) -> int:
         """Replicas of other services asleep on the warm host `claim` because they yielded it."""

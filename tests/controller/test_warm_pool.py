@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST
+from infer_ctl.controller.explain import explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, KubeClient
 from infer_ctl.sandbox.runtime import Sandbox
@@ -53,6 +54,8 @@ async def test_a_burst_wakes_sleepers_on_the_warm_pool_s_gpus_and_they_sleep_the
                                           and s, 3 * COLD_START_S + 30, "chat")
             warm = hosts_of(kube, sleepers)
             assert len(warm) == 2 and "" not in warm, warm  # one sleeper on each of the pool's two hosts
+            said = {f.subject: f.message for f in explain(kube, policies, "default", "chat") if f.layer == "sleeping"}
+            assert set(said) == sleepers and all("woken only for load already here" in m for m in said.values()), said
             awake = serving(kube, "chat")
             assert len(awake) == 1 and hosts_of(kube, awake) == {""}, awake  # the awake one on a GPU of its own
             before = uids(kube, "chat", sleepers)
@@ -92,5 +95,42 @@ async def test_without_a_warm_pool_a_whole_gpu_service_holds_no_sleeper(cluster:
             await cycles.until("chat serving", lambda: serving(kube, "chat"), 3 * COLD_START_S + 30, "chat")
             await asyncio.sleep(5)  # cycles once a second
             assert not asleep(kube, "chat") and len(pods(kube, "chat")) == 1, cycles.table("chat")
+    finally:
+        await reconciler.close()
+
+
+@pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
+async def test_one_pool_host_holds_two_services_sleepers_and_the_first_burst_takes_it(cluster: Cluster) -> None:
+    # two whole-GPU services, one awake each, a pool of one: both services' sleepers wait on the one pool host;
+    # a burst of `a` wakes its sleeper there, and `b`'s sleeper is then told to wait for that GPU
+    a = service("a", "20Gi", minReplicas=1, maxReplicas=2, prewarm={"sleep": True, "sleepingReplicas": 1})
+    b = service("b", "20Gi", minReplicas=1, maxReplicas=2, prewarm={"sleep": True, "sleepingReplicas": 1})
+    a["spec"]["slo"] = {"latencyP95Ms": 300}
+    sandbox = cluster.sandbox
+    agent = sandbox.agent if isinstance(sandbox, Sandbox) else sandbox.side.agent
+    agent.default_concurrency, agent.default_service_time_ms = 2, 100.0
+    kube = cluster.kube
+    for svc in (a, b):
+        kube.create(INFERENCE_SERVICES, svc, "default")
+    policies = replace(cluster.policies, scaling=replace(cluster.policies.scaling, warm_pool_gpus=1))
+    reconciler = Reconciler(kube, Settings(policies, gateway_metrics_url=sandbox.router.metrics_url))
+    url = front_door(kube, "a")
+    try:
+        with Cycles(kube, reconciler, ("a", "b")) as cycles:
+            slept_a = await cycles.until("a's sleeper", lambda: asleep(kube, "a"), 3 * COLD_START_S + 30, "a")
+            slept_b = await cycles.until("b's sleeper", lambda: asleep(kube, "b"), 3 * COLD_START_S + 30, "b")
+            both = pods(kube, "a") + pods(kube, "b")
+            host = {p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "") for p in both
+                    if p["metadata"]["name"] in slept_a | slept_b}
+            assert len(host) == 1 and "" not in host, host  # the pool's one host, shared
+            burst = loadgen(url, "18@60s")  # 2 replicas' worth of a
+            try:
+                await cycles.until("a's sleeper serving", lambda: slept_a <= serving(kube, "a"), 30, "a")
+                said = {f.subject: f.message for f in explain(kube, policies, "default", "b") if f.layer == "sleeping"}
+                assert set(said) == slept_b, (said, cycles.table("b"))  # kept: it wakes once a sleeps
+                assert all("(of a) holds awake now" in m for m in said.values()), said
+                assert asleep(kube, "b") == slept_b  # not woken: the GPU is a's now
+            finally:
+                stop(burst)
     finally:
         await reconciler.close()

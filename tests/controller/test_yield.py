@@ -82,6 +82,9 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
             on = {p["metadata"]["annotations"][ANNOTATION_WARM_HOST] for p in pods(kube, "chat")
                   if p["metadata"]["name"] in sleepers}
             assert on == set(hosts.values()), (on, hosts)  # waiting on the GPUs batch serves on
+            said = {f.subject: f.message for f in explain(kube, cluster.policies, "default", "chat")
+                    if f.layer == "sleeping"}
+            assert set(said) == sleepers and all("(of batch) serves on and lends" in m for m in said.values()), said
             assert len(serving(kube, "chat")) == 1
             chat_before, batch_before = uids(kube, "chat", sleepers), uids(kube, "batch", lent)
 

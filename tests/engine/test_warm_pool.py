@@ -162,3 +162,14 @@ def test_the_policies_warm_pool_is_none_unless_stated_and_is_checked() -> None:
                            ("4", "must be an integer")):
         with pytest.raises(SpecError, match=rf"scaling.yaml: warmPoolGPUs.*{re.escape(problem)}"):
             parse_scaling_policy({**shipped, "warmPoolGPUs": value})
+
+
+def test_a_sleeper_whose_pool_host_another_service_woke_on_is_kept_not_loaded_again() -> None:
+    # b's one sleeper waits on the pool's host, where a's model woke first: it stays (host memory is all it costs,
+    # and it wakes once a's sleeps again), within b's pool of one (no free GPU: the cluster is full)
+    taken = WarmDevice("warm-a", "h100-0", H100, GPU, awake_bytes=GPU, sleepers=1)
+    obs = replace(observe(exclusive(spec__scaling__prewarm__sleepingReplicas=1), ready("llm-r0"),
+                          asleep("llm-r1", "warm-a"), rate=5.0), warm_hosts=pooled(taken, pool=1))
+    p = plan(obs, held_warm(1))
+    assert p.actions.remove == () and p.actions.create_sleeping == 0, p.message
+    assert p.actions.wake == ()
