@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -117,3 +118,19 @@ def running_controller(kubeconfig: Path, **config: Any) -> Iterator[threading.Ev
         stop.set()
         future.result(timeout=30)
         thread.stop()
+
+
+@contextmanager
+def first_port_taken(monkeypatch: pytest.MonkeyPatch, module: Any) -> Iterator[int]:
+    """`module.free_port` hands out, first, a port another socket listens on until the block ends (as when another
+    test worker's server takes a port between `free_port()` and the bind); the real free ports after it."""
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = int(taken.getsockname()[1])
+    ports, real = iter([port]), module.free_port
+    monkeypatch.setattr(module, "free_port", lambda: next(ports, None) or real())
+    try:
+        yield port
+    finally:
+        taken.close()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from infer_ctl.sandbox import localcluster
 from infer_ctl.sandbox.localcluster import CONTROLLERS, FEATURE_GATES, LocalCluster, kube_binaries
+from tests.realcluster.conftest import first_port_taken
 
 
 def help_text(binary: str) -> str:
@@ -58,18 +58,12 @@ def test_helm_is_the_pinned_release() -> None:
 def test_a_port_taken_before_a_component_binds_it_starts_the_control_plane_again_on_new_ports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # the first port handed out (etcd's) is held by another socket until the start is over: etcd exits at once
-    # with "address already in use", as when another test worker's server takes it in between
-    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    ports = iter([int(taken.getsockname()[1])])
-    real = localcluster.free_port
-    monkeypatch.setattr(localcluster, "free_port", lambda: next(ports, None) or real())
-    cluster = LocalCluster(tmp_path / "kube")
-    try:
-        cluster.start()
-        assert cluster.request("GET", "/version")["gitVersion"] == "v1.37.2"
-        assert "a port was taken before the control plane bound it (attempt 1 of 3)" in caplog.text
-    finally:
-        cluster.stop()
-        taken.close()
+    # with "address already in use"
+    with first_port_taken(monkeypatch, localcluster):
+        cluster = LocalCluster(tmp_path / "kube")
+        try:
+            cluster.start()
+            assert cluster.request("GET", "/version")["gitVersion"] == "v1.37.2"
+            assert "a port was taken before the control plane bound it (attempt 1 of 3)" in caplog.text
+        finally:
+            cluster.stop()

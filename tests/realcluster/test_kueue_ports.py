@@ -4,7 +4,6 @@ own: Kueue is installed once per cluster at a time, and tests/realcluster/test_k
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from infer_ctl.sandbox import kueue as kueue_module
 from infer_ctl.sandbox.kueue import LocalKueue
 from infer_ctl.sandbox.localcluster import LocalCluster
+from tests.realcluster.conftest import first_port_taken
 
 
 def test_a_port_taken_before_kueue_binds_it_installs_kueue_again_on_new_ports(
@@ -19,17 +19,9 @@ def test_a_port_taken_before_kueue_binds_it_installs_kueue_again_on_new_ports(
         caplog: pytest.LogCaptureFixture) -> None:
     # the first port handed out (the health probe's) is held by another socket: Kueue exits at once with "address
     # already in use"
-    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    ports = iter([int(taken.getsockname()[1])])
-    real = kueue_module.free_port
-    monkeypatch.setattr(kueue_module, "free_port", lambda: next(ports, None) or real())
-    try:
-        with LocalKueue(local_cluster, workdir=tmp_path / "kueue") as running:
-            assert running.alive()
-            assert "a port was taken before Kueue bound it (attempt 1 of 3)" in caplog.text
-            assert "address already in use" in (tmp_path / "kueue" / "kueue.attempt-1.log").read_text()
-            assert str(taken.getsockname()[1]) not in running.health_url
-    finally:
-        taken.close()
+    with first_port_taken(monkeypatch, kueue_module) as port, \
+            LocalKueue(local_cluster, workdir=tmp_path / "kueue") as running:
+        assert running.alive()
+        assert "a port was taken before Kueue bound it (attempt 1 of 3)" in caplog.text
+        assert "address already in use" in (tmp_path / "kueue" / "kueue.attempt-1.log").read_text()
+        assert f":{port}" not in running.health_url
