@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from infer_ctl.actuate.manifests import (
     selector,
 )
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
+from infer_ctl.controller.warm import pod_gone
 from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
 from infer_ctl.core.quantity import human_bytes
@@ -102,13 +104,13 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
                                         f"GPU is lent to {notes[ANNOTATION_YIELDED_TO]} (spec.scaling.prewarm."
                                         "yieldToSleepers); woken there once it is given back (the other "
                                         "service keeps it while the load already here needs it)"))
-            elif host in taken and taken[host][1]:
+            elif host in taken and taken[host].lent:
                 findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}), "
-                                        f"whose GPU {', '.join(taken[host][0])} serves on and lends "
+                                        f"whose GPU {', '.join(taken[host].awake)} serves on and lends "
                                         "(yieldToSleepers): a burst puts it to sleep and wakes this one there"))
             elif host in taken:
                 findings.append(Finding(replica.name, "sleeping", f"asleep on warm host {host} ({replica.node}), "
-                                        f"whose GPU {', '.join(taken[host][0])} holds awake now: it wakes there "
+                                        f"whose GPU {', '.join(taken[host].awake)} holds awake now: it wakes there "
                                         "once that sleeps again; a burst meanwhile wakes the service's sleepers "
                                         "elsewhere or starts replicas"))
             elif svc.spec.accelerator.sharing is api.Sharing.EXCLUSIVE:
@@ -141,21 +143,24 @@ def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
     return findings
 
 
-def _awake_on_warm_hosts(kube: KubeClient, namespace: str) -> dict[str, tuple[list[str], bool]]:
+class _HostUse(NamedTuple):
+    awake: tuple[str, ...]  # the replicas not held asleep on a warm host, each "<pod> (of <service>)"
+    lent: bool  # all of them lend it (their service yields to sleepers)
+
+
+def _awake_on_warm_hosts(kube: KubeClient, namespace: str) -> dict[str, _HostUse]:
     """Per warm host of the namespace, the replicas not held asleep on it (as the controller's warm-host ledger
-    counts them: awake, or loading), named with their service, and whether all of them lend it (their service
-    yields to sleepers)."""
-    out: dict[str, tuple[list[str], bool]] = {}
+    counts them: awake, or loading)."""
+    out: dict[str, _HostUse] = {}
     for pod in kube.list(PODS, namespace):
         meta = pod.get("metadata") or {}
-        host = (meta.get("annotations") or {}).get(ANNOTATION_WARM_HOST)
-        if not host or held_asleep(pod) or meta.get("deletionTimestamp") \
-                or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        host = str((meta.get("annotations") or {}).get(ANNOTATION_WARM_HOST) or "")
+        if not host or held_asleep(pod) or pod_gone(pod):
             continue
         service = (meta.get("labels") or {}).get(LABEL_SERVICE, "?")
-        names, lent = out.get(str(host), ([], True))
         lends = (meta.get("annotations") or {}).get(ANNOTATION_YIELDS) == "true"
-        out[str(host)] = ([*names, f"{meta.get('name')} (of {service})"], lent and lends)
+        use = out.get(host, _HostUse((), True))
+        out[host] = _HostUse((*use.awake, f"{meta.get('name')} (of {service})"), use.lent and lends)
     return out
 
 

@@ -81,7 +81,8 @@ def _bytes(annotations: Mapping[str, Any], key: str) -> int:
         return 0
 
 
-def _gone(pod: Mapping[str, Any]) -> bool:
+def pod_gone(pod: Mapping[str, Any]) -> bool:
+    """Deleting, or terminated."""
     return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or \
         (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -170,7 +171,7 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         host = str(annotations.get(ANNOTATION_WARM_HOST, ""))
-        if not host or _gone(pod):
+        if not host or pod_gone(pod):
             continue
         local = meta.get("namespace") == namespace
         if local and 0 < _bytes(annotations, ANNOTATION_DEVICE_BYTES) < host_memory.get(host, 0):

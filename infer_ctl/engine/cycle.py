@@ -912,9 +912,9 @@ def awake_device_bytes(spec: api.InferenceServiceSpec, device_memory_bytes: int)
 
 
 def makes_warm_hosts(spec: api.InferenceServiceSpec, device_memory_bytes: int) -> bool:
-    """Whether a free GPU of `device_memory_bytes` could become a warm host for the service's sleepers: only where
-    it holds two of its replicas awake (`_WarmLedger._candidate`). The controller's and the simulator's views offer
-    the others no free GPU (the ledger would leave them out: a cluster offers many)."""
+    """Whether a free GPU of `device_memory_bytes` could become a warm host of the service's own: only where it
+    holds two of its replicas awake (`_WarmLedger._candidate`). The controller's and the simulator's views offer
+    the others free GPUs only up to the warm pool's size (`WarmHosts.pool_gpus`; a cluster offers many)."""
     return device_memory_bytes // max(1, awake_device_bytes(spec, device_memory_bytes)) >= 2
 
 
@@ -1111,12 +1111,12 @@ class _WarmLedger:
         device = self._candidate(self.own_sleepers, self.host_free, pool=self.pool)
         if device is None:
             return None
-        self.pool -= self._pooled(device)
+        self.pool -= self._new_pool_host(device)
         self.own_sleepers[device.claim] += 1
         self.host_free[device.node] -= self.weights
         return device.claim, self.need(device)
 
-    def _pooled(self, device: WarmDevice) -> int:
+    def _new_pool_host(self, device: WarmDevice) -> int:
         """1 when a new sleeper on `device` makes a warm host of the pool (a free GPU it could hold fewer than two
         of this service's replicas awake on), else 0."""
         return int(not device.exists and self._slots(device) < 2)
@@ -1132,7 +1132,7 @@ class _WarmLedger:
         sleepers, host_free, pool = Counter(self.own_sleepers), dict(self.host_free), self.pool
         more = 0
         while held + more < limit and (device := self._candidate(sleepers, host_free, lent, pool)) is not None:
-            pool -= self._pooled(device)
+            pool -= self._new_pool_host(device)
             sleepers[device.claim] += 1
             host_free[device.node] -= self.weights
             more += 1
