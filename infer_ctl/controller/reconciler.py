@@ -80,8 +80,8 @@ from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
 from infer_ctl.core.slo import Attainment, SloWindow, Within, within_threshold
-from infer_ctl.decide.decision import burst_between_cycles, concurrency_target
 from infer_ctl.engine.aim import RecordedAim
+from infer_ctl.engine.burst import BurstBasis, burst_basis, burst_due
 from infer_ctl.engine.cycle import (
     CyclePlan,
     CyclePolicies,
@@ -194,15 +194,13 @@ def cycle_policies(settings: Settings) -> CyclePolicies:
 
 
 @dataclass(frozen=True, slots=True)
-class BurstBasis:
-    """What a check between two cycles compares the requests in flight with: the last cycle's view of the service
-    (`infer_ctl.decide.decision.burst_between_cycles`)."""
+class ServiceBurstBasis:
+    """What a check between two cycles needs of the last one: the service as it saw it, and what the checks
+    compare the requests in flight with (`infer_ctl.engine.burst`)."""
 
     svc: api.InferenceService
     uid: str
-    target: float  # requests in flight one replica holds at the SLO (at the spec's targetRequestsPerReplica)
-    wanted: int  # serving replicas it wanted
-    in_flight: float  # what it read (NaN: nothing)
+    basis: BurstBasis
 
 
 @dataclass
@@ -232,7 +230,7 @@ class ServiceMemory:
     # when (through Prometheus, one reading covers the window)
     slo: SloWindow = field(default_factory=SloWindow)
     slo_since_s: float | None = None
-    burst: BurstBasis | None = None  # None: no check between cycles (no latency objective, paused, not read)
+    burst: ServiceBurstBasis | None = None  # None: no check between cycles (no latency objective, paused, not read)
 
 
 # how long a namespace whose Pod Security level refused the node model cache mount gets replicas without it before
@@ -541,22 +539,16 @@ class Reconciler:
         return CycleResult(status, plan.actions, plan.placements, plan.output)
 
     def _burst_basis(self, svc: api.InferenceService, uid: str, plan: CyclePlan,
-                     concurrency: Concurrency) -> BurstBasis | None:
-        """What the checks until the next cycle compare with; None where they read nothing: no check configured,
-        no latency objective, paused (spec.replicas), or no source of the requests in flight."""
-        latency_ms = svc.spec.slo.latency_p95_ms
-        if not self.settings.policies.scaling.burst_check_s or latency_ms is None or svc.spec.replicas is not None:
-            return None
-        if self.prometheus is not None and not self.settings.policies.scaling.concurrency_query:
-            return None
-        target = concurrency_target(svc.spec.scaling.target_rps_per_replica, latency_ms / 1000)
-        assert target is not None
-        return BurstBasis(svc, uid, target, plan.serving, concurrency.requests)
+                     concurrency: Concurrency) -> ServiceBurstBasis | None:
+        """What the checks until the next cycle compare with (`infer_ctl.engine.burst.burst_basis`); None where
+        they read nothing."""
+        basis = burst_basis(svc.spec, self.policies, wanted=plan.serving, in_flight=concurrency.requests)
+        return None if basis is None else ServiceBurstBasis(svc, uid, basis)
 
     async def burst_check(self, body: Mapping[str, Any], now: datetime) -> str:
         """Between two cycles: read the service's requests in flight and say why its cycle should run now (a queue
-        forming beyond what its replicas hold at the SLO, `burst_between_cycles`), or "". Reads nothing for a
-        service whose last cycle left no basis; a failed read is "" (the cycle reports outages, once)."""
+        forming beyond what its replicas hold at the SLO, `infer_ctl.engine.burst.burst_due`), or "". Reads nothing
+        for a service whose last cycle left no basis; a failed read is "" (the cycle reports outages, once)."""
         memory = self.memory.get(str((body.get("metadata") or {}).get("uid", "")))
         basis = memory.burst if memory is not None else None
         if basis is None:
@@ -575,9 +567,7 @@ class Reconciler:
         if reading.error:
             return ""
         serving = sum(r.state is api.ReplicaState.SERVING for r in replicas)
-        why = burst_between_cycles(reading.requests, target=basis.target, serving=serving,
-                                   wanted=basis.wanted, max_replicas=svc.spec.scaling.max_replicas,
-                                   last_in_flight=basis.in_flight)
+        why = burst_due(basis.basis, in_flight=reading.requests, serving=serving)
         if why:
             self.metrics.burst_cycles.labels(svc.meta.namespace, svc.meta.name).inc()
         return why

@@ -89,6 +89,7 @@ from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.decide.tiers import Room
+from infer_ctl.engine.burst import BurstBasis
 from infer_ctl.engine.cycle import (
     CyclePlan,
     ObservedReplica,
@@ -108,6 +109,7 @@ from infer_ctl.sim.run import (
     SimConfig,
     SimResult,
     arrivals_per_tick,
+    burst_cycle_due,
     in_flight_seen,
     latency_stats,
     pipeline_values,
@@ -511,6 +513,24 @@ class _ServiceRun:
         self.wake_refused = 0
         self.refused: dict[str, str] = {}  # sleepers whose wake was refused, until their host's GPU is free
         self.wakes: list[float] = []  # wake durations since the last cycle
+        # infer-ctl's checks between two cycles (`infer_ctl.engine.burst`): what they compare with, their cadence
+        # in ticks, and the cycles they ran
+        self.basis: BurstBasis | None = None
+        self.check_ticks = max(1, round(policy.burst_check_s / dt)) if isinstance(policy, InferCtl) else 1
+        self.burst_cycles = 0
+
+    def cycle_due(self, t: int, config: SimConfig) -> bool:
+        """A period's cycle at tick `t`, or (infer-ctl) one its check between two periods calls for
+        (`infer_ctl.sim.run.burst_cycle_due`), as the controller's two timers run them."""
+        if t % self.period_ticks == 0:
+            return True
+        if not isinstance(self.policy, InferCtl):
+            return False
+        due = burst_cycle_due(self.policy, self.basis, self.model, t, config.tick_s, period_ticks=self.period_ticks,
+                              check_ticks=self.check_ticks, arrivals=self.arrivals, ready_n=self.ready_n,
+                              backlog=self.backlog, window_s=config.ongoing_window_s, serving=self.ready)
+        self.burst_cycles += due
+        return due
 
     @property
     def priority_serving(self) -> int:
@@ -552,7 +572,7 @@ class _ServiceRun:
             desired=self.desired_n.astype(np.float64), ready=self.ready_n.astype(np.float64),
             alive=self.held_n.astype(np.float64), forecast_upper_rps=self.fc_upper,
             host_memory_gib_hours=float(self.host_bytes_n[w:].sum()) * dt / 3600.0 / GIB,
-            wake_refused=self.wake_refused)
+            wake_refused=self.wake_refused, burst_cycles=self.burst_cycles)
 
 
 # ----------------------------------------------------------------------------------------------- the fleet
@@ -769,6 +789,7 @@ class _FleetSim:
                                       wake_refused=dict(run.refused), warm_hosts=self.warm_hosts(run))
                 run.wakes.clear()
             plan, run.state = policy.plan(observation, now, run.state)
+            run.basis = policy.burst_basis(plan, observation.concurrency)
             if self.on_cycle is not None:
                 self.on_cycle(run.service.name, observation, plan)
             self._apply(run, plan, now)
@@ -983,7 +1004,7 @@ def simulate_fleet(
         for run in runs:
             run.serve(t, now, dt)
         for run in runs:
-            if t % run.period_ticks == 0:
+            if run.cycle_due(t, config):
                 sim.decide(run, t, now)
         sim.schedule(now)
         for run in runs:

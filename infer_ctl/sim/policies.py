@@ -22,6 +22,7 @@ import numpy as np
 from infer_ctl.core.api import InferenceService
 from infer_ctl.core.policy import effective_scaling
 from infer_ctl.core.promql import range_window_s
+from infer_ctl.engine.burst import BurstBasis, burst_basis
 from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle, service_policy
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
@@ -1077,6 +1078,17 @@ class InferCtl:
     ) -> tuple[CyclePlan, tuple[CycleState, CyclePlan | None]]:
         plan, cycle_state = plan_cycle(observation, state[0], self.policies, now_s)
         return plan, (cycle_state, plan)
+
+    @property
+    def burst_check_s(self) -> float:
+        """How often the controller reads the requests in flight between two cycles (`burstCheckSeconds`; 0:
+        never)."""
+        return self.policies.policies.scaling.burst_check_s
+
+    def burst_basis(self, plan: CyclePlan, in_flight: float) -> BurstBasis | None:
+        """What the checks after a cycle that planned `plan` on the reading `in_flight` compare with, as the
+        controller keeps it (`infer_ctl.engine.burst`)."""
+        return burst_basis(self.service.spec, self.policies, wanted=plan.serving, in_flight=in_flight)
 
     @property
     def adaptive(self) -> bool:

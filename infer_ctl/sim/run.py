@@ -1,11 +1,13 @@
 """The simulation loop: one policy over one trace in simulated time.
 
 Per tick (`tick_s`): replicas whose cold start is over become ready; the tick's arrivals are served by the
-ready replicas (the fleet backlog grows when they cannot keep up); every `period_s` the policy decides, and the
-simulator creates replicas (with a sampled cold start, shorter on a node that still caches the model) or
-removes them in the ReplicaSet controller's order (loading pods first, newest first). The per-tick work is a
-few integer operations in Python; everything per request (latency distributions, percentiles, the SLO
-attainment) is computed afterwards with numpy over the per-tick arrays, so there are no per-request objects.
+ready replicas (the fleet backlog grows when they cannot keep up); every `period_s` the policy decides (infer-ctl
+also between two periods when its check of the requests in flight calls for a cycle, as the controller's
+burst-check timer does, on the ticks the check's cadence falls on: once a tick at most), and the simulator
+creates replicas (with a sampled cold start, shorter on a node that still caches the model) or removes them in
+the ReplicaSet controller's order (loading pods first, newest first). The per-tick work is a few integer
+operations in Python; everything per request (latency distributions, percentiles, the SLO attainment) is computed
+afterwards with numpy over the per-tick arrays, so there are no per-request objects.
 
 Every ready replica takes traffic: infer-ctl's standby replicas are warm and become serving by a label change
 within a control period, which the simulator does not model separately (its `serving/standby` split matters to
@@ -43,6 +45,7 @@ import numpy as np
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.core.slo import Attainment, SloWindow
+from infer_ctl.engine.burst import BurstBasis, burst_due
 from infer_ctl.engine.cycle import CyclePlan, ObservedReplica
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.forecast.series import FloatArray
@@ -83,6 +86,8 @@ class SimResult:
     # free GPU on the sleeper's warm host
     host_memory_gib_hours: float = 0.0
     wake_refused: int = 0
+    # infer-ctl's cycles run between two periods by its check of the requests in flight (`infer_ctl.engine.burst`)
+    burst_cycles: int = 0
 
     def row(self) -> dict[str, Any]:
         return {
@@ -290,6 +295,10 @@ def _simulate(
     metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
     metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
     period_ticks = max(1, round(policy.period_s / dt))
+    # the checks between cycles: every tick at most (a cadence below the tick is checked once a tick)
+    check_ticks = max(1, round(policy.burst_check_s / dt)) if isinstance(policy, InferCtl) else 1
+    basis: BurstBasis | None = None
+    burst_cycles = 0
     ongoing_k = max(1, round(config.ongoing_window_s / dt))
 
     ready_n = np.zeros(n_ticks, dtype=np.int64)
@@ -331,7 +340,11 @@ def _simulate(
         q, ongoing_now = queue_step(q, a, ready, dt, model)
         ongoing_sum += ongoing_now - ongoing_ring[t % ongoing_k]
         ongoing_ring[t % ongoing_k] = ongoing_now
-        if t % period_ticks == 0:
+        burst_now = isinstance(policy, InferCtl) and burst_cycle_due(
+            policy, basis, model, t, dt, period_ticks=period_ticks, check_ticks=check_ticks, arrivals=arrivals,
+            ready_n=ready_n, backlog=backlog, window_s=config.ongoing_window_s, serving=fleet.serving)
+        burst_cycles += burst_now
+        if t % period_ticks == 0 or burst_now:
             while cache and cache[0] < now - model.cache_ttl_s:
                 cache.popleft()
             before = fleet.alive
@@ -344,6 +357,7 @@ def _simulate(
                 observation = measured.attach(observation, t, dt=dt, arrivals=arrivals, ready_n=ready_n,
                                               backlog=backlog, model=model)
                 plan, state = policy.plan(observation, now, state)
+                basis = policy.burst_basis(plan, observation.concurrency)
                 if on_cycle is not None:
                     on_cycle(observation, plan)
                 _apply(plan, fleet, cache, now, start)
@@ -393,7 +407,23 @@ def _simulate(
         ready=ready_n.astype(np.float64),
         alive=alive_n.astype(np.float64),
         forecast_upper_rps=fc_upper,
+        burst_cycles=burst_cycles,
     )
+
+
+def burst_cycle_due(policy: InferCtl, basis: BurstBasis | None, model: ServiceModel, t: int, dt: float, *,
+                    period_ticks: int, check_ticks: int, arrivals: FloatArray, ready_n: np.ndarray[Any, Any],
+                    backlog: FloatArray, window_s: float, serving: int) -> bool:
+    """Whether infer-ctl's check between two cycles (`infer_ctl.engine.burst`, the controller's burst-check timer)
+    runs its cycle at tick `t`: a tick between two periods that the check's cadence falls on (`check_ticks`: its
+    `burstCheckSeconds` in ticks, at least one: a cadence below the tick is checked once a tick), after a cycle
+    that left a basis, whose reading of the requests in flight (`in_flight_seen`, as Prometheus last scraped
+    them) calls for one."""
+    if basis is None or t % period_ticks == 0 or t % check_ticks:
+        return False
+    reading = in_flight_seen(policy, model, t, dt, arrivals=arrivals, ready_n=ready_n, backlog=backlog,
+                             window_s=window_s)
+    return bool(burst_due(basis, in_flight=reading, serving=serving))
 
 
 def in_flight_seen(policy: InferCtl, model: ServiceModel, t: int, dt: float, *, arrivals: FloatArray,

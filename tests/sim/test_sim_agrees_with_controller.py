@@ -24,6 +24,7 @@ from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.reconciler import Settings, cycle_policies, observation_of
 from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339
+from infer_ctl.engine.burst import BurstBasis, burst_basis, burst_due
 from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle
 from infer_ctl.kube.inferenceservice import check_inference_service
 from infer_ctl.kube.labels import (
@@ -85,9 +86,9 @@ def test_every_cycle_of_the_simulator_is_the_controllers_decision(example: str, 
     arrivals = arrivals_per_tick(trace, tick_s, 1.0, np.random.default_rng(3))
     policy = build_policy("infer-ctl", settings, arrivals, tick_s)
     recorded: list[tuple[Observation, CyclePlan]] = []
-    simulate(arrivals, policy, settings.model, SimConfig(tick_s=tick_s, seed=3),
-             initial_replicas=initial_replicas(arrivals, tick_s, settings.model),
-             on_cycle=lambda obs, plan: recorded.append((obs, plan)))
+    result = simulate(arrivals, policy, settings.model, SimConfig(tick_s=tick_s, seed=3),
+                      initial_replicas=initial_replicas(arrivals, tick_s, settings.model),
+                      on_cycle=lambda obs, plan: recorded.append((obs, plan)))
 
     # the controller's path: its spec check, its settings, its observation of Pods
     manifest = scenario_manifest(settings)
@@ -98,17 +99,23 @@ def test_every_cycle_of_the_simulator_is_the_controllers_decision(example: str, 
     controller = cycle_policies(Settings(policies, prometheus_url="http://prometheus.invalid"))
     state = CycleState()
     reasons = set()
+    basis: BurstBasis | None = None
     for i, (sim_observation, sim_plan) in enumerate(recorded):
         now_s = sim_observation.samples[0][0]
+        if now_s % controller.period_s:
+            # a cycle between two periods: the controller's check (its basis from its own settings) calls for it
+            serving = sum(r.state is api.ReplicaState.SERVING for r in sim_observation.replicas)
+            assert burst_due(basis, in_flight=sim_observation.concurrency, serving=serving), f"cycle {i}"
         pods = [pod_of(svc, r) for r in sim_observation.replicas]
         # the requests in flight, as the controller reads them beside the rate and passes them on (the reconciler)
         observation = replace(observation_of(svc, pods, (), sim_observation.samples),
                               concurrency=sim_observation.concurrency)
         plan, state = plan_cycle(observation, state, controller, now_s)
         assert summary(plan) == summary(sim_plan), f"cycle {i} at {now_s:.0f} s"
+        basis = burst_basis(svc.spec, controller, wanted=plan.serving, in_flight=observation.concurrency)
         reasons.add(plan.reason)
-    # the sequence exercised the decision, not only a steady state
-    assert len(recorded) == len(arrivals) * tick_s // controller.period_s
+    # the sequence exercised the decision, not only a steady state; the checks between periods ran cycles too
+    assert len(recorded) == len(arrivals) * tick_s // controller.period_s + result.burst_cycles
     assert len(reasons) >= 4, reasons
     assert any(p.create for _, p in recorded) and any(p.actions.remove for _, p in recorded)
     # the requests in flight are read beside the rate from the first scrape on (and replayed above)
