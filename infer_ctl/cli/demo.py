@@ -97,7 +97,7 @@ class Sample:
     desired_standby: int
     states: dict[str, int]
     reason: str
-    gpus: int = 0  # GPUs the service's Pods hold: the claims they reference (a warm host's once)
+    gpus: float = 0.0  # GPUs the service's Pods hold: the claims they reference, a warm host's shared (held_gpus)
 
     def count(self, state: str) -> int:
         return self.states.get(state, 0)
@@ -414,7 +414,7 @@ class _Demo:
                            str(scaling.get("reason") or decision.get("reason") or ""),
                            str(scaling.get("message") or decision.get("message") or ""))
 
-    def _record(self, t_s: float, svc: ServiceView, gpus: int) -> None:
+    def _record(self, t_s: float, svc: ServiceView, gpus: float) -> None:
         self.recorder.samples.append(Sample(t_s, svc.observed_rps, svc.forecast_rps, svc.desired_serving,
                                             svc.desired_standby, dict(svc.replicas), svc.reason, gpus))
 
@@ -449,7 +449,8 @@ class _Demo:
                   f"{measured.get('windowSeconds')} s, objective {float(measured.get('objective', 'nan')) * 100:g} % "
                   f"(the controller's status.slo: {measured.get('message', '')})", flush=True)
         print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (the GPUs its Pods' claims "
-              "hold, loading included; a warm host's GPU once)", flush=True)
+              "hold, loading included; a warm host's GPU charged to the services awake on it, else shared by its "
+              "sleepers' services)", flush=True)
         write_samples(rec, self.out / "controller-timeline.csv")
         (self.out / "summary.json").write_text(json.dumps({
             "loadgen": summary, "peak_serving": peak, "gpu_hours": gpu_s / 3600, "day_s": self.day.day_s,
@@ -464,23 +465,28 @@ def replica_states(pods: list[dict[str, Any]]) -> list[str]:
     return [str(replica_state(pod, replica_pod(pod).state)) for pod in pods]
 
 
-def held_gpus(pods: list[dict[str, Any]], name: str) -> int:
-    """GPUs the service holds: the distinct claims its awake Pods reference, and the warm hosts only sleepers
-    reference that its sleepers are on (a warm host's claim is one GPU, charged to the service awake on it: a
-    sleeper waiting on a GPU another service serves on holds none; the demo's claims each ask for one device)."""
+def held_gpus(pods: list[dict[str, Any]], name: str) -> float:
+    """GPUs the service holds: each claim its Pods reference, charged by the engine's `warm_host_charge` as the
+    simulator charges its warm hosts: a replica's own claim is its service's; a warm host's is the services' awake
+    on it, else theirs whose sleepers wait on it, evenly (a sleeper waiting on a GPU another service serves on
+    holds none of it; the demo's claims each ask for one device)."""
     from infer_ctl.actuate.manifests import held_asleep
     from infer_ctl.controller.warm import referenced_claims
+    from infer_ctl.engine.cycle import warm_host_charge
     from infer_ctl.kube.labels import LABEL_SERVICE
 
-    def service(p: dict[str, Any]) -> str:
-        return str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE, ""))
-
-    live = [p for p in pods if service(p)]  # a Pod being deleted holds its claims until it is gone
-    awake_anyone = {c for p in live if not held_asleep(p) for c in referenced_claims(p)}
-    mine = [p for p in live if service(p) == name]
-    awake = {c for p in mine if not held_asleep(p) for c in referenced_claims(p)}
-    idle = {c for p in mine if held_asleep(p) for c in referenced_claims(p)} - awake_anyone
-    return len(awake | idle)
+    present: dict[str, set[str]] = {}
+    awake: dict[str, set[str]] = {}
+    for p in pods:
+        service = str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE, ""))
+        if not service:
+            continue
+        for claim in referenced_claims(p):  # a Pod being deleted holds its claims until it is gone
+            present.setdefault(claim, set()).add(service)
+            if not held_asleep(p):
+                awake.setdefault(claim, set()).add(service)
+    return sum(warm_host_charge(awake.get(claim, set()), services, 1.0).get(name, 0.0)
+               for claim, services in present.items())
 
 
 def write_samples(rec: Recorder, path: Path) -> None:

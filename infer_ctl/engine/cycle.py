@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from infer_ctl.core import api
 from infer_ctl.core.checks import candidate_products
@@ -75,6 +75,8 @@ from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import DeviceId, Inventory
 from infer_ctl.place.request import Sharing
 from infer_ctl.place.state import MILLI, ClusterState
+
+_K = TypeVar("_K", bound=Hashable)  # a service, as its caller names it
 
 # A replica left unschedulable this many control periods lost its pinned device to another workload between
 # placement and scheduling: it is placed again.
@@ -909,6 +911,16 @@ def awake_device_bytes(spec: api.InferenceServiceSpec, device_memory_bytes: int)
     if spec.accelerator.sharing is api.Sharing.EXCLUSIVE:
         return max(device_memory_bytes, spec.model.memory_bytes)
     return spec.model.memory_bytes
+
+
+def warm_host_charge(awake: Collection[_K], present: Collection[_K], gpus: float) -> dict[_K, float]:
+    """Who a warm host's `gpus` are charged to: the services with a replica awake on it, evenly (the GPU serves
+    them: a lender's GPU that a burst woke another service's sleeper on is the borrower's while it is awake
+    there); with none awake, the services whose sleepers wait on it, evenly (the GPU is held for them). The
+    demo's figures (`infer_ctl.cli.demo.held_gpus`) and the simulator's (`infer_ctl.sim.warm.WarmHosts.shares`)
+    both charge by it. E.g. one GPU, a awake and b asleep: a 1.0; a and b asleep: 0.5 each."""
+    payers = set(awake) or set(present)
+    return {k: gpus / len(payers) for k in payers}
 
 
 def makes_warm_hosts(spec: api.InferenceServiceSpec, device_memory_bytes: int) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from infer_ctl.engine.cycle import LentReplica, WarmDevice
+from infer_ctl.engine.cycle import LentReplica, WarmDevice, warm_host_charge
 from infer_ctl.engine.cycle import WarmHosts as ObservedWarmHosts
 
 GIB = 1024**3
@@ -314,15 +314,15 @@ class WarmHosts:
         return sum(self.used)
 
     def shares(self) -> tuple[dict[int, float], dict[int, int]]:
-        """Per service, the warm hosts' GPUs charged to it (each host's GPUs split evenly between the services with
-        a replica on it) and the host-memory bytes its sleepers hold."""
+        """Per service, the warm hosts' GPUs charged to it (the engine's `warm_host_charge`: to the services awake
+        on a host, else to those whose sleepers wait there, evenly; as the demo charges them) and the host-memory
+        bytes its sleepers hold."""
         if self._shares is None:
             gpus: dict[int, float] = {}
             held: dict[int, int] = {}
             for h in self.hosts.values():
-                services = h.services()
-                for s in services:
-                    gpus[s] = gpus.get(s, 0.0) + h.gpus / len(services)
+                for s, share in warm_host_charge({k[0] for k in h.awake}, h.services(), h.gpus).items():
+                    gpus[s] = gpus.get(s, 0.0) + share
                 for k, w in h.members.items():
                     if k not in h.awake:
                         held[k[0]] = held.get(k[0], 0) + w

@@ -198,10 +198,6 @@ def test_the_plot_is_drawn_from_the_recorder_and_loadgen_s_timeline(tmp_path: Pa
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 
-# ----------------------------------------------------------------------------------------------- the whole run
-
-
-@pytest.mark.slow
 def _pod(name: str, *, claim: str, ready: bool = True, standby: bool = False, asleep: bool = False,
          service: str = "chat") -> dict[str, object]:
     return {"metadata": {"name": name, "labels": {"infer-ctl.io/service": service, "infer-ctl.io/replica": name,
@@ -227,8 +223,23 @@ def test_sleepers_are_counted_as_sleeping_and_a_warm_host_s_gpu_once() -> None:
             _pod("chat-r5", claim="warm-h100-0-gpu-3", standby=True, asleep=True)]
     assert held_gpus([*pods, *lent], "chat") == 3
     assert held_gpus([*pods, *lent], "summarize") == 1
+    # a burst woke chat's sleeper on summarize's GPU and summarize's replica there sleeps: the GPU is chat's while
+    # chat is awake on it (the simulator charges it so too: `warm_host_charge`)
+    woken = [_pod("summarize-r0", claim="warm-h100-0-gpu-2", service="summarize", standby=True, asleep=True),
+             _pod("chat-r4", claim="warm-h100-0-gpu-2")]
+    assert held_gpus([*pods, *woken], "chat") == 3
+    assert held_gpus([*pods, *woken], "summarize") == 0
+    # a warm host nobody is awake on, with sleepers of two services: held for both, half each
+    idle = [_pod("chat-r4", claim="warm-h100-0-gpu-4", standby=True, asleep=True),
+            _pod("summarize-r1", claim="warm-h100-0-gpu-4", service="summarize", standby=True, asleep=True)]
+    assert held_gpus([*pods, *idle], "chat") == 2.5
+    assert held_gpus([*pods, *idle], "summarize") == 0.5
 
 
+# ----------------------------------------------------------------------------------------------- the whole run
+
+
+@pytest.mark.slow
 def test_the_demo_runs_the_whole_loop_and_leaves_a_summary_per_phase_and_a_plot(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "infer-ctl"
     result = subprocess.run([str(exe), "demo", "--duration", "40", "--rate-scale", "0.2", "--out", str(tmp_path)],

@@ -69,8 +69,13 @@ def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share
     assert a1.name != a2.name  # so that both can wake at once
     assert b1.name in (a1.name, a2.name)  # another service shares an existing host
     assert warm.gpus_held == 2 and gpus.free == [2]
-    assert warm.shares()[0] == {0: 1.5, 1: 0.5}  # each host's GPU split between the services on it
+    assert warm.shares()[0] == {0: 1.5, 1: 0.5}  # an idle host's GPU split between the services asleep on it
     assert warm.host_bytes == 3 * w
+    # woken, b's replica holds the GPU it serves on alone (as the demo charges it: `warm_host_charge`)
+    assert warm.wake((1, "b1"))
+    assert warm.shares()[0] == {0: 1.0, 1: 1.0}
+    assert warm.sleep((1, "b1"))
+    assert warm.shares()[0] == {0: 1.5, 1: 0.5}
 
 
 def test_a_wake_needs_the_device_memory_its_replica_takes_awake() -> None:
