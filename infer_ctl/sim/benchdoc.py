@@ -215,7 +215,7 @@ SECTIONS: tuple[Section, ...] = (
         "bench_fleet's 24 services plus 4 steady batch services of 4 one-GPU replicas that lend their GPUs "
         "(`yieldToSleepers`), without and with sleeping pools of 2 for the one-GPU services "
         "(`infer_ctl/sim/bench_fleet.py --lenders`): the lenders' and the others' attainment and GPU-hours (a warm "
-        "host's GPU split between the services on it).",
+        "host's GPU charged to the services awake on it, else to those whose sleepers wait there).",
         _lent_gpu_runs),
     Section(
         "warm-pool", "A warm pool in a fleet: whole GPUs held idle for every service's sleepers",
