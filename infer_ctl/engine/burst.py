@@ -42,8 +42,7 @@ def burst_basis(spec: api.InferenceServiceSpec, policies: CyclePolicies, *, want
     if policies.metric_source == "prometheus" and not scaling.concurrency_query:
         return None
     target = concurrency_target(spec.scaling.target_rps_per_replica, latency_ms / 1000)
-    if target is None:
-        return None
+    assert target is not None  # a latency objective always gives one
     return BurstBasis(target, wanted, in_flight, spec.scaling.max_replicas)
 
 

@@ -516,7 +516,7 @@ class _ServiceRun:
         # infer-ctl's checks between two cycles (`infer_ctl.engine.burst`): what they compare with, their cadence
         # in ticks, and the cycles they ran
         self.basis: BurstBasis | None = None
-        self.check_ticks = max(1, round(policy.burst_check_s / dt)) if isinstance(policy, InferCtl) else 1
+        self.check_ticks = policy.burst_check_ticks(dt) if isinstance(policy, InferCtl) else 1
         self.burst_cycles = 0
 
     def cycle_due(self, t: int, config: SimConfig) -> bool:

@@ -1079,11 +1079,10 @@ class InferCtl:
         plan, cycle_state = plan_cycle(observation, state[0], self.policies, now_s)
         return plan, (cycle_state, plan)
 
-    @property
-    def burst_check_s(self) -> float:
-        """How often the controller reads the requests in flight between two cycles (`burstCheckSeconds`; 0:
-        never)."""
-        return self.policies.policies.scaling.burst_check_s
+    def burst_check_ticks(self, tick_s: float) -> int:
+        """Every how many ticks of `tick_s` the simulator runs the controller's check between two cycles
+        (`burstCheckSeconds`): at least one, so a cadence below the tick is checked once a tick."""
+        return max(1, round(self.policies.policies.scaling.burst_check_s / tick_s))
 
     def burst_basis(self, plan: CyclePlan, in_flight: float) -> BurstBasis | None:
         """What the checks after a cycle that planned `plan` on the reading `in_flight` compare with, as the

@@ -295,8 +295,7 @@ def _simulate(
     metric_a = metrics[0] if metrics else np.full(n_ticks, np.nan)
     metric_b = metrics[1] if len(metrics) > 1 else np.full(n_ticks, np.nan)
     period_ticks = max(1, round(policy.period_s / dt))
-    # the checks between cycles: every tick at most (a cadence below the tick is checked once a tick)
-    check_ticks = max(1, round(policy.burst_check_s / dt)) if isinstance(policy, InferCtl) else 1
+    check_ticks = policy.burst_check_ticks(dt) if isinstance(policy, InferCtl) else 1
     basis: BurstBasis | None = None
     burst_cycles = 0
     ongoing_k = max(1, round(config.ongoing_window_s / dt))
