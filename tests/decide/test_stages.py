@@ -48,10 +48,12 @@ def policy(**kw: Any) -> DecidePolicy:
 
 
 def tick(observed: float = 0.0, ready: int = 1, loading: int = 0, *, current: int | None = None,
-         arriving: float | None = None, spread: float = 0.0, horizon: float = 130.0, now: float = NOW) -> _Tick:
+         arriving: float | None = None, spread: float = 0.0, horizon: float = 130.0, cold_start: float | None = None,
+         now: float = NOW) -> _Tick:
     missing = math.isnan(observed)
     return _Tick(now=now, cap=CAP, current=ready + loading if current is None else current, loading=loading,
-                 ready=ready, horizon_s=horizon, cold_start_p90_s=horizon - 10.0, observed=observed, missing=missing,
+                 ready=ready, horizon_s=horizon, cold_start_p90_s=horizon - 10.0 if cold_start is None else cold_start,
+                 observed=observed, missing=missing,
                  need_now=0 if missing else math.ceil(observed / CAP - 1e-9),
                  arriving=observed if arriving is None else arriving, rising=arriving is not None, spread=spread)
 
@@ -206,6 +208,10 @@ def summary(mean_now: float, upper_now: float, peak_upper: float, peak_mean: flo
                      id="a rate a hair above a tight upper bound that changes no count stays the forecast's"),
         pytest.param(tick(50.0, ready=2), None, 500.0, (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, Reason.BURST),
                      id="a backlog beyond one period of the ready capacity drains within the horizon"),
+        pytest.param(tick(50.0, ready=2, horizon=30.0, cold_start=120.0), None, 500.0,
+                     (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, Reason.BURST),
+                     id="a horizon shorter than a start (a prewarm lead, a warm tier's) drains within the start time "
+                        "plus one period: the requests piling up until then are not drained faster"),
         pytest.param(tick(50.0, ready=2), None, 199.0, (50.0, 50.0, Reason.OBSERVED),
                      id="a backlog within one period of the ready capacity is not drained"),
         pytest.param(tick(50.0, ready=2), summary(50.0, 60.0, 500.0), 500.0, (500.0, 500.0, Reason.FORECAST),
