@@ -1057,8 +1057,7 @@ class Reconciler:
         nodes = [n for n in nodes if failed.get(n, (0, 0.0))[1] <= now_s]
         cache_dir = self._cache_dir(ns, now_s)
         if nodes and not cache_dir:  # modelCacheHostPath: off, or refused here: no hostPath Pods
-            log.debug("%s: no prefetch Pods: %s", svc.meta.key,
-                      self._cache_off(ns, now_s) or "the node model cache is off in the policies")
+            log.debug("%s: no prefetch Pods: %s", svc.meta.key, self._cache_off(ns, now_s))
             return
         for node in nodes:
             pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
@@ -1219,7 +1218,11 @@ class Reconciler:
                           f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
 
     def _cache_off(self, namespace: str, now_s: float) -> str:
-        """Why replicas in `namespace` start without their node's model cache ("" when they mount it)."""
+        """Why replicas in `namespace` start without their node's model cache ("" when they mount it): the
+        policies' `modelCacheHostPath` off (no replica mounts one anywhere), or the namespace refusing hostPath
+        volumes. Either way a node that holds the weights gives the cached tier no room."""
+        if not self.settings.policies.scaling.model_cache_host_path:
+            return "the node model cache is off in the policies (modelCacheHostPath: off)"
         refused = self._cache_refused.get(namespace)
         if refused is not None and refused[1] > now_s:
             return f"namespace {namespace} refuses hostPath volumes ({refused[0]})"

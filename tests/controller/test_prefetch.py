@@ -5,12 +5,14 @@ counts that node's free GPUs as the cached tier's room. Prefetch Pods are never 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from infer_ctl.controller.reconciler import PREFETCH_BACKOFF_S, Reconciler, ServiceMemory, Settings
+from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.placement import free_replica_slots
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS, Resource
 from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
@@ -192,3 +194,40 @@ async def test_a_prefetch_pod_pod_security_refuses_turns_the_namespaces_cache_of
         assert "violates PodSecurity" in note
     finally:
         await reconciler.close()
+
+
+async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weights_gives_the_cached_tier_no_room(
+        cluster: Cluster) -> None:
+    """`modelCacheHostPath: off`: no replica mounts a node's model cache, so a start on a node that holds the
+    weights loads from the network. The plan gives the cached tier no room there (it would count starts of
+    seconds that take the cold start), and no copies are asked for; with the mounts on, the same nodes are room."""
+    kube = cluster.kube
+    for node in kube.list(NODES):
+        if node["metadata"]["name"].startswith("h100"):
+            kube.merge_patch(NODES, node["metadata"]["name"],
+                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
+    builder = (InferenceServiceBuilder("llm").with_("spec.scaling.minReplicas", 1)
+               .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    body = kube.create(INFERENCE_SERVICES, builder.build(), "default")
+    off = replace(cluster.policies, scaling=replace(cluster.policies.scaling, model_cache_host_path=""))
+    for policies, cached in ((cluster.policies, True), (off, False)):
+        reconciler = Reconciler(kube, Settings(policies))
+        try:
+            result = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "default"), T0)
+            tiers = result.output.tiers if result.output is not None else None
+            assert (tiers is not None and Tier.CACHED in dict(tiers.horizons_s)) is cached, tiers
+            if not cached:
+                assert "modelCacheHostPath: off" in reconciler._cache_off("default", T0.timestamp())
+                svc = reconciler._check(body["metadata"]["uid"], body).service
+                assert svc is not None
+                node = next(n["metadata"]["name"] for n in kube.list(NODES)
+                            if n["metadata"]["name"].startswith("h100"))
+                await reconciler._prefetch(body, svc, [node], [], T0)
+                assert not prefetches(cluster)
+                pods = kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
+                assert pods and not any(host_paths(p) for p in pods)
+        finally:
+            await reconciler.close()
+        for pod in kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm"):
+            kube.delete(PODS, pod["metadata"]["name"], "default")
