@@ -546,7 +546,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
                       f"{reason}: {message}")
     displace = tuple(ledger.displaced) if ledger is not None else ()
     message = _warm_notes(message, output, spec, policy, (serving, standby, sleeping), fallback, displace,
-                          len(held_back))
+                          len(held_back), observation.node_cache_off if policy.node_cache else "")
     message = _lending_notes(message, give_back, output.decision.here, stranded)
     if aim.note and aim.since_s == now_s:
         message = f"{message}; {aim.note}"
@@ -558,12 +558,15 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
 
 def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSpec,  # noqa: PLR0917
                 policy: ServicePolicy, counts: tuple[int, int, int], fallback: str, displace: Sequence[str],
-                held_back: int) -> str:
-    """The decision's message with what the warm tiers did: the tier plan, a pool held short and why, refused
-    wakes, replicas of other services put to sleep for the wakes, replicas asleep for another service."""
+                held_back: int, cache_off: str) -> str:
+    """The decision's message with what the warm tiers did: the tier plan, the cached tier off and why (the
+    replicas cannot mount the node cache: `cache_off`), a pool held short and why, refused wakes, replicas of
+    other services put to sleep for the wakes, replicas asleep for another service."""
     serving, standby, sleeping = counts
     if output.tiers is not None and spec.replicas is None:
         message = f"{message}; tiers: {output.tiers.message}"
+    if cache_off:
+        message = f"{message}; no cached tier: {cache_off}"
     # the pool as the tiers size it: beyond the awake replicas, within maxReplicas (`engine.step._tiers`)
     pool = min(policy.decide.sleeping_replicas, max(0, spec.scaling.max_replicas - serving - standby))
     if pool and sleeping < pool and spec.replicas is None:

@@ -217,6 +217,8 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
             result = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "default"), T0)
             tiers = result.output.tiers if result.output is not None else None
             assert (tiers is not None and Tier.CACHED in dict(tiers.horizons_s)) is cached, tiers
+            scaling = next(c for c in result.status["conditions"] if c["type"] == "Scaling")
+            assert ("no cached tier: the node model cache is off in the policies" in scaling["message"]) is not cached
             if not cached:
                 assert "modelCacheHostPath: off" in reconciler._cache_off("default", T0.timestamp())
                 svc = reconciler._check(body["metadata"]["uid"], body).service

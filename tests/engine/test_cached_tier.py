@@ -86,5 +86,6 @@ def test_replicas_that_cannot_mount_the_node_cache_get_no_cached_tier_and_no_cop
         plan = run(True, cluster, node_cache_off=refused)
         assert plan.output.tiers is None or Tier.CACHED not in dict(plan.output.tiers.horizons_s), plan.output.tiers
         assert plan.prefetch == ()
+        assert f"no cached tier: {refused}" in plan.message, plan.message
         plain = run(False, cluster)
         assert plan.serving + plan.standby == plain.serving + plain.standby
