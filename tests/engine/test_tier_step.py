@@ -5,7 +5,7 @@ awake replicas go to sleep before anything is removed."""
 
 from __future__ import annotations
 
-from infer_ctl.decide.decision import DecidePolicy
+from infer_ctl.decide.decision import DecidePolicy, Reason
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
 from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, TierInputs, step
 from tests.engine.test_step import DAY_S, PERIOD_S, office_hours_rps, replicas
@@ -72,3 +72,24 @@ def test_on_the_way_down_awake_replicas_go_to_sleep_before_anything_is_removed()
     assert all(o.tiers is not None and o.tiers.awake + o.tiers.sleeping >= busy.decision.total for o in after)
     night = at(tiered, CLOSE_S + 5 * 3600)
     assert night.tiers is not None and night.tiers.awake + night.tiers.sleeping == 0, night.tiers
+
+
+def test_a_backlog_drains_within_the_cold_start_with_tiers_as_without() -> None:
+    """The tiers shorten the horizon the awake replicas cover (here to the cached load, 90 s), not the time a
+    queue builds until replicas started now serve (the cold start): an overload's drain sizes as without tiers.
+    (It once drained a cold start's queue within the cached load's horizon: 3.3 x the replicas.)"""
+    cold_s = 360.0
+    cached = TierInputs(frozenset({Tier.CACHED}), TierTimes(wake_s=0.0, cached_s=80.0, cold_s=cold_s),
+                        Room(cached=100))
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=200, control_period_s=10.0)
+    totals = {}
+    for name, tiers in (("plain", None), ("cached", cached)):
+        state, config, out = EngineState(), EngineConfig(), None
+        for now in range(10, 610, 10):  # 20 req/s on 2 replicas, then 120 req/s for three periods
+            rate = 20.0 if now < 580 else 120.0
+            out, state = step(EngineInputs(float(now), ((float(now), rate),), replicas(2), cold_s, policy, tiers),
+                              state, config)
+        assert out is not None and out.decision.reason is Reason.BURST, out.decision.message
+        assert "draining them within 370 s" in out.decision.message, out.decision.message
+        totals[name] = out.decision.total
+    assert totals["cached"] == totals["plain"], totals
