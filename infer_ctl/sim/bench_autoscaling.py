@@ -175,6 +175,30 @@ def no_worse(results: Sequence[Scored]) -> list[str]:
             f"{base.gpu_hours:.1f})"]
 
 
+def tiers_against_plain(results: Sequence[Scored]) -> list[str]:
+    """What the warm tiers did on this scenario, next to infer-ctl without them (a report, not a target): they
+    dominate (an attainment no lower at fewer GPU-hours, or a higher one at no more), are dominated (the
+    reverse), or trade one for the other; the same figures read as the same (e.g. the cached tier never used)."""
+    by = {r.policy: r for r in results}
+    base, tiers = by.get("infer-ctl"), by.get("infer-ctl+tiers")
+    if base is None or tiers is None:
+        return []
+    d_att = tiers.slo_attainment - base.slo_attainment
+    d_gpu = tiers.gpu_hours - base.gpu_hours
+    same_att, same_gpu = abs(d_att) < 5e-5, abs(d_gpu) <= 1e-3 * max(base.gpu_hours, 1e-9)
+    if same_att and same_gpu:
+        verdict_ = "the same"
+    elif (d_att >= 0 or same_att) and (d_gpu <= 0 or same_gpu):
+        verdict_ = "dominates it"
+    elif (d_att <= 0 or same_att) and (d_gpu >= 0 or same_gpu):
+        verdict_ = "DOMINATED by it"
+    else:
+        verdict_ = "a trade-off"
+    change = f"{d_gpu / base.gpu_hours:+.1%}" if base.gpu_hours > 0 else f"{d_gpu:+.1f} GPU-h"
+    return [f"  infer-ctl+tiers against infer-ctl without tiers: {verdict_} ({d_att * 100:+.2f} points of "
+            f"attainment, {change} GPU-hours)"]
+
+
 def aggregate(per_seed: list[list[SimResult]]) -> tuple[list[SimResult], dict[str, float]]:
     """The mean of each policy's figures over the seeds (series from the first seed, for the plots), and each
     policy's lowest SLO attainment."""
@@ -416,6 +440,7 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
         print("\n".join(verdict(results, best, ours)))
     if name == "bank":
         print("\n".join(no_worse(results)))
+    print("\n".join(tiers_against_plain(results)))
     sys.stdout.flush()
     print("\n".join(objective_report(results, presets[0])), flush=True)  # against the service's objective
     if plot_dir:
@@ -453,6 +478,7 @@ def _run_fleet(args: argparse.Namespace) -> None:
     print("  reference: no causal reference over a fleet (the peak-hold rules are tuned per trace)")
     for ours in OURS:
         print("\n".join(verdict(results, None, ours)))
+    print("\n".join(tiers_against_plain(results)))
     sys.stdout.flush()
 
 

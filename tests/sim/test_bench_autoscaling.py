@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from infer_ctl.sim.bench_autoscaling import main, parse_seeds, verdict
+from infer_ctl.sim.bench_autoscaling import main, parse_seeds, tiers_against_plain, verdict
 from infer_ctl.sim.service import default_settings
 from infer_ctl.sim.suite import run_policies
 from infer_ctl.sim.trace import step_profile
@@ -37,6 +37,25 @@ def test_infer_ctl_on_another_preset_is_not_a_baseline_that_dominates_it() -> No
     assert "no baseline dominates: met" in "\n".join(verdict([*results, better]))
     as_peer = replace(better, policy="ray-serve")
     assert "no baseline dominates: MISSED (ray-serve)" in "\n".join(verdict([*results, as_peer]))
+
+
+def test_the_tiers_are_reported_against_infer_ctl_without_them() -> None:
+    base = run_policies(step_profile((50.0, 300.0, 2.0), 300.0), ("infer-ctl",), default_settings(120.0),
+                        tick_s=5.0)[0]
+
+    def line(d_att: float, d_gpu: float) -> str:
+        tiers = replace(base, policy="infer-ctl+tiers", slo_attainment=base.slo_attainment + d_att,
+                        gpu_hours=base.gpu_hours + d_gpu)
+        [out] = tiers_against_plain([base, tiers])
+        return out
+
+    assert "dominates it (+1.00 points" in line(0.01, -1.0)
+    assert "dominates it" in line(0.0, -1.0)
+    assert "DOMINATED by it (-1.00 points" in line(-0.01, 1.0)
+    assert "DOMINATED by it" in line(-0.01, 0.0)
+    assert "a trade-off" in line(-0.01, -1.0) and "a trade-off" in line(0.01, 1.0)
+    assert ": the same (" in line(0.0, 0.0)
+    assert tiers_against_plain([base]) == []
 
 
 def test_seeds_are_ranges_or_lists() -> None:
