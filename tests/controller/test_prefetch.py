@@ -19,7 +19,7 @@ from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
-from tests.controller.test_reconciler import T0, caught_up, cycle, wait_for
+from tests.controller.test_reconciler import T0, caught_up, condition, cycle, wait_for
 from tests.controller.test_warm_hosts import make_namespace
 
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
@@ -217,8 +217,8 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
             result = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "default"), T0)
             tiers = result.output.tiers if result.output is not None else None
             assert (tiers is not None and Tier.CACHED in dict(tiers.horizons_s)) is cached, tiers
-            scaling = next(c for c in result.status["conditions"] if c["type"] == "Scaling")
-            assert ("no cached tier: the node model cache is off in the policies" in scaling["message"]) is not cached
+            scaling = condition(result.status, "Scaling")["message"]
+            assert ("no cached tier: the node model cache is off in the policies" in scaling) is not cached
             if not cached:
                 assert "modelCacheHostPath: off" in reconciler._cache_off("default", T0.timestamp())
                 svc = reconciler._check(body["metadata"]["uid"], body).service
