@@ -122,6 +122,36 @@ class EngineInputs:
     concurrency: float = math.nan
 
 
+CHANGE_GAPS = 8  # the times between changes of the observed rate kept to learn its typical interval
+
+
+@dataclass(frozen=True, slots=True)
+class RateTrend:
+    """How the observed rate has been changing, for the burst guard's leading rate (`_leading`).
+
+    A rate read from Prometheus changes only when a scrape enters or leaves its window, however often it is
+    read: every read between two scrapes (15-30 s apart in most clusters) repeats one value. A slope over the
+    time between two reads would then divide a scrape interval's change by a read's spacing (2 s for the
+    controller's burst check: 7.5 times too steep with a 15 s scrape). So the slope is measured between changes
+    of the value, over at most the typical time between changes (learned: the median of the last
+    `CHANGE_GAPS`): the scrape interval, or the read spacing when reads are the slower of the two."""
+
+    read_s: float = -math.inf  # the valid read before the last one
+    changed_s: float = -math.inf  # when the last value was first read
+    before: float = math.nan  # the value before the last change
+    before_s: float = -math.inf  # when that value was first read
+    gaps: tuple[float, ...] = ()  # the last times between two consecutive changes, oldest first
+
+    def typical_gap_s(self, spacing_s: float) -> float:
+        """The time a change of the value takes to show: the median gap between changes once three are known,
+        else the spacing of the reads."""
+        if len(self.gaps) < 3:
+            return spacing_s
+        ordered = sorted(self.gaps)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 @dataclass(frozen=True, slots=True)
 class EngineState:
     origin_s: float | None = None  # start of bucket 0 (the first sample's bucket)
@@ -133,8 +163,7 @@ class EngineState:
     open_max: float = 0.0
     last_rps: float = math.nan  # most recent valid observation
     last_rps_s: float = -math.inf
-    prev_rps: float = math.nan  # the valid observation before it (the rate's slope)
-    prev_rps_s: float = -math.inf
+    trend: RateTrend = field(default_factory=RateTrend)  # how the observed rate has been changing
     fitted: Fitted | None = None
     fit_note: str = ""
     fit_scores: tuple[CandidateScore, ...] = ()
@@ -155,6 +184,7 @@ class EngineOutput:
     observed_rps: float
     fit_note: str
     tiers: TierPlan | None = None  # with TierInputs: replicas per tier (the awake ones are the decision's)
+    leading_rps: float = math.nan  # where the observed rate is heading while it rises (NaN: not rising)
 
     @property
     def desired_serving(self) -> int:
@@ -192,7 +222,9 @@ def _absorb(
     closed: list[float] = []
     bucket, acc, n, mx = state.open_bucket, state.open_sum, state.open_n, state.open_max
     last_rps, last_rps_s = state.last_rps, state.last_rps_s
-    prev_rps, prev_rps_s = state.prev_rps, state.prev_rps_s
+    trend = state.trend
+    read_s, changed_s, before, before_s = trend.read_s, trend.changed_s, trend.before, trend.before_s
+    gaps = trend.gaps
     prev_t = -math.inf
     for i, (t, r) in enumerate(samples):
         if t < prev_t:
@@ -207,7 +239,12 @@ def _absorb(
             acc += r
             n += 1
             mx = max(mx, r)
-            prev_rps, prev_rps_s = last_rps, last_rps_s
+            if r != last_rps:  # the value changed (or is the first): a new scrape reached the rate
+                if not math.isnan(last_rps):
+                    gaps = (*gaps[1 - CHANGE_GAPS:], t - changed_s)
+                    before, before_s = last_rps, changed_s
+                changed_s = t
+            read_s = last_rps_s
             last_rps, last_rps_s = r, t
     fitted = state.fitted
     if closed and fitted is not None:
@@ -223,8 +260,7 @@ def _absorb(
         open_max=mx,
         last_rps=last_rps,
         last_rps_s=last_rps_s,
-        prev_rps=prev_rps,
-        prev_rps_s=prev_rps_s,
+        trend=trend if last_rps_s == state.last_rps_s else RateTrend(read_s, changed_s, before, before_s, gaps),
         fitted=fitted,
         fit_note=state.fit_note,
         fit_scores=state.fit_scores,
@@ -257,14 +293,21 @@ def _refit(state: EngineState, now_s: float, horizon_s: float, quantile: float, 
 
 def _leading(state: EngineState, config: EngineConfig, fresh: bool) -> float:
     """Where a rising rate is heading. A rate over a trailing window of w seconds that starts to rise at
-    slope s (the last two samples) has seen on average half of the change so far: extrapolate by s x w / 2.
-    E.g. a step 50 -> 500 req/s seen through `rate(...[1m])`: 50, then 200 ten seconds later (slope 15/s):
-    heading for 200 + 15 x 30 = 650. NaN when not rising or when the two samples are not consecutive."""
-    gap = state.last_rps_s - state.prev_rps_s
-    if not fresh or not 0 < gap <= 2 * config.rate_window_s or math.isnan(state.prev_rps):
+    slope s has seen on average half of the change so far: extrapolate by s x w / 2. The slope is the last
+    change of the value over the typical time between changes (`RateTrend`), not over the time between two
+    reads. E.g. a step 50 -> 500 req/s seen through `rate(...[1m])`: 50, then 200 ten seconds later (slope
+    15/s): heading for 200 + 15 x 30 = 650. NaN when not rising, or when the value has not changed for longer
+    than changes take (the rise is over)."""
+    trend = state.trend
+    if not fresh or math.isnan(trend.before) or not state.last_rps > trend.before:
         return math.nan
-    slope = (state.last_rps - state.prev_rps) / gap
-    return state.last_rps + slope * config.rate_window_s / 2 if slope > 0 else math.nan
+    since = trend.changed_s - trend.before_s  # how long the value before the change was read
+    spacing = state.last_rps_s - trend.read_s
+    typical = trend.typical_gap_s(spacing if spacing > 0 else since)
+    if state.last_rps_s - trend.changed_s > 1.5 * typical:
+        return math.nan
+    slope = (state.last_rps - trend.before) / min(since, typical)
+    return state.last_rps + slope * config.rate_window_s / 2
 
 
 def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tuple[EngineOutput, EngineState]:
@@ -306,15 +349,15 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
                 # one bucket more than needed: the next ticks, until the bucket completes, reuse it
                 forecast = state.fitted.predict(steps + 1)
                 memo = (state.fitted, steps + 1, forecast)
+    leading = _leading(state, config, fresh)
     decide_inputs = DecideInputs(
-        inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, _leading(state, config, fresh),
-        inputs.concurrency,
+        inputs.now_s, observed, inputs.replicas, inputs.cold_start_p90_s, forecast, leading, inputs.concurrency,
     )
     decision, decide_state = decide(decide_inputs, state.decide_state, policy)
     tier_plan, warm = None, state.warm_recommendations
     if inputs.tiers is not None and len(tier_horizons) > 1:
         tier_plan, warm = _tiers(inputs, policy, decision, forecast, tier_horizons=tier_horizons, window=warm)
-    out = EngineOutput(decision, forecast, observed, state.fit_note, tier_plan)
+    out = EngineOutput(decision, forecast, observed, state.fit_note, tier_plan, leading)
     return out, EngineState(
         origin_s=state.origin_s,
         history=state.history,
@@ -325,8 +368,7 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         open_max=state.open_max,
         last_rps=state.last_rps,
         last_rps_s=state.last_rps_s,
-        prev_rps=state.prev_rps,
-        prev_rps_s=state.prev_rps_s,
+        trend=state.trend,
         fitted=state.fitted,
         fit_note=state.fit_note,
         fit_scores=state.fit_scores,

@@ -89,7 +89,7 @@ def test_a_tick_carries_every_state_field_it_does_not_change() -> None:
     t = state.origin_s + state.open_bucket * 300.0 + config.rate_window_s / 2 + 1.0
     _, after = step(EngineInputs(t, ((t, 31.0),), replicas(3), 120.0, policy), state, config)
     assert after.open_n == state.open_n + 1 and after.last_rps == 31.0
-    changed = {"open_sum", "open_n", "open_max", "last_rps", "last_rps_s", "prev_rps", "prev_rps_s", "decide_state"}
+    changed = {"open_sum", "open_n", "open_max", "last_rps", "last_rps_s", "trend", "decide_state"}
     for f in fields(EngineState):
         if f.name not in changed:
             assert getattr(after, f.name) == getattr(state, f.name), f.name
@@ -144,6 +144,63 @@ def test_a_step_seen_through_a_rate_window_is_sized_for_where_the_rate_is_headin
     assert "rising towards 650.0 rps" in out.decision.message
     remembered = max(n for _, n in state.decide_state.recommendations)
     assert remembered < 65  # the extrapolation is transient: the window remembers the observed 200 + headroom
+
+
+def scraped_ramp_rate(t: float, scrape_s: float) -> float:
+    """`rate(requests_total[1m])` read at `t` from counters scraped every `scrape_s`: about 100 req/s (a
+    little noise, so that each scrape moves the value) until 600 s, then 1 more each second until 900 s. The
+    value changes only when a scrape comes in."""
+    def count(u: float) -> float:  # requests arrived by u
+        ramp = min(max(u - 600.0, 0.0), 300.0)
+        return 100.0 * u + 5.0 * math.sin(u / 7.0) + ramp * ramp / 2 + max(u - 900.0, 0.0) * 300.0
+
+    last = math.floor(t / scrape_s) * scrape_s
+    return (count(last) - count(last - 60.0)) / 60.0
+
+
+@pytest.mark.parametrize("read_every_s", [2.0, 5.0, 15.0])
+def test_a_rate_scraped_every_15_s_heads_for_the_same_rate_however_often_it_is_read(read_every_s: float) -> None:
+    """Read every 2 s (the controller's burst check) a rate scraped every 15 s repeats one value for 7 reads
+    and then moves by 15 s of change: that change over 2 s would be a slope 7.5 times too steep (heading for
+    about 225 req/s past the rate on the ramp, not 30). Measured between changes of the value, every read
+    spacing heads for the traffic's own rate at the last scrape, once the ramp fills the rate's window."""
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=100, control_period_s=10.0, forecast_enabled=False)
+    config = EngineConfig()
+    state = EngineState()
+    heading: list[tuple[float, float, float]] = []  # (time, rate read, heading for)
+    now = 1.0
+    while now < 1200.0:
+        rate = scraped_ramp_rate(now, 15.0)
+        out, state = step(EngineInputs(now, ((now, rate),), replicas(10), 120.0, policy), state, config)
+        if not math.isnan(out.leading_rps):
+            heading.append((now, rate, out.leading_rps))
+        now += read_every_s
+    # a window after the ramp began, the rate read trails the traffic at its scrape by half a window
+    on_ramp = [(t, h) for t, _, h in heading if 675.0 <= t < 900.0]
+    assert len(on_ramp) >= 0.9 * 225.0 / read_every_s, "the ramp was not taken as rising on most reads"
+    assert all(abs(h - (100.0 + math.floor(t / 15.0) * 15.0 - 600.0)) <= 5.0 for t, h in on_ramp), on_ramp
+    assert all(h - r <= 5.0 for t, r, h in heading if not 600.0 <= t < 960.0), heading  # the noise: no burst
+
+
+def test_a_rise_heads_on_between_scrapes_and_stops_once_a_scrape_interval_brings_no_change() -> None:
+    """Read every 2 s, a value moves every 15 s (learned from the changes). After a jump the rate heads on
+    until the next scrape could have moved it, and stops heading anywhere once one and a half intervals have
+    brought no change: the rise is over."""
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=100, control_period_s=10.0, forecast_enabled=False)
+    config, state = EngineConfig(), EngineState()
+
+    def value(t: float) -> float:  # 100, 101, 102, 103 every 15 s, then 160 from 60 s on, for good
+        k = int(t // 15.0)
+        return 100.0 + k if k < 4 else 160.0
+
+    leading: dict[float, float] = {}
+    for now in np.arange(1.0, 120.0, 2.0):
+        out, state = step(EngineInputs(float(now), ((float(now), value(now)),), replicas(10), 120.0, policy),
+                          state, config)
+        leading[float(now)] = out.leading_rps
+    assert leading[61.0] == pytest.approx(160.0 + 57.0 / 15.0 * 30.0)  # over 15 s, not over the 2 s since a read
+    assert leading[79.0] == leading[61.0]  # 18 s on, the next scrape may still bring more
+    assert all(math.isnan(leading[t]) for t in leading if t >= 85.0)  # 24 s on: the rise is over
 
 
 def test_with_the_balanced_quantile_a_spike_in_the_first_minutes_is_not_taken_for_the_traffic_s_spread() -> None:
