@@ -275,6 +275,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--bank-scale", type=float, default=200.0)
     ap.add_argument("--bank-days", type=float, default=None, help="replay only the first days of bank_calls")
     ap.add_argument("--bank-tick-s", type=float, default=30.0)
+    ap.add_argument("--trace-tick-s", type=float, default=5.0,
+                    help="the Azure and step scenarios' tick (their traces count arrivals per second)")
     ap.add_argument("--scenarios", default="azure,bank,step,fleet")
     ap.add_argument("--fleet-services", type=int, default=24)
     ap.add_argument("--fleet-hours", type=float, default=6.0)
@@ -328,16 +330,16 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     scenarios: list[Scenario] = []
     if "azure" in wanted:
         azure = load_trace(args.azure, "azure-llm")
-        scenarios.append(("azure", azure, args.azure_scale, 5.0, 0.0))
+        scenarios.append(("azure", azure, args.azure_scale, args.trace_tick_s, 0.0))
         if args.azure_warmup_s > 0:
-            scenarios.append(("azure-after-warmup", azure, args.azure_scale, 5.0, args.azure_warmup_s))
+            scenarios.append(("azure-after-warmup", azure, args.azure_scale, args.trace_tick_s, args.azure_warmup_s))
     if "bank" in wanted:
         bank = load_trace(args.bank, "counts-csv")
         if args.bank_days is not None:
             bank = Trace(bank.name, bank.start_s, bank.bucket_s, bank.counts[: int(args.bank_days * 288)])
         scenarios.append(("bank", bank, args.bank_scale, args.bank_tick_s, 0.0))
     if "step" in wanted:
-        scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, 5.0, 0.0))
+        scenarios.append(("step", step_profile((50.0, 500.0, 2.0), 600.0), 1.0, args.trace_tick_s, 0.0))
     return scenarios
 
 

@@ -106,6 +106,21 @@ def _autoscaling_runs(args: argparse.Namespace) -> list[Run]:
                                    "--bank", str(traces / "bank_calls_5min.csv")))]
 
 
+def _sim_tick_runs(args: argparse.Namespace) -> list[Run]:
+    traces = Path(args.traces_dir)
+    azure, bank = str(traces / "AzureLLMInferenceTrace_code.csv"), str(traces / "bank_calls_5min.csv")
+    runs = [Run(f"the Azure code trace and the step, tick {tick} s",
+                ("infer_ctl.sim.bench_autoscaling", "--azure", azure, "--scenarios", "azure,step",
+                 "--cold-starts", "120", "--starts", "warm", "--presets", "balanced", "--azure-warmup-s", "0",
+                 "--hindsight", "", "--policies", "infer-ctl,infer-ctl+tiers,hpa,kpa", "--trace-tick-s", tick))
+            for tick in ("1", "2", "5")]
+    runs += [Run(f"the fleet, tick {tick} s",
+                 ("infer_ctl.sim.bench_fleet", "--azure", azure, "--bank", bank,
+                  "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--tick-s", tick))
+             for tick in ("1", "2", "5")]
+    return runs
+
+
 def _lent_gpu_runs(args: argparse.Namespace) -> list[Run]:
     traces = Path(args.traces_dir)
     data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
@@ -210,6 +225,14 @@ SECTIONS: tuple[Section, ...] = (
         "The Azure code trace, bank_calls x200 and the step profile, each policy simulated over seeds "
         "(`infer_ctl/sim/bench_autoscaling.py`); takes long (bank_calls is 8 months per policy and seed).",
         _autoscaling_runs),
+    Section(
+        "sim-tick", "The simulator's tick: the same scenarios at 1, 2 and 5 s",
+        "The autoscaling section runs the Azure code trace, the step and the fleet at a 5 s tick (bank_calls at "
+        "30 s): each tick's arrivals are spread over it, so a burst shorter than a tick is averaged away, and the "
+        "oracle sizes for each tick's arrivals. Here the Azure code trace and the step (5 seeds, 120 s cold start, "
+        "warm start) and the fleet (one run) at ticks of 1, 2 and 5 s, the traces' arrivals counted per second: "
+        "how much the figures depend on the tick.",
+        _sim_tick_runs),
     Section(
         "lent-gpus", "Lent GPUs in a fleet: sleepers on the GPUs of services that yield to them",
         "bench_fleet's 24 services plus 4 steady batch services of 4 one-GPU replicas that lend their GPUs "

@@ -63,3 +63,10 @@ def test_seeds_are_ranges_or_lists() -> None:
     assert parse_seeds("3,7") == [3, 7]
     with pytest.raises(ValueError, match="no seeds"):
         parse_seeds(",")
+
+
+def test_the_trace_scenarios_run_at_the_tick_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--scenarios", "step", "--starts", "warm", "--cold-starts", "120", "--seeds", "0",
+            "--policies", "infer-ctl", "--hindsight", "", "--trace-tick-s", "2"]
+    assert main(argv) == 0
+    assert re.search(r"^step: step-50-500-2 x1, [0-9.]+ days, tick 2 s,", capsys.readouterr().out, re.MULTILINE)
