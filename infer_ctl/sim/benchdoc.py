@@ -230,8 +230,9 @@ SECTIONS: tuple[Section, ...] = (
         "The autoscaling section runs the Azure code trace, the step and the fleet at a 5 s tick (bank_calls at "
         "30 s): each tick's arrivals are spread over it, so a burst shorter than a tick is averaged away, and the "
         "oracle sizes for each tick's arrivals. Here the Azure code trace and the step (5 seeds, 120 s cold start, "
-        "warm start) and the fleet (one run) at ticks of 1, 2 and 5 s, the traces' arrivals counted per second: "
-        "how much the figures depend on the tick.",
+        "warm start) and the fleet (one run) at ticks of 1, 2 and 5 s: how much the figures depend on the tick. "
+        "The Azure trace and the step count arrivals per second; bank_calls' 5-minute counts (in the fleet) are "
+        "spread over the ticks as Poisson arrivals, so at a shorter tick they are burstier too.",
         _sim_tick_runs),
     Section(
         "lent-gpus", "Lent GPUs in a fleet: sleepers on the GPUs of services that yield to them",
