@@ -79,6 +79,9 @@ def register(sub: Any) -> None:
                         help="folder for the kubeconfig, the timelines (loadgen's, the controller's), its log, the "
                              "summary and the plot")
     parser.add_argument("--policies", type=Path, default=None, help="policies folder")
+    parser.add_argument("--without-sleepers", action="store_true",
+                        help="the same day without the sleeping tier: chat keeps no pool of sleepers and summarize "
+                             "lends no GPU (the 'before' of the README's table)")
     parser.add_argument("--control-plane", choices=("emulator", "kube"), default="emulator",
                         help="emulator (default): the project's fast embedded API server and scheduler; kube: the "
                              "real kube-apiserver, kube-scheduler and kube-controller-manager 1.37 (built from "
@@ -152,6 +155,9 @@ class _Demo:
         self.policies = load_policies(args.policies)
         self.cluster = load_cluster(CLUSTER, self.policies.catalog)
         self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
+        if args.without_sleepers:
+            for svc in self.services:
+                without_sleepers(svc)
         driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
         scale_capacity(driven, args.rate_scale)
         for svc in self.services:
@@ -369,8 +375,9 @@ class _Demo:
 
         yielded = sum(int(e.get("count") or (e.get("series") or {}).get("count") or 1)
                       for e in kube.list(EVENTS, "default") if e.get("reason") == "Yielded")
-        print(f"\nsummary of {BACKGROUND} (steady {BACKGROUND_RPS * self.day.rate_scale:g} req/s; its GPUs lent to "
-              f"chat's sleepers: {yielded} replica(s) put to sleep for chat's wakes)", flush=True)
+        lent = "lending no GPU (--without-sleepers)" if self.args.without_sleepers else \
+            f"its GPUs lent to chat's sleepers: {yielded} replica(s) put to sleep for chat's wakes"
+        print(f"\nsummary of {BACKGROUND} (steady {BACKGROUND_RPS * self.day.rate_scale:g} req/s; {lent})", flush=True)
         if not summary:
             print("  loadgen printed no summary", flush=True)
             return
@@ -426,7 +433,8 @@ class _Demo:
         dt = [b.t_s - a.t_s for a, b in zip(rec.samples, rec.samples[1:], strict=False)] + [TICK_S]
         gpu_s = sum(s.gpus * d for s, d in zip(rec.samples, dt, strict=True))
         slo = f"p95 <= {self.slo_ms:g} ms" if not math.isnan(self.slo_ms) else "none"
-        print(f"\nsummary of {DRIVEN} (SLO {slo}; latency from each request's scheduled send time)", flush=True)
+        pool = "; no pool of sleepers (--without-sleepers)" if self.args.without_sleepers else ""
+        print(f"\nsummary of {DRIVEN} (SLO {slo}; latency from each request's scheduled send time{pool})", flush=True)
         phases = phase_rows(self.day, rec, summary.get("phases") or [], self.slo_ms)
         print(f"  {'phase':<15} {'seconds':>9} {'req/s':>9} {'p50':>8} {'p95':>8} {'SLO':>6} {'errors':>7}  "
               f"{'serving':>7} {'standby':>7} {'asleep':>7} {'loading':>7}", flush=True)
@@ -501,6 +509,18 @@ def write_samples(rec: Recorder, path: Path) -> None:
         for x in rec.samples:
             writer.writerow([f"{x.t_s:.1f}", f"{x.observed_rps:.1f}", f"{x.forecast_rps:.1f}", x.desired_serving,
                              x.desired_standby, *(x.count(s) for s in states), x.gpus, x.reason])
+
+
+def without_sleepers(service: dict[str, Any]) -> None:
+    """A demo service without the sleeping tier: no pool of sleepers (`prewarm.sleepingReplicas`), no GPUs lent
+    to another's (`prewarm.yieldToSleepers`); the rest of its prewarm as written."""
+    prewarm = (service.get("spec") or {}).get("scaling", {}).get("prewarm")
+    if not isinstance(prewarm, dict):
+        return
+    prewarm.pop("sleepingReplicas", None)
+    prewarm.pop("yieldToSleepers", None)
+    if not prewarm:
+        del service["spec"]["scaling"]["prewarm"]
 
 
 def scale_capacity(service: dict[str, Any], scale: float) -> None:

@@ -24,6 +24,7 @@ from infer_ctl.cli.demo import (
     plot,
     replica_states,
     scale_capacity,
+    without_sleepers,
 )
 from infer_ctl.cli.demoday import DEFAULT_DAY_S, Day
 from infer_ctl.cli.live import LiveView, ServiceView
@@ -111,6 +112,18 @@ def test_a_lighter_run_scales_each_replica_s_capacity_at_the_same_latency() -> N
     assert (slots, ms) == (3, 125.0)  # 24 req/s saturate it: 0.3 x 80
     assert slots / ms * 1000 == pytest.approx(0.3 * 80)
     assert service["spec"]["scaling"]["targetRequestsPerReplica"] == pytest.approx(12.0)
+
+
+def test_without_sleepers_the_demo_s_services_keep_no_pool_and_lend_no_gpu() -> None:
+    services = [d for d in yaml.safe_load_all((ROOT / "deploy/demo/chat.yaml").read_text()) if d]
+    prewarm = {s["metadata"]["name"]: s["spec"]["scaling"].get("prewarm") for s in services}
+    assert prewarm["chat"] == {"sleepingReplicas": 6} and prewarm["summarize"] == {"yieldToSleepers": True}
+    for svc in services:
+        without_sleepers(svc)
+    assert all("prewarm" not in s["spec"]["scaling"] for s in services)
+    kept = {"spec": {"scaling": {"prewarm": {"sleepingReplicas": 2, "nodeCache": True}}}}
+    without_sleepers(kept)
+    assert kept["spec"]["scaling"]["prewarm"] == {"nodeCache": True}  # the other tiers as written
 
 
 # ----------------------------------------------------------------------------------------------- the live view
