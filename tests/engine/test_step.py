@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.decide.decision import DecidePolicy, Reason, ReplicaView
@@ -180,6 +182,38 @@ def test_a_rate_scraped_every_15_s_heads_for_the_same_rate_however_often_it_is_r
     assert len(on_ramp) >= 0.9 * 225.0 / read_every_s, "the ramp was not taken as rising on most reads"
     assert all(abs(h - (100.0 + math.floor(t / 15.0) * 15.0 - 600.0)) <= 5.0 for t, h in on_ramp), on_ramp
     assert all(h - r <= 5.0 for t, r, h in heading if not 600.0 <= t < 960.0), heading  # the noise: no burst
+
+
+@settings(max_examples=40, deadline=None)
+@given(scrape_s=st.sampled_from([5.0, 10.0, 15.0, 30.0]), reads=st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0]),
+       slope=st.floats(0.2, 5.0), start=st.floats(0.0, 30.0))
+def test_on_a_ramp_every_scrape_interval_and_read_spacing_heads_for_the_traffic_at_the_last_scrape(
+    scrape_s: float, reads: float, slope: float, start: float
+) -> None:
+    """A ramp of `slope` req/s per second seen through `rate(...[1m])`, scraped every `scrape_s` and read every
+    `reads` scrape intervals (a fraction: several reads per scrape; more than one: reads slower than scrapes):
+    once the ramp fills the window, every read heads for the traffic's rate at the scrape the value came from.
+    On a constant rate it heads nowhere."""
+    read_s = scrape_s * reads
+    ramp_at = 600.0
+
+    def count(u: float) -> float:
+        ramp = max(u - ramp_at, 0.0)
+        return 100.0 * u + slope * ramp * ramp / 2
+
+    policy = DecidePolicy(10.0, min_replicas=1, max_replicas=100, control_period_s=read_s, forecast_enabled=False)
+    config, state = EngineConfig(), EngineState()
+    t = 1.0 + start
+    while t < ramp_at + 300.0:
+        last = math.floor(t / scrape_s) * scrape_s
+        rate = (count(last) - count(last - 60.0)) / 60.0
+        out, state = step(EngineInputs(t, ((t, rate),), replicas(10), 120.0, policy), state, config)
+        if t < ramp_at:
+            assert math.isnan(out.leading_rps), (t, out.leading_rps)
+        elif last >= ramp_at + 60.0 + max(read_s, scrape_s):
+            truth = 100.0 + slope * (last - ramp_at)
+            assert out.leading_rps == pytest.approx(truth, rel=1e-6), (t, rate, out.leading_rps, truth)
+        t += read_s
 
 
 def test_a_rise_heads_on_between_scrapes_and_stops_once_a_scrape_interval_brings_no_change() -> None:
