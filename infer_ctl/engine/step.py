@@ -19,6 +19,7 @@ placement engine (issue 3) receives; the controller chains it after this step.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -145,11 +146,7 @@ class RateTrend:
     def typical_gap_s(self, spacing_s: float) -> float:
         """The time a change of the value takes to show: the median gap between changes once three are known,
         else the spacing of the reads."""
-        if len(self.gaps) < 3:
-            return spacing_s
-        ordered = sorted(self.gaps)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return statistics.median(self.gaps) if len(self.gaps) >= 3 else spacing_s
 
 
 @dataclass(frozen=True, slots=True)

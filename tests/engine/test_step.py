@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -148,16 +149,21 @@ def test_a_step_seen_through_a_rate_window_is_sized_for_where_the_rate_is_headin
     assert remembered < 65  # the extrapolation is transient: the window remembers the observed 200 + headroom
 
 
+def scraped_rate(count: Callable[[float], float], t: float, scrape_s: float) -> tuple[float, float]:
+    """`rate(requests_total[1m])` read at `t` from a counter (`count`: requests arrived by a time) scraped every
+    `scrape_s`, and the scrape it comes from: the value changes only when a scrape comes in."""
+    last = math.floor(t / scrape_s) * scrape_s
+    return (count(last) - count(last - 60.0)) / 60.0, last
+
+
 def scraped_ramp_rate(t: float, scrape_s: float) -> float:
-    """`rate(requests_total[1m])` read at `t` from counters scraped every `scrape_s`: about 100 req/s (a
-    little noise, so that each scrape moves the value) until 600 s, then 1 more each second until 900 s. The
-    value changes only when a scrape comes in."""
-    def count(u: float) -> float:  # requests arrived by u
+    """About 100 req/s (a little noise, so that each scrape moves the value) until 600 s, then 1 more each second
+    until 900 s, through `scraped_rate`."""
+    def count(u: float) -> float:
         ramp = min(max(u - 600.0, 0.0), 300.0)
         return 100.0 * u + 5.0 * math.sin(u / 7.0) + ramp * ramp / 2 + max(u - 900.0, 0.0) * 300.0
 
-    last = math.floor(t / scrape_s) * scrape_s
-    return (count(last) - count(last - 60.0)) / 60.0
+    return scraped_rate(count, t, scrape_s)[0]
 
 
 @pytest.mark.parametrize("read_every_s", [2.0, 5.0, 15.0])
@@ -205,8 +211,7 @@ def test_on_a_ramp_every_scrape_interval_and_read_spacing_heads_for_the_traffic_
     config, state = EngineConfig(), EngineState()
     t = 1.0 + start
     while t < ramp_at + 300.0:
-        last = math.floor(t / scrape_s) * scrape_s
-        rate = (count(last) - count(last - 60.0)) / 60.0
+        rate, last = scraped_rate(count, t, scrape_s)
         out, state = step(EngineInputs(t, ((t, rate),), replicas(10), 120.0, policy), state, config)
         if t < ramp_at:
             assert math.isnan(out.leading_rps), (t, out.leading_rps)
