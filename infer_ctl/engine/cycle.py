@@ -1103,8 +1103,7 @@ class _WarmLedger:
                 and (lent is None or (d.claim in self.lent_devices) == lent) and d.claim not in self.stranded]
         if not fits:
             return None
-        return min(fits, key=lambda d: (not d.exists, d.claim in self.lent_devices,
-                                        -self.device_free.get(d.claim, 0), d.claim))
+        return min(fits, key=self._order)
 
     def in_place(self, lent: bool = False) -> int:
         """This service's awake replicas on warm hosts (lent ones, or the others) that could sleep where they are
@@ -1144,14 +1143,32 @@ class _WarmLedger:
         held = sum(min(n, max(0, self._slots(self.devices[c]) - self.own_awake[c]))
                    for c, n in self.own_sleepers.items()
                    if c in self.devices and (c in self.lent_devices) == lent and c not in self.stranded)
-        sleepers, host_free, pool = Counter(self.own_sleepers), dict(self.host_free), self.pool
-        more = 0
-        while held + more < limit and (device := self._candidate(sleepers, host_free, lent, pool)) is not None:
+        # the new ones as `place` would add them one by one (each to `_candidate`'s pick, which keeps the same
+        # device until it is full), a device at a time: a cluster offers hundreds of free GPUs, and one by one
+        # would cost limit x devices
+        host_free, pool, more = dict(self.host_free), self.pool, 0
+        for device in sorted((d for d in self.devices.values()
+                              if (d.claim in self.lent_devices) == lent and d.claim not in self.stranded),
+                             key=self._order):
+            if held + more >= limit:
+                break
+            slots = self._slots(device)
+            if not (device.exists or pool > 0 or slots >= 2):
+                continue
+            fit = min(slots - self.own_sleepers[device.claim] - self.own_awake[device.claim],
+                      max(0, host_free.get(device.node, 0)) // max(1, self.weights), limit - held - more)
+            if fit <= 0:
+                continue
             pool -= self._new_pool_host(device)
-            sleepers[device.claim] += 1
-            host_free[device.node] -= self.weights
-            more += 1
+            host_free[device.node] = host_free.get(device.node, 0) - fit * self.weights
+            more += fit
         return min(limit, held + more)
+
+    def _order(self, device: WarmDevice) -> tuple[bool, bool, int, str]:
+        """`_candidate`'s preference: existing warm hosts before free GPUs, others' before lent ones, the device
+        with the most memory free, then by name."""
+        return (not device.exists, device.claim in self.lent_devices, -self.device_free.get(device.claim, 0),
+                device.claim)
 
 
 def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],

@@ -27,6 +27,7 @@ from infer_ctl.engine.cycle import (
     SlowTiers,
     WarmDevice,
     WarmHosts,
+    _WarmLedger,
     awake_device_bytes,
     plan_cycle,
     weight_bytes,
@@ -424,3 +425,31 @@ def test_a_sleeping_pool_the_warm_hosts_cannot_hold_says_why() -> None:
                           warm_hosts=hosts(*free)), held_warm(3, awake=3))
     assert capped.serving == 3 and capped.sleeping == 1, capped.message
     assert "sleeping pool" not in capped.message, capped.message
+
+
+def _room_one_by_one(ledger: _WarmLedger, limit: int, lent: bool) -> int:
+    """`_WarmLedger.room` as `place` would fill it: one sleeper at a time onto `_candidate`'s pick (what `room`
+    computed until it counted a device at a time)."""
+    held = sum(min(n, max(0, ledger._slots(ledger.devices[c]) - ledger.own_awake[c]))
+               for c, n in ledger.own_sleepers.items()
+               if c in ledger.devices and (c in ledger.lent_devices) == lent and c not in ledger.stranded)
+    sleepers, host_free, pool, more = Counter(ledger.own_sleepers), dict(ledger.host_free), ledger.pool, 0
+    while held + more < limit and (device := ledger._candidate(sleepers, host_free, lent, pool)) is not None:
+        pool -= ledger._new_pool_host(device)
+        sleepers[device.claim] += 1
+        host_free[device.node] -= ledger.weights
+        more += 1
+    return min(limit, held + more)
+
+
+@settings(max_examples=200, deadline=None)
+@given(situations(), st.integers(0, 12), st.booleans(), st.integers(0, 3))
+def test_the_room_counted_a_device_at_a_time_is_the_room_filled_one_sleeper_at_a_time(
+        situation: tuple[Observation, CycleState], limit: int, lent: bool, pool: int) -> None:
+    obs, _ = situation
+    assert obs.warm_hosts is not None
+    obs = replace(obs, warm_hosts=replace(obs.warm_hosts, pool_gpus=pool))
+    for svc in (obs.service, exclusive()):  # a Shared service (several awake per device) and an Exclusive one
+        seen = replace(obs, service=svc)
+        assert _WarmLedger(seen, seen.replicas).room(limit, lent) == \
+            _room_one_by_one(_WarmLedger(seen, seen.replicas), limit, lent)
