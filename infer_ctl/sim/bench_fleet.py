@@ -2,7 +2,7 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
-        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0] [--overloads]
+        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0] [--shared-gib 0] [--overloads]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
@@ -33,6 +33,11 @@ infer-ctl their replicas run on warm hosts and yield them to other services' wak
 controller runs them); the peers run them as any service. `--pool K` gives every one-GPU service of the recipe a
 sleeping pool of K (`spec.scaling.prewarm.sleepingReplicas`; its replicas take a GPU whole, so its sleepers wait
 only on lent GPUs). The table then adds a line per policy for the lenders and for the others.
+
+Memory shares (`--shared-gib G`): the recipe's one-GPU services run `Shared`, each replica a memory share of G GiB
+of an H100 (80 GiB; 24 packs three on a device), for every policy; a device held for shares is charged to the
+replicas on it by the memory each takes (`infer_ctl.sim.fleet`). A `Shared` service with the sleeping tier makes
+warm hosts of its own on free GPUs (its device holds several of its replicas awake), which no `Exclusive` one does.
 
 Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
 trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
@@ -95,6 +100,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lenders", type=int, default=0, help="batch services that lend their GPUs (yieldToSleepers)")
     ap.add_argument("--lender-replicas", type=int, default=4, help="each lender's replicas")
     ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
+    ap.add_argument("--shared-gib", type=float, default=0.0,
+                    help="the recipe's one-GPU services run Shared, each replica a memory share of this many GiB "
+                         "of an H100 (80 GiB); 0: Exclusive, each replica a GPU whole")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
     return ap.parse_args(argv)
@@ -251,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     azure = load_trace(args.azure, "azure-llm")
     bank = load_trace(args.bank, "counts-csv")
     horizon_s = args.hours * 3600.0
-    recipe = fleet_recipe(args.services, horizon_s, args.recipe_seed, azure.duration_s)
+    recipe = fleet_recipe(args.services, horizon_s, args.recipe_seed, azure.duration_s, args.shared_gib)
 
     def settings_for(preset: Preset) -> tuple[FleetService, ...]:
         def settings(name: str, model: ServiceModel) -> ScenarioSettings:

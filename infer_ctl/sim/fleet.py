@@ -18,6 +18,14 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
   (preemptionPolicy Never), its serving ones at `infer-ctl-serving` (PreemptLowerPriority); the peers' Pods all
   share one priority. A serving Pod that fits nowhere evicts lower-priority Pods on the node where the fewest
   must go (newest first), as DefaultPreemption does; the evicted replicas are gone at once (no grace period).
+- Memory shares: a replica of a `Shared` service (`ServiceModel.memory_share_gib`, the model's memory) takes a
+  share of one device, as a ResourceClaim with consumable capacity does: the scheduler puts it on the device already
+  shared that it fills best (on a node that holds the service's weights first), else opens a free GPU of the node
+  with the most free; a device is held from its first share to the departure of its last, and charged to the
+  replicas on it by the memory each takes. A share that fits nowhere preempts as a Pod does (the fewest
+  lower-priority shares on one device, or whole-GPU Pods to free a GPU); a whole-GPU Pod never breaks up a shared
+  device. infer-ctl's placement would score the same packing against fragmentation; here the scheduler does it for
+  every policy alike, and a scale-down does not consolidate (no policy moves replicas between devices).
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
   none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
   to their deletion, split evenly between the services with a replica on them. Host-memory GiB-hours are
@@ -62,8 +70,9 @@ time-shifted and scaled segments. Service i draws from numpy's generator seeded 
 - `azure-loop`: offset uniform in whole seconds over the trace's length; `azure-burst`: offset uniform in whole
   seconds over [0, horizon - trace length]; both at rate x `scale` uniform in [1, 4];
 - size by i mod 5: 4 is a large model (a 70B: 2 GPUs per replica, 360 s cold start, 4 req/s
-  per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B) take 1 GPU,
-  8 req/s per replica at a 2 s SLO (0.8 s base), and a 120 s (i even) or 240 s (i odd) cold start;
+  per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B) take 1 GPU (or, with
+  `shared_gib`, a memory share of that many GiB of one: `Shared`), 8 req/s per replica at a 2 s SLO (0.8 s base),
+  and a 120 s (i even) or 240 s (i odd) cold start;
 - `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.run.arrivals_per_tick`) and,
   in every run, its cold-start samples (`SimConfig.seed` is not used: each service has its own).
 
@@ -128,6 +137,7 @@ GIB = 1024**3
 # the controller's PriorityClasses (deploy/kustomize/base/priorityclasses.yaml); peers' Pods run at 0
 PRIORITY_SERVING, PRIORITY_STANDBY, PRIORITY_DEFAULT = 100_000, 1_000, 0
 WARM_HOSTS = "warm-hosts"  # the allocations of warm hosts (shared by services) are booked under this name
+SHARED_DEVICES = "shared-devices"  # and those of devices holding memory shares (`Shared` services' replicas)
 
 
 # ----------------------------------------------------------------------------------------------- the cluster
@@ -172,16 +182,28 @@ class Allocation:
 
 
 class _Cluster:
-    """Free GPUs per node, the Pods bound to each, and the log of every allocation."""
+    """Free GPUs per node, the Pods bound to each, the memory shares on shared devices, and the log of every
+    allocation.
 
-    def __init__(self, spec: ClusterSpec) -> None:
+    A Pod of a `Shared` service takes a memory share of one device (a ResourceClaim with consumable capacity): a
+    device holding shares is out of the free GPUs from its first share to the departure of its last, and the
+    allocation log books it then as one GPU held (under `SHARED_DEVICES`); what it costs is split between the
+    replicas on it by the memory each takes (`share_charges`)."""
+
+    def __init__(self, spec: ClusterSpec, device_bytes: int = 80 * GIB) -> None:
         self.spec = spec
+        self.device_bytes = device_bytes
         self.free = [spec.gpus_per_node] * spec.nodes
         self.free_total = spec.gpus
         # per node: (service index, replica) -> (GPUs, priority, bound at)
         self.pods: list[dict[tuple[int, str], tuple[int, int, float]]] = [{} for _ in range(spec.nodes)]
         self.allocations: list[Allocation] = []
         self._open: dict[tuple[int, str], int] = {}
+        # the shared devices: (node, ordinal) -> {(service index, replica): (bytes, priority, bound at)}
+        self.shared: dict[tuple[int, int], dict[tuple[int, str], tuple[int, int, float]]] = {}
+        self.share_of: dict[tuple[int, str], tuple[int, int]] = {}  # replica -> its device
+        self._ordinal = 0
+        self._charges: dict[int, float] | None = None
 
     def least_allocated(self, gpus: int) -> int | None:
         best, best_free = None, -1
@@ -203,15 +225,103 @@ class _Cluster:
         self.allocations.append(Allocation(service_name, replica, node, gpus, now))
 
     def release(self, service: int, replica: str, node: int, now: float) -> None:
-        gpus, _, _ = self.pods[node].pop((service, replica))
+        key = (service, replica)
+        device = self.share_of.pop(key, None)
+        if device is not None:
+            members = self.shared[device]
+            del members[key]
+            self._charges = None
+            if not members:
+                del self.shared[device]
+                self.release(-2, f"shared-{device[0]}-{device[1]}", node, now)
+            return
+        gpus, _, _ = self.pods[node].pop(key)
         self.free[node] += gpus
         self.free_total += gpus
-        i = self._open.pop((service, replica))
+        i = self._open.pop(key)
         self.allocations[i] = replace(self.allocations[i], end_s=now)
+
+    # -- memory shares
+
+    def share_free(self, device: tuple[int, int]) -> int:
+        return self.device_bytes - sum(b for b, _, _ in self.shared[device].values())
+
+    def share_fit(self, nbytes: int, nodes: Sequence[int] = ()) -> tuple[int, int | None] | None:
+        """Where a share of `nbytes` goes: on the first of `nodes` (the service's cached ones, newest first) where
+        it fits, else anywhere; a device already shared with the least memory left that holds it (bin-packing, as
+        the controller's placement scores fragmentation), else a free GPU of the node with the most free (the
+        device to open: None). None when nothing fits."""
+        if nbytes > self.device_bytes:
+            return None
+        for wanted in (*nodes, None):
+            fits = [(self.share_free(d), d) for d in self.shared
+                    if (wanted is None or d[0] == wanted) and self.share_free(d) >= nbytes]
+            if fits:
+                device = min(fits)[1]
+                return device[0], device[1]
+            if wanted is not None and self.free[wanted] >= 1:
+                return wanted, None
+        node = self.least_allocated(1)
+        return (node, None) if node is not None else None
+
+    def bind_share(self, service: int, replica: str, node: int, device: int | None, *, nbytes: int, priority: int,
+                   now: float) -> None:
+        """A share of `nbytes` for `replica` on device `device` of `node` (None: a free GPU of the node, opened)."""
+        if device is None:
+            self._ordinal += 1
+            device = self._ordinal
+            self.bind((-2, SHARED_DEVICES), f"shared-{node}-{device}", node, gpus=1, priority=PRIORITY_SERVING,
+                      now=now)
+            self.shared[(node, device)] = {}
+        elif self.share_free((node, device)) < nbytes:
+            raise RuntimeError(f"device {device} of node {node} has {self.share_free((node, device))} bytes free, "
+                               f"{replica} needs {nbytes}")
+        self.shared[(node, device)][(service, replica)] = (nbytes, priority, now)
+        self.share_of[(service, replica)] = (node, device)
+        self._charges = None
+
+    def share_slots(self, nbytes: int) -> int:
+        """Shares of `nbytes` the cluster could still take: on its shared devices and its free GPUs."""
+        if nbytes <= 0 or nbytes > self.device_bytes:
+            return 0
+        return sum(self.share_free(d) // nbytes for d in self.shared) + self.free_total * (self.device_bytes // nbytes)
+
+    def share_charges(self) -> dict[int, float]:
+        """Per service, the shared devices' GPUs charged to it: each device, held whole, split between the
+        replicas on it by the memory each takes. E.g. one device with a's 24 GiB and b's 48 GiB: a 1/3, b 2/3."""
+        if self._charges is None:
+            out: dict[int, float] = {}
+            for members in self.shared.values():
+                total = sum(b for b, _, _ in members.values())
+                for (service, _), (b, _, _) in members.items():
+                    out[service] = out.get(service, 0.0) + b / total
+            self._charges = out
+        return self._charges
+
+    def share_victims(self, nbytes: int, priority: int) -> tuple[int, int | None, list[tuple[int, str]]] | None:
+        """DefaultPreemption for a share, simplified: the device where evicting the fewest lower-priority shares
+        (lowest priority, then newest, first) leaves `nbytes` free, or the node where evicting the fewest
+        lower-priority whole-GPU Pods frees a GPU to open; None when neither can. Returns (node, device or None,
+        victims)."""
+        best: tuple[int, int | None, list[tuple[int, str]]] | None = None
+        for (node, device), members in self.shared.items():
+            lower = sorted((p, -t, key, b) for key, (b, p, t) in members.items() if p < priority)
+            free, chosen = self.share_free((node, device)), []
+            for _, _, key, b in lower:
+                if free >= nbytes:
+                    break
+                free += b
+                chosen.append(key)
+            if free >= nbytes and chosen and (best is None or len(chosen) < len(best[2])):
+                best = (node, device, chosen)
+        whole = self.victims(1, priority)
+        if whole is not None and (best is None or len(whole[1]) < len(best[2])):
+            best = (whole[0], None, whole[1])
+        return best
 
     def victims(self, gpus: int, priority: int) -> tuple[int, list[tuple[int, str]]] | None:
         """DefaultPreemption, simplified: the node where evicting the fewest lower-priority Pods (lowest priority,
-        then newest, first) frees `gpus`; None when no node can."""
+        then newest, first) frees `gpus`; None when no node can. Shared devices are not broken up for it."""
         best: tuple[int, list[tuple[int, str]]] | None = None
         for node, pods in enumerate(self.pods):
             lower = sorted(((p, -t, key, g) for key, (g, p, t) in pods.items() if p < priority))
@@ -240,6 +350,10 @@ class RecipeLine:
     seed: int
     model: ServiceModel
 
+    def takes(self) -> str:
+        m = self.model
+        return f"{m.memory_share_gib:g} GiB/replica" if m.memory_share_gib else f"{m.gpus_per_replica} GPU/replica"
+
     def describe(self) -> str:
         m = self.model
         if self.source == "bank":
@@ -253,13 +367,14 @@ class RecipeLine:
         else:
             where = "into the horizon, once"
         return (f"{self.name:<8} {self.source:<11} offset {self.offset_s:>8.0f} s ({where:<22}) x{self.scale:<6g} "
-                f"seed {self.seed:<5d} {m.gpus_per_replica} GPU/replica, cold start {m.cold_start_s:.0f} s, "
+                f"seed {self.seed:<5d} {self.takes()}, cold start {m.cold_start_s:.0f} s, "
                 f"{m.target_rps_per_replica:g} req/s per replica at a {m.slo_latency_s:g} s SLO")
 
 
 def fleet_recipe(n: int = 24, horizon_s: float = 6 * 3600.0, seed: int = 0,
-                 azure_s: float = 3437.0) -> tuple[RecipeLine, ...]:
-    """The fleet of the module docstring; `azure_s` is the Azure trace's length (its 1-second buckets)."""
+                 azure_s: float = 3437.0, shared_gib: float = 0.0) -> tuple[RecipeLine, ...]:
+    """The fleet of the module docstring; `azure_s` is the Azure trace's length (its 1-second buckets). With
+    `shared_gib`, the one-GPU services are `Shared`: each replica a memory share of that many GiB of one GPU."""
     if n < 1:
         raise ValueError(f"n: {n} services; need at least 1")
     if horizon_s < azure_s:
@@ -281,7 +396,8 @@ def fleet_recipe(n: int = 24, horizon_s: float = 6 * 3600.0, seed: int = 0,
                                  cold_start_s=360.0, gpus_per_replica=2, min_replicas=0)
             scale = round(scale / 2, 2)
         else:
-            model = ServiceModel(cold_start_s=120.0 if i % 2 == 0 else 240.0, min_replicas=0)
+            model = ServiceModel(cold_start_s=120.0 if i % 2 == 0 else 240.0, min_replicas=0,
+                                 memory_share_gib=shared_gib)
         out.append(RecipeLine(f"svc-{i:02d}", source, offset, scale, 1000 * seed + i, model))
     return tuple(out)
 
@@ -324,9 +440,13 @@ class FleetService:
 def service_settings(name: str, model: ServiceModel) -> ScenarioSettings:
     """The scenario settings of a fleet service (the balanced preset's), infer-ctl running an InferenceService of
     that name."""
+    spec: dict[str, Any] = {"model": {"name": name, "parameters": "70B" if model.gpus_per_replica > 1 else "8B"},
+                            "runtime": {"image": "sim"}}
+    if model.memory_share_gib:  # a memory share of one GPU: the model's memory, stated
+        spec["model"]["memory"] = f"{model.memory_share_gib:g}Gi"
+        spec["accelerator"] = {"sharing": api.Sharing.SHARED.value}
     manifest = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name, "namespace": "fleet"},
-                "spec": {"model": {"name": name, "parameters": "70B" if model.gpus_per_replica > 1 else "8B"},
-                         "runtime": {"image": "sim"}}}
+                "spec": spec}
     return ScenarioSettings(model, manifest=manifest)
 
 
@@ -509,6 +629,10 @@ class _ServiceRun:
         self.spec_name = service_doc.meta.name
         self.weight = weight_bytes(self.spec.model)
         self.warm_gpus_n = np.zeros(n_ticks)  # the warm hosts' GPUs charged to this service
+        # a `Shared` service's replica takes this much of one device (0: its GPUs whole); the shared devices' GPUs
+        # charged to it per tick
+        self.share_bytes = self.spec.model.memory_bytes if self.spec.accelerator.sharing is api.Sharing.SHARED else 0
+        self.shared_gpus_n = np.zeros(n_ticks)
         self.host_bytes_n = np.zeros(n_ticks)  # host memory its replicas on warm hosts hold
         self.wake_refused = 0
         self.refused: dict[str, str] = {}  # sleepers whose wake was refused, until their host's GPU is free
@@ -564,7 +688,8 @@ class _ServiceRun:
         attainment, p95, p99 = latency_stats(scored, self.ready_n, self.backlog, self.model, dt)
         return SimResult(
             policy=self.policy.name, slo_attainment=attainment,
-            gpu_hours=(float(self.held_n[w:].sum()) * self.model.gpus_per_replica
+            gpu_hours=((float(self.shared_gpus_n[w:].sum()) if self.share_bytes else
+                        float(self.held_n[w:].sum()) * self.model.gpus_per_replica)
                        + float(self.warm_gpus_n[w:].sum())) * dt / 3600.0,
             cold_starts=self.replicas.cold_starts, p95_latency_ms=p95 * 1000.0, p99_latency_ms=p99 * 1000.0,
             scale_events=self.scale_events, wall_s=wall_s, requests=float(scored.sum()),
@@ -635,11 +760,21 @@ class _FleetSim:
         if accelerator is None:
             raise ValueError(f"cluster.accelerator: {c.spec.accelerator!r} is not in the accelerator catalog")
         self.product = accelerator.name
+        c.device_bytes = accelerator.memory_bytes
         self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, accelerator.memory_bytes)
         self.warm.lenders = {run.index for run in runs if lends(run)}
         self.warm.service_names = {run.index: run.spec_name for run in runs}
         self.warm.ready = lambda key: (r := self.runs[key[0]].replicas.replicas.get(key[1])) is not None \
             and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
+
+    def record_shares(self, t: int) -> None:
+        """Each `Shared` service's share of the shared devices' GPUs at tick `t`."""
+        if not self.cluster.shared:
+            return
+        charges = self.cluster.share_charges()
+        for run in self.runs:
+            if run.share_bytes:
+                run.shared_gpus_n[t] = charges.get(run.index, 0.0)
 
     def record_warm(self, t: int) -> int:
         """Each service's share of the warm hosts' GPUs and its host memory at tick `t`; the host memory held."""
@@ -746,6 +881,15 @@ class _FleetSim:
         g = run.model.gpus_per_replica
         for _ in range(n):
             name = run.replicas.new_name()
+            if run.share_bytes:
+                fit = self.cluster.share_fit(run.share_bytes)
+                if fit is None:
+                    self.create(run, name, False, 0.0)
+                    continue
+                self.cluster.bind_share(run.index, name, fit[0], fit[1], nbytes=run.share_bytes,
+                                        priority=run.priority_serving, now=0.0)
+                run.replicas.add_ready(name, fit[0])
+                continue
             node = self.cluster.least_allocated(g)
             if node is None:
                 self.create(run, name, False, 0.0)
@@ -806,7 +950,8 @@ class _FleetSim:
         tier's are the warm hosts (`warm_hosts`), as the controller's. The times are left to infer-ctl
         (measured, else its policy's defaults), as the controller has them."""
         g, cap = run.model.gpus_per_replica, run.model.max_replicas
-        cached = min(cap, sum(f // g for f in self.cluster.free)) if run.use.node_cache else 0
+        free = self.cluster.share_slots(run.share_bytes) if run.share_bytes else sum(f // g for f in self.cluster.free)
+        cached = min(cap, free) if run.use.node_cache else 0
         return SlowTiers(Room(sleeping=0, cached=cached))
 
     def warm_hosts(self, run: _ServiceRun) -> WarmHostsView | None:
@@ -903,6 +1048,8 @@ class _FleetSim:
         self.queue = kept
 
     def _bind(self, run: _ServiceRun, name: str, priority: int, now: float) -> bool:
+        if run.share_bytes:
+            return self._bind_share(run, name, priority, now)
         g = run.model.gpus_per_replica
         node, cached = self._node_for(run, g, now)
         if node is None and priority > PRIORITY_STANDBY:
@@ -925,6 +1072,43 @@ class _FleetSim:
         self.cluster.bind((run.index, run.service.name), name, node, gpus=g, priority=priority, now=now)
         run.replicas.bind(name, node, now, cold, cached=cached)
         return True
+
+    def _bind_share(self, run: _ServiceRun, name: str, priority: int, now: float) -> bool:
+        """A `Shared` service's Pod: a memory share on a device (`_Cluster.share_fit`), on a node that holds the
+        service's weights first; else, at a serving priority, what preemption frees."""
+        fit, cached = self._share_for(run, now)
+        if fit is None and priority > PRIORITY_STANDBY:
+            found = self.cluster.share_victims(run.share_bytes, priority)
+            if found is not None:
+                node, device, victims = found
+                for service, victim in victims:
+                    self.remove(self.runs[service], victim, now)
+                self.preempted += len(victims)
+                self.dirty = True
+                # the device the victims left may be gone with the last of them: placed again
+                fit = (node, device if (node, device) in self.cluster.shared else None)
+        if fit is None:
+            return False
+        node, device = fit
+        self.cluster.bind_share(run.index, name, node, device, nbytes=run.share_bytes, priority=priority, now=now)
+        run.replicas.bind(name, node, now, self._cold_start(run, cached), cached=cached)
+        return True
+
+    def _share_for(self, run: _ServiceRun, now: float) -> tuple[tuple[int, int | None] | None, bool]:
+        """Where a share goes (`_Cluster.share_fit`), and whether it starts cached: with a node cache on every
+        node, always; else on a node a ready replica of the service left within `cache_ttl_s` (one cached start
+        per replica that left, the newest first)."""
+        if run.use.node_cache:
+            return self.cluster.share_fit(run.share_bytes), True
+        ttl = run.model.cache_ttl_s
+        recent = [i for i in range(len(run.cache) - 1, -1, -1) if run.cache[i][0] >= now - ttl]
+        fit = self.cluster.share_fit(run.share_bytes, [run.cache[i][1] for i in recent])
+        if fit is None:
+            return None, False
+        hit = next((i for i in recent if run.cache[i][1] == fit[0]), None)
+        if hit is not None:
+            del run.cache[hit]
+        return fit, hit is not None
 
     def _lent_host(self, run: _ServiceRun, name: str, node: int, now: float) -> str:
         """A warm host made of a GPU of `node` for a lending service's replica, awake on it (as the controller makes
@@ -1011,6 +1195,7 @@ def simulate_fleet(
             run.record(t)
         gpus_held[t] = cluster.gpus - sim.cluster.free_total
         host_bytes[t] = sim.record_warm(t)
+        sim.record_shares(t)
         if progress is not None and t % report_every == 0:
             progress(t / n_ticks)
     if progress is not None:

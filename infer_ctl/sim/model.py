@@ -56,8 +56,14 @@ class ServiceModel:
     min_replicas: int = 1
     max_replicas: int = 200
     accelerator: str = "H100-80GB"  # the catalog product a replica runs on (its cold starts are measured per product)
+    # 0: a replica takes `gpus_per_replica` GPUs whole (sharing Exclusive); more: a memory share of this many GiB
+    # of one GPU (sharing Shared, the model's memory; the fleet simulator packs shares onto devices)
+    memory_share_gib: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.memory_share_gib < 0 or (self.memory_share_gib > 0 and self.gpus_per_replica != 1):
+            raise ValueError(f"memory_share_gib: {self.memory_share_gib} GiB; a memory share is of one GPU and not "
+                             f"negative (gpus_per_replica {self.gpus_per_replica})")
         if not self.slo_latency_s > self.base_latency_s:
             raise ValueError(
                 f"the SLO latency ({self.slo_latency_s} s) must exceed the base latency ({self.base_latency_s} s)"

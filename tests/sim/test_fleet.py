@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -196,6 +197,95 @@ def test_a_serving_replica_that_fits_nowhere_preempts_another_services_standby_r
     assert max(most_held_per_node(r.allocations).values()) <= 3
 
 
+GIB = 2**30
+
+
+def test_memory_shares_pack_onto_devices_held_from_their_first_share_to_their_last() -> None:
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    assert c.share_fit(24 * GIB) == (0, None)  # no device is shared yet: a free GPU is opened
+    c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
+    assert c.free_total == 1 and len(c.allocations) == 1  # the device, booked as one GPU held
+    device = c.share_of[(0, "a-1")][1]
+    for name in ("a-2", "a-3"):  # 3 x 24 GiB fit on 80 GiB
+        assert c.share_fit(24 * GIB) == (0, device)
+        c.bind_share(0, name, 0, device, nbytes=24 * GIB, priority=100_000, now=1.0)
+    assert c.share_fit(24 * GIB) == (0, None) and c.free_total == 1  # the 4th opens the other GPU
+    assert c.share_fit(8 * GIB) == (0, device)  # a small share still fits beside them (8 GiB left)
+    assert c.share_fit(81 * GIB) is None  # more than a device
+    assert c.share_slots(24 * GIB) == 0 + 3  # none left on the shared device, three on the free GPU
+    assert c.share_charges() == {0: pytest.approx(1.0)}
+    for name in ("a-1", "a-2"):
+        c.release(0, name, 0, now=5.0)
+    assert c.free_total == 1 and c.allocations[0].end_s == math.inf  # a-3 still holds the device
+    c.release(0, "a-3", 0, now=9.0)
+    assert c.free_total == 2 and c.allocations[0].end_s == 9.0 and not c.shared and not c.share_charges()
+
+
+def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_takes() -> None:
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
+    device = c.share_of[(0, "a-1")][1]
+    c.bind_share(1, "b-1", 0, device, nbytes=48 * GIB, priority=100_000, now=0.0)
+    assert c.share_charges() == {0: pytest.approx(1 / 3), 1: pytest.approx(2 / 3)}
+    with pytest.raises(RuntimeError, match="bytes free"):
+        c.bind_share(1, "b-2", 0, device, nbytes=24 * GIB, priority=100_000, now=0.0)
+
+
+def test_a_share_preempts_the_fewest_lower_priority_pods_and_never_a_serving_one() -> None:
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c.bind((2, "x"), "x-1", 0, gpus=1, priority=1_000, now=0.0)  # a whole-GPU standby Pod
+    c.bind_share(0, "a-1", 0, None, nbytes=40 * GIB, priority=100_000, now=1.0)
+    device = c.share_of[(0, "a-1")][1]
+    c.bind_share(1, "b-1", 0, device, nbytes=20 * GIB, priority=1_000, now=2.0)
+    c.bind_share(1, "b-2", 0, device, nbytes=20 * GIB, priority=1_000, now=3.0)
+    assert c.share_fit(20 * GIB) is None
+    assert c.share_victims(20 * GIB, 100_000) == (0, device, [(1, "b-2")])  # the newest standby share
+    assert c.share_victims(60 * GIB, 100_000) == (0, None, [(2, "x-1")])  # one whole Pod rather than...
+    assert c.share_victims(20 * GIB, 1_000) is None  # a standby evicts only lower priorities
+    c.release(2, "x-1", 0, now=4.0)
+    c.bind((2, "x"), "x-2", 0, gpus=1, priority=100_000, now=5.0)
+    assert c.share_victims(60 * GIB, 100_000) is None  # the serving share stays, the serving Pod too
+
+
+def test_a_shared_service_holds_one_gpu_for_three_replicas_where_an_exclusive_one_holds_three() -> None:
+    arrivals = np.full(120, 20.0 * TICK)
+    spent = {}
+    for share in (0.0, 24.0):
+        svc = service("a", arrivals, ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=share))
+        r = simulate_fleet([svc], [Oracle(np.full(120, 3.0), TICK)], ClusterSpec(nodes=1, gpus_per_node=4),
+                           SimConfig(tick_s=TICK), initial=[3])
+        assert r.services[0].ready.min() == 3
+        spent[share] = (r.gpu_hours, r.gpus_held.max())
+    assert spent[0.0] == (pytest.approx(3 * 120 * TICK / 3600), 3)
+    assert spent[24.0] == (pytest.approx(1 * 120 * TICK / 3600), 1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([0.0, 16.0, 24.0, 40.0]),
+                          st.sampled_from(["oracle", "hpa", "infer-ctl", "infer-ctl+tiers"]),
+                          st.integers(0, 10_000)), min_size=1, max_size=4),
+       st.integers(1, 3), st.integers(1, 4))
+def test_shares_never_overfill_a_node_and_every_gpu_held_is_charged_once(
+        specs: list[tuple[float, str, int]], nodes: int, gpus_per_node: int) -> None:
+    services, names = [], []
+    for i, (share, name, seed) in enumerate(specs):
+        rng = np.random.default_rng(seed)
+        rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=8), 30)  # 240 ticks of 5 s: 20 minutes
+        model = ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=share)
+        services.append(service(f"s{i}", rng.poisson(rate * TICK).astype(np.float64), model, seed))
+        names.append(name)
+    cluster = ClusterSpec(nodes, gpus_per_node)
+    policies = [build_policy(name, s.settings, s.arrivals, TICK) for s, name in zip(services, names, strict=True)]
+    initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
+    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
+    assert max(most_held_per_node(r.allocations).values()) <= gpus_per_node  # shared devices and warm hosts too
+    for res, name in zip(r.services, names, strict=True):
+        if name != "infer-ctl+tiers":  # (a replica woken on a warm host holds none of its own)
+            assert np.all(res.ready[1:] <= res.alive[:-1])  # ready only once bound (a share or GPUs)
+    # the GPUs held (devices shared or whole, warm hosts) are charged to the services, once
+    assert sum(s.gpu_hours for s in r.services) == pytest.approx(r.gpus_held.sum() * TICK / 3600)
+
+
 def fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSpec]]:
     """1-4 services with bursty arrivals, a policy, a small cluster."""
 
@@ -341,6 +431,21 @@ def test_the_benchmark_prints_the_recipe_the_cluster_and_one_row_per_policy(
     table = [line.split() for line in out.splitlines() if line.strip().startswith(("hpa ", "oracle "))]
     assert [row[0] for row in table] == ["hpa", "oracle"]
     assert table[1][6] == "1.00"  # the oracle against itself
+
+
+def test_the_benchmark_runs_the_one_gpu_services_on_memory_shares_and_holds_fewer_gpus(
+        traces: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    held = {}
+    for share in ("0", "24"):
+        assert main([*traces, "--services", "5", "--hours", "1", "--policies", "oracle", "--nodes", "4",
+                     "--shared-gib", share]) == 0
+        out = capsys.readouterr().out
+        lines = [line for line in out.splitlines() if line.strip().startswith("svc-")]
+        takes = [line for line in lines if "24 GiB/replica" in line]
+        assert len(takes) == (4 if share == "24" else 0)  # the one-GPU services; svc-04 takes 2 GPUs whole
+        assert "svc-04" in out and "2 GPU/replica" in out
+        held[share] = float(next(line.split()[5] for line in out.splitlines() if line.strip().startswith("oracle ")))
+    assert held["24"] < held["0"]
 
 
 def test_the_benchmark_adds_lending_batch_services_and_pools_and_prints_each_group(
