@@ -268,6 +268,9 @@ class Observation:
     attainment: Attainment | None = None
     # where a previous controller left the service's aim (its status.slo.aim): resumed on the first cycle
     recorded_aim: RecordedAim | None = None
+    # without a cluster snapshot (the simulator): what removing each replica does to fragmentation, as
+    # `removal_costs` measures it on a snapshot (lower goes first); None: every replica alike
+    removal_costs: Mapping[str, float] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -462,6 +465,9 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         ns = svc.meta.namespace
         removal_cost = removal_costs(cluster.state, cluster.mix,
                                      {r.name: f"{ns}/{claim_name(r.name)}" for r in replicas}).__getitem__
+    elif cluster is None and observation.removal_costs is not None:
+        costs = observation.removal_costs
+        removal_cost = lambda name: costs.get(name, 0.0)  # noqa: E731
     reseat = spec.replicas is not None or not output.decision.reason.heading_down
     budget = max(spec.scaling.max_replicas, serving) + standby
     # a service that yields to sleepers: its replicas that yielded their GPU stay asleep while it is taken (and

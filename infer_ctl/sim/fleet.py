@@ -25,7 +25,9 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
   replicas on it by the memory each takes. A share that fits nowhere preempts as a Pod does (the fewest
   lower-priority shares on one device, or whole-GPU Pods to free a GPU); a whole-GPU Pod never breaks up a shared
   device. infer-ctl's placement would score the same packing against fragmentation; here the scheduler does it for
-  every policy alike, and a scale-down does not consolidate (no policy moves replicas between devices).
+  every policy alike. On scale-down, infer-ctl is told what removing each of its shares frees
+  (`_Cluster.removal_costs`, `Observation.removal_costs`: its last share frees a GPU), as the controller ranks
+  removals on its snapshot; the peers remove as their autoscalers do. No policy moves replicas between devices.
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
   none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
   to their deletion, split evenly between the services with a replica on them. Host-memory GiB-hours are
@@ -297,6 +299,18 @@ class _Cluster:
                     out[service] = out.get(service, 0.0) + b / total
             self._charges = out
         return self._charges
+
+    def removal_costs(self, service: int) -> dict[str, float]:
+        """What removing each of the service's shares does to fragmentation, as the controller's `removal_costs`
+        ranks it on a snapshot: the share of its device the other replicas still hold after it goes (0: the last
+        share, the GPU becomes whole again; the lower, the sooner it goes)."""
+        out: dict[str, float] = {}
+        for (index, replica), device in self.share_of.items():
+            if index == service:
+                members = self.shared[device]
+                others = sum(b for key, (b, _, _) in members.items() if key != (index, replica))
+                out[replica] = others / self.device_bytes
+        return out
 
     def share_victims(self, nbytes: int, priority: int) -> tuple[int, int | None, list[tuple[int, str]]] | None:
         """DefaultPreemption for a share, simplified: the device where evicting the fewest lower-priority shares
@@ -925,6 +939,8 @@ class _FleetSim:
                                                              window_s=self.config.ongoing_window_s))
             observation = run.measured.attach(observation, t, dt=self.config.tick_s, arrivals=run.arrivals,
                                               ready_n=run.ready_n, backlog=run.backlog, model=run.model)
+            if run.share_bytes:  # which of its shares to remove first, as the controller's snapshot would say
+                observation = replace(observation, removal_costs=self.cluster.removal_costs(run.index))
             if run.use.sleeping or run.use.node_cache or lends(run):
                 # a refused wake is told once its host's GPU is free again (the caller clears it)
                 run.refused = {k: why for k, why in run.refused.items() if k in run.replicas.replicas

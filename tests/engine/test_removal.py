@@ -59,3 +59,18 @@ def test_scale_down_removes_the_least_fragmenting_ready_replica_and_never_a_load
     assert plan_replicas(ready, 2, 0, removal_cost=costs.__getitem__).remove == ("a",)
     loading_a = [Replica("a", ReplicaState.LOADING, standby=False), *ready[1:]]
     assert plan_replicas(loading_a, 1, 0, removal_cost=costs.__getitem__).remove == ("b",)
+
+
+def test_without_a_snapshot_the_caller_s_removal_costs_say_which_replica_goes() -> None:
+    # the simulator has no snapshot: it tells the cycle what removing each replica frees (r1 is alone on its GPU)
+    from dataclasses import replace
+
+    from infer_ctl.engine.cycle import CycleState, plan_cycle
+    from tests.engine.test_cycle import CYCLE, T0, observe, ready, service
+
+    svc = service(spec__replicas=2)
+    obs = observe(svc, ready("llm-r0"), ready("llm-r1"), ready("llm-r2"), rate=5.0)
+    for costs, gone in (({"llm-r0": 0.6, "llm-r1": 0.0, "llm-r2": 0.3}, "llm-r1"),
+                        ({"llm-r0": 0.0, "llm-r1": 0.6, "llm-r2": 0.3}, "llm-r0")):
+        plan = plan_cycle(replace(obs, removal_costs=costs), CycleState(), CYCLE, T0)[0]
+        assert plan.actions.remove == (gone,), plan.message

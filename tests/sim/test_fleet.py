@@ -231,6 +231,16 @@ def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_tak
         c.bind_share(1, "b-2", 0, device, nbytes=24 * GIB, priority=100_000, now=0.0)
 
 
+def test_removing_the_last_share_of_a_device_costs_nothing_and_one_beside_others_what_they_hold() -> None:
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
+    device = c.share_of[(0, "a-1")][1]
+    c.bind_share(1, "b-1", 0, device, nbytes=40 * GIB, priority=100_000, now=0.0)
+    c.bind_share(0, "a-2", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)  # alone on the other GPU
+    assert c.removal_costs(0) == {"a-1": pytest.approx(0.5), "a-2": 0.0}
+    assert c.removal_costs(1) == {"b-1": pytest.approx(0.3)}
+
+
 def test_a_share_preempts_the_fewest_lower_priority_pods_and_never_a_serving_one() -> None:
     c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
     c.bind((2, "x"), "x-1", 0, gpus=1, priority=1_000, now=0.0)  # a whole-GPU standby Pod
