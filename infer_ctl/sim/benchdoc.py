@@ -139,6 +139,15 @@ def _warm_pool_runs(args: argparse.Namespace) -> list[Run]:
             for gpus in (0, 8, 16)]
 
 
+def _memory_share_runs(args: argparse.Namespace) -> list[Run]:
+    traces = Path(args.traces_dir)
+    data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
+    return [Run("the one-GPU services on 24 GiB memory shares",
+                ("infer_ctl.sim.bench_fleet", *data, "--shared-gib", "24", "--policies",
+                 "infer-ctl,infer-ctl+tiers,infer-ctl+sleep,infer-ctl+cache,infer-ctl+aim,hpa,kpa,keda,ray-serve,"
+                 "aibrix-apa,fma-pool,kserve-cache,oracle", "--overloads", "--per-service"))]
+
+
 def _loadgen_runs(args: argparse.Namespace) -> list[Run]:
     return [Run("aiohttp's client and httpx's own transport, one core each, 3 runs per rate",
                 ("loadgen.bench", "--clients", "aiohttp,httpx", "--repeat", "3", "--duration", "10",
@@ -249,6 +258,14 @@ SECTIONS: tuple[Section, ...] = (
         "service, its hosts made for them) beside it; and where the requests beyond the ready replicas' capacity "
         "arrived, by the length of their overload (`--overloads`).",
         _warm_pool_runs),
+    Section(
+        "memory-shares", "A fleet on memory shares: the sleeping tier where warm hosts are a service's own",
+        "bench_fleet's 24 services with the one-GPU ones `Shared`, each replica a 24 GiB memory share of an H100 "
+        "(three on a device; `infer_ctl/sim/bench_fleet.py --shared-gib 24`): a device is held from its first share "
+        "to its last and charged to the replicas on it by memory, and a Shared service with the sleeping tier makes "
+        "warm hosts of its own. Every policy, and infer-ctl with each tier alone (`infer-ctl+sleep`, "
+        "`infer-ctl+cache`), to tell what each tier does.",
+        _memory_share_runs),
     Section(
         "loadgen", "loadgen's open-loop rate and send lag on one core, per HTTP client",
         "`python -m loadgen.bench --clients`: the benchmark endpoint (`loadgen/benchserver.py`) pinned to one core, "

@@ -38,6 +38,8 @@ from infer_ctl.sim.trace import Trace
 # infer-ctl+aim (its aim moved from the attainment it measures), the peers, the single-tier products, the oracle
 POLICY_NAMES = ("infer-ctl", "infer-ctl+tiers", "infer-ctl+aim", "hpa", "kpa", "keda", "ray-serve", "aibrix-apa",
                 "fma-pool", "kserve-cache", "oracle")
+# infer-ctl with one of the two tiers on, to tell what each does: named, not in `all`
+TIER_POLICY_NAMES = ("infer-ctl+sleep", "infer-ctl+cache")
 START_PROTOCOLS = ("warm", "first-minute-mean")
 
 
@@ -144,17 +146,19 @@ def parse_policy_names(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return POLICY_NAMES
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in POLICY_NAMES]
+    unknown = [n for n in names if n not in POLICY_NAMES + TIER_POLICY_NAMES]
     if unknown or not names:
-        raise ValueError(f"unknown policy {', '.join(unknown) or '(none)'}; expected all or {', '.join(POLICY_NAMES)}")
+        raise ValueError(f"unknown policy {', '.join(unknown) or '(none)'}; expected all or "
+                         f"{', '.join(POLICY_NAMES + TIER_POLICY_NAMES)}")
     return names
 
 
-def tiered_service(settings: ScenarioSettings) -> api.InferenceService:
+def tiered_service(settings: ScenarioSettings, *, sleep: bool = True, node_cache: bool = True
+                   ) -> api.InferenceService:
     """The scenario's InferenceService with the sleeping and the cached tiers on (`spec.scaling.prewarm.sleep`,
-    `.nodeCache`)."""
+    `.nodeCache`), or one of them."""
     manifest = scenario_manifest(settings)
-    manifest["spec"]["scaling"]["prewarm"].update({"sleep": True, "nodeCache": True})
+    manifest["spec"]["scaling"]["prewarm"].update({"sleep": sleep, "nodeCache": node_cache})
     return parse_inference_service(manifest)
 
 
@@ -179,6 +183,9 @@ def build_policy(name: str, settings: ScenarioSettings, arrivals: FloatArray, ti
         return InferCtl(scenario_service(settings), scenario_policies(settings))
     if name == "infer-ctl+tiers":
         return InferCtl(tiered_service(settings), scenario_policies(settings), name=name)
+    if name in TIER_POLICY_NAMES:
+        service = tiered_service(settings, sleep=name == "infer-ctl+sleep", node_cache=name == "infer-ctl+cache")
+        return InferCtl(service, scenario_policies(settings), name=name)
     if name == "infer-ctl+aim":
         adaptive = scenario_policies(settings)
         adaptive = replace(adaptive, policies=replace(adaptive.policies, scaling=replace(

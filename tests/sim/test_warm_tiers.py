@@ -356,3 +356,17 @@ def run_within(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> Flee
         assert held <= cluster.gpus_per_node
     assert all(math.isfinite(s.slo_attainment) for s in r.services)
     return r
+
+
+def test_each_tier_alone_is_a_named_policy_outside_all() -> None:
+    from infer_ctl.sim.policies import TierUse
+    from infer_ctl.sim.suite import parse_policy_names
+
+    assert not {"infer-ctl+sleep", "infer-ctl+cache"} & set(parse_policy_names("all"))
+    assert parse_policy_names("infer-ctl+sleep, infer-ctl+cache") == ("infer-ctl+sleep", "infer-ctl+cache")
+    arrivals = np.full(60, 10.0)
+    settings_ = service_settings("a", ServiceModel(min_replicas=0, memory_share_gib=24.0))
+    assert tier_use(build_policy("infer-ctl+sleep", settings_, arrivals, 5.0)) == TierUse(sleeping=True)
+    assert tier_use(build_policy("infer-ctl+cache", settings_, arrivals, 5.0)) == TierUse(node_cache=True)
+    assert tier_use(build_policy("infer-ctl+tiers", settings_, arrivals, 5.0)) == TierUse(sleeping=True,
+                                                                                           node_cache=True)
