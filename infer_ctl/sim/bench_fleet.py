@@ -88,7 +88,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--host-memory-gib", type=float, default=2048.0)
     ap.add_argument("--headroom", type=float, default=1.25, help="for --nodes auto")
-    ap.add_argument("--policies", default="all", help="all or a comma-separated list of suite.POLICY_NAMES (or TIER_POLICY_NAMES)")
+    ap.add_argument("--policies", default="all",
+                    help="all or a comma-separated list of suite.POLICY_NAMES (or TIER_POLICY_NAMES)")
     ap.add_argument("--presets", default="balanced",
                     help="scaling presets infer-ctl runs with; the first is its main row, the others are rows "
                     "infer-ctl/<preset>")

@@ -27,7 +27,8 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
   device. infer-ctl's placement would score the same packing against fragmentation; here the scheduler does it for
   every policy alike. On scale-down, infer-ctl is told what removing each of its shares frees
   (`_Cluster.removal_costs`, `Observation.removal_costs`: its last share frees a GPU), as the controller ranks
-  removals on its snapshot; the peers remove as their autoscalers do. No policy moves replicas between devices.
+  removals on its snapshot, and so does the oracle (a reference should not pay for fragmentation a controller
+  avoids); the peers remove as their autoscalers' ReplicaSets do. No policy moves replicas between devices.
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
   none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
   to their deletion, split evenly between the services with a replica on them. Host-memory GiB-hours are
@@ -89,7 +90,7 @@ import functools
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -113,7 +114,7 @@ from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import InferCtl, Observation, SimPolicy, tier_use
+from infer_ctl.sim.policies import InferCtl, Observation, Oracle, SimPolicy, tier_use
 from infer_ctl.sim.run import (
     MeasuredSlo,
     Replicas,
@@ -586,9 +587,11 @@ class _Replicas(Replicas):
         """Replicas holding GPUs of their own (bound, not on a warm host)."""
         return len(self.node)
 
-    def shrink_order(self, n: int, among: set[str] | None = None) -> list[str]:
+    def shrink_order(self, n: int, among: set[str] | None = None, cost: Mapping[str, float] | None = None
+                     ) -> list[str]:
         """A count policy's scale-down in the ReplicaSet controller's order: unscheduled Pods first, then loading
-        ones, then ready ones, newest first (`among`: only those)."""
+        ones, then ready ones, newest first (`among`: only those); with `cost`, the ready ones the cheapest to
+        remove first (the newest among equals)."""
         keep = among if among is not None else set(self.replicas)
         pending = sorted((k for k in self.pending if k in keep), key=lambda k: self.replicas[k].created_s or 0.0,
                          reverse=True)
@@ -596,7 +599,8 @@ class _Replicas(Replicas):
         out = (pending + loading)[:n]
         gone = set(out)
         rest = [k for k in self.replicas if k in keep and k not in gone]
-        out += sorted(rest, key=lambda k: self.replicas[k].created_s or 0.0, reverse=True)[:n - len(out)]
+        costs = cost or {}
+        out += sorted(rest, key=lambda k: (costs.get(k, 0.0), -(self.replicas[k].created_s or 0.0)))[:n - len(out)]
         return out
 
 
@@ -1015,7 +1019,10 @@ class _FleetSim:
             for name in ready_warm[:fewer]:
                 self.sleep(run, name, now)  # back to the pool
             fewer -= len(ready_warm[:fewer])
-            for name in reps.shrink_order(fewer, among=set(awake) - reps.warm):
+            # the oracle, a reference, removes the share that frees a GPU first, as infer-ctl does; the peers as
+            # their autoscalers' ReplicaSets do
+            cost = self.cluster.removal_costs(run.index) if run.share_bytes and isinstance(policy, Oracle) else None
+            for name in reps.shrink_order(fewer, among=set(awake) - reps.warm, cost=cost):
                 self.remove(run, name, now)
         for _ in range(run.use.pool - len(reps.warm)):
             if not self.create_sleeper(run, None, now):

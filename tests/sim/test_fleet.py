@@ -270,6 +270,16 @@ def test_a_shared_service_holds_one_gpu_for_three_replicas_where_an_exclusive_on
     assert spent[24.0] == (pytest.approx(1 * 120 * TICK / 3600), 1)
 
 
+def test_the_oracle_on_shares_removes_the_share_that_frees_a_gpu() -> None:
+    # four 24 GiB replicas at t = 0: three fill one device, the fourth opens a second; then three are wanted
+    arrivals = np.full(60, 20.0 * TICK)
+    svc = service("a", arrivals, ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=24.0))
+    wanted = np.array([4.0] * 10 + [3.0] * 50)
+    r = simulate_fleet([svc], [Oracle(wanted, TICK)], ClusterSpec(nodes=1, gpus_per_node=4), SimConfig(tick_s=TICK),
+                       initial=[4])
+    assert r.gpus_held[0] == 2 and r.gpus_held[-1] == 1  # the replica alone on its device went
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from([0.0, 16.0, 24.0, 40.0]),
                           st.sampled_from(["oracle", "hpa", "infer-ctl", "infer-ctl+tiers"]),
