@@ -320,14 +320,8 @@ class _Cluster:
         victims)."""
         best: tuple[int, int | None, list[tuple[int, str]]] | None = None
         for (node, device), members in self.shared.items():
-            lower = sorted((p, -t, key, b) for key, (b, p, t) in members.items() if p < priority)
-            free, chosen = self.share_free((node, device)), []
-            for _, _, key, b in lower:
-                if free >= nbytes:
-                    break
-                free += b
-                chosen.append(key)
-            if free >= nbytes and chosen and (best is None or len(chosen) < len(best[2])):
+            chosen = _fewest_evictions(members, self.share_free((node, device)), nbytes, priority)
+            if chosen and (best is None or len(chosen) < len(best[2])):
                 best = (node, device, chosen)
         whole = self.victims(1, priority)
         if whole is not None and (best is None or len(whole[1]) < len(best[2])):
@@ -339,16 +333,24 @@ class _Cluster:
         then newest, first) frees `gpus`; None when no node can. Shared devices are not broken up for it."""
         best: tuple[int, list[tuple[int, str]]] | None = None
         for node, pods in enumerate(self.pods):
-            lower = sorted(((p, -t, key, g) for key, (g, p, t) in pods.items() if p < priority))
-            free, chosen = self.free[node], []
-            for _, _, key, g in lower:
-                if free >= gpus:
-                    break
-                free += g
-                chosen.append(key)
-            if free >= gpus and chosen and (best is None or len(chosen) < len(best[1])):
+            chosen = _fewest_evictions(pods, self.free[node], gpus, priority)
+            if chosen and (best is None or len(chosen) < len(best[1])):
                 best = (node, chosen)
         return best
+
+
+def _fewest_evictions(held: Mapping[tuple[int, str], tuple[int, int, float]], free: int, need: int, priority: int
+                      ) -> list[tuple[int, str]] | None:
+    """The Pods of `held` ((service, replica) -> (GPUs or bytes, priority, bound at)) to evict, the lowest priority
+    then the newest first, until `free` reaches `need`; None when nothing needs to go or when evicting every Pod
+    below `priority` would not free enough."""
+    chosen: list[tuple[int, str]] = []
+    for _, _, key, amount in sorted((p, -t, key, amount) for key, (amount, p, t) in held.items() if p < priority):
+        if free >= need:
+            break
+        free += amount
+        chosen.append(key)
+    return chosen if chosen and free >= need else None
 
 
 # ----------------------------------------------------------------------------------------------- the recipe
