@@ -35,9 +35,10 @@ sleeping pool of K (`spec.scaling.prewarm.sleepingReplicas`; its replicas take a
 only on lent GPUs). The table then adds a line per policy for the lenders and for the others.
 
 Memory shares (`--shared-gib G`): the recipe's one-GPU services run `Shared`, each replica a memory share of G GiB
-of an H100 (80 GiB; 24 packs three on a device), for every policy; a device held for shares is charged to the
-replicas on it by the memory each takes (`infer_ctl.sim.fleet`). A `Shared` service with the sleeping tier makes
-warm hosts of its own on free GPUs (its device holds several of its replicas awake), which no `Exclusive` one does.
+of an H100-80GB (79.6 GiB in the catalog; 24 packs three on a device), for every policy; a device held for shares
+is charged to the replicas on it by the memory each takes (`infer_ctl.sim.fleet`). A `Shared` service with the
+sleeping tier makes warm hosts of its own on free GPUs (its device holds several of its replicas awake), which no
+`Exclusive` one does.
 
 Why a module of its own rather than a scenario of `bench_autoscaling`: that benchmark replays one service per
 trace over seeds, start protocols and cold starts, with single-service targets and references (hindsight peak-hold
@@ -103,7 +104,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
     ap.add_argument("--shared-gib", type=float, default=0.0,
                     help="the recipe's one-GPU services run Shared, each replica a memory share of this many GiB "
-                         "of an H100 (80 GiB); 0: Exclusive, each replica a GPU whole")
+                         "of an H100-80GB (79.6 GiB); 0: Exclusive, each replica a GPU whole")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
     return ap.parse_args(argv)

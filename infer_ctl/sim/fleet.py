@@ -761,6 +761,14 @@ def _catalog() -> AcceleratorCatalog:
     return load_policies().catalog
 
 
+def device_bytes(product: str) -> int:
+    """A catalog product's device memory (an H100-80GB's 81,559 MiB: 79.6 GiB)."""
+    accelerator = _catalog().get(product)
+    if accelerator is None:
+        raise ValueError(f"accelerator: {product!r} is not in the accelerator catalog")
+    return accelerator.memory_bytes
+
+
 class _FleetSim:
     def __init__(self, runs: list[_ServiceRun], cluster: _Cluster, config: SimConfig,
                  physics: TierPhysics = DEFAULT_PHYSICS) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.fleet import FleetService
+from infer_ctl.sim.fleet import GIB, FleetService, device_bytes
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Observation, Oracle, Pipeline
 from infer_ctl.sim.run import SimConfig, SimResult, simulate
@@ -154,17 +154,17 @@ def cheapest_constant_fleet(
     return best
 
 
-def fleet_oracle_demand(services: Sequence[FleetService], tick_s: float, device_gib: float = 80.0) -> FloatArray:
+def fleet_oracle_demand(services: Sequence[FleetService], tick_s: float) -> FloatArray:
     """GPUs the oracle's per-service hindsight sizing would hold at each tick, summed over the fleet, on a cluster
     with room for all of it: each service's `oracle_schedule` (the oracle policy the fleet runs) times its GPUs
-    per replica, or its memory share of a GPU of `device_gib` (the shares packed: a lower bound). E.g. two
-    services whose schedules read [2, 3] and [1, 1] replicas of 1 and 2 GPUs: [4, 5]."""
+    per replica, or its memory share's part of its accelerator's memory (the shares packed: a lower bound). E.g.
+    two services whose schedules read [2, 3] and [1, 1] replicas of 1 and 2 GPUs: [4, 5]."""
     total = np.zeros(services[0].arrivals.size if services else 0)
     for s in services:
         oracle = build_policy("oracle", s.settings, s.arrivals, tick_s)
         if not isinstance(oracle, Oracle):
             raise TypeError(f"the oracle of {s.name} is a {type(oracle).__name__}")
         model = s.settings.model
-        total += oracle.desired * (model.memory_share_gib / device_gib if model.memory_share_gib else
-                                   model.gpus_per_replica)
+        total += oracle.desired * (model.memory_share_gib * GIB / device_bytes(model.accelerator)
+                                   if model.memory_share_gib else model.gpus_per_replica)
     return total
