@@ -250,7 +250,8 @@ def test_a_share_preempts_the_fewest_lower_priority_pods_and_never_a_serving_one
     c.bind_share(1, "b-2", 0, device, nbytes=20 * GIB, priority=1_000, now=3.0)
     assert c.share_fit(20 * GIB) is None
     assert c.share_victims(20 * GIB, 100_000) == (0, device, [(1, "b-2")])  # the newest standby share
-    assert c.share_victims(60 * GIB, 100_000) == (0, None, [(2, "x-1")])  # one whole Pod rather than...
+    # 60 GiB: the device's standby shares would free only 40 beside a-1's serving 40; the whole standby Pod a GPU
+    assert c.share_victims(60 * GIB, 100_000) == (0, None, [(2, "x-1")])
     assert c.share_victims(20 * GIB, 1_000) is None  # a standby evicts only lower priorities
     c.release(2, "x-1", 0, now=4.0)
     c.bind((2, "x"), "x-2", 0, gpus=1, priority=100_000, now=5.0)
