@@ -193,9 +193,10 @@ class _Cluster:
     allocation log books it then as one GPU held (under `SHARED_DEVICES`); what it costs is split between the
     replicas on it by the memory each takes (`share_charges`)."""
 
-    def __init__(self, spec: ClusterSpec, device_bytes: int = 80 * GIB) -> None:
+    def __init__(self, spec: ClusterSpec, memory_bytes: int | None = None) -> None:
         self.spec = spec
-        self.device_bytes = device_bytes
+        # each device's memory: the catalog's for the nodes' product (or the caller's)
+        self.device_bytes = memory_bytes if memory_bytes is not None else device_bytes(spec.accelerator)
         self.free = [spec.gpus_per_node] * spec.nodes
         self.free_total = spec.gpus
         # per node: (service index, replica) -> (GPUs, priority, bound at)
@@ -788,8 +789,7 @@ class _FleetSim:
         if accelerator is None:
             raise ValueError(f"cluster.accelerator: {c.spec.accelerator!r} is not in the accelerator catalog")
         self.product = accelerator.name
-        c.device_bytes = accelerator.memory_bytes
-        self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, accelerator.memory_bytes)
+        self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, c.device_bytes)
         self.warm.lenders = {run.index for run in runs if lends(run)}
         self.warm.service_names = {run.index: run.spec_name for run in runs}
         self.warm.ready = lambda key: (r := self.runs[key[0]].replicas.replicas.get(key[1])) is not None \

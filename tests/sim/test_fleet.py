@@ -201,7 +201,7 @@ GIB = 2**30
 
 
 def test_memory_shares_pack_onto_devices_held_from_their_first_share_to_their_last() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     assert c.share_fit(24 * GIB) == (0, None)  # no device is shared yet: a free GPU is opened
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     assert c.free_total == 1 and len(c.allocations) == 1  # the device, booked as one GPU held
@@ -222,7 +222,7 @@ def test_memory_shares_pack_onto_devices_held_from_their_first_share_to_their_la
 
 
 def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_takes() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 0, device, nbytes=48 * GIB, priority=100_000, now=0.0)
@@ -232,7 +232,7 @@ def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_tak
 
 
 def test_removing_the_last_share_of_a_device_costs_nothing_and_one_beside_others_what_they_hold() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 0, device, nbytes=40 * GIB, priority=100_000, now=0.0)
@@ -242,7 +242,7 @@ def test_removing_the_last_share_of_a_device_costs_nothing_and_one_beside_others
 
 
 def test_a_share_preempts_the_fewest_lower_priority_pods_and_never_a_serving_one() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), device_bytes=80 * GIB)
+    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind((2, "x"), "x-1", 0, gpus=1, priority=1_000, now=0.0)  # a whole-GPU standby Pod
     c.bind_share(0, "a-1", 0, None, nbytes=40 * GIB, priority=100_000, now=1.0)
     device = c.share_of[(0, "a-1")][1]
