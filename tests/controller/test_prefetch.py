@@ -233,3 +233,7 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
             await reconciler.close()
         for pod in kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm"):
             kube.delete(PODS, pod["metadata"]["name"], "default")
+        # a deleted replica stays, terminating, until its node agent lets it go: the next reconciler must not
+        # find the last one's Pod (it would not make its own, and the check below would read the old mounts)
+        wait_for("the replicas to be gone", lambda: not kube.list(PODS, "default",
+                                                                  label_selector="infer-ctl.io/service=llm"))
