@@ -159,23 +159,28 @@ class Child:
     on_line: Callable[[str], None]
     pid: int | None = None
     exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    started: asyncio.Event = field(default_factory=asyncio.Event)  # the zygote reported the pid
+    pending: int | None = None  # a signal sent before the zygote reported the pid: delivered when it does
 
     def signal(self, sig: int) -> None:
-        if self.pid is not None and not self.exited.done():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+        if self.exited.done():
+            return
+        if self.pid is None:
+            # A pod deleted right after binding: the zygote (a loaded machine can take seconds to read its stdin)
+            # has not forked yet. The signal waits for the pid, a SIGKILL over a SIGTERM.
+            self.pending = signal.SIGKILL if signal.SIGKILL in (sig, self.pending) else sig
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def forked(self, pid: int) -> None:
+        self.pid = pid
+        if self.pending is not None:
+            self.signal(self.pending)
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM (the server drains), SIGKILL once `grace_s` has passed."""
-        if self.exited.done():
-            return
-        # A pod deleted right after binding: the fork may not be reported yet, and a signal needs the pid.
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self.started.wait()), self.exited}
-        await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters - {self.exited}:
-            waiter.cancel()
-        await controllerpod.terminate(self.signal, self.exited, grace_s)
+        if not self.exited.done():
+            await controllerpod.terminate(self.signal, self.exited, grace_s)
 
 
 @dataclass(eq=False)
@@ -217,8 +222,7 @@ class Zygote:
                     log.warning("model-server zygote: %s", rest)
                 continue
             if rest.startswith("PID "):
-                child.pid = int(rest.split()[1])
-                child.started.set()
+                child.forked(int(rest.split()[1]))
             elif rest.startswith("EXITED "):
                 self.children.pop(ident, None)
                 if not child.exited.done():
