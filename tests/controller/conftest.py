@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, run
@@ -226,3 +228,13 @@ def running_controller(cluster: Cluster, settings: Settings | None = None, *, ku
         stop.set()
         future.result(timeout=30)
         thread.stop()
+
+
+def door_requests(metrics_url: str, service: str) -> bool | None:
+    """Whether the sandbox's front door has seen a request for `service` (its requests counter, scraped): a test's
+    clock starts at loadgen's first request there, not at its process start (a loaded machine spends seconds on
+    loadgen's imports); None until then, for `wait_for`."""
+    families = text_string_to_metric_families(httpx.get(metrics_url, timeout=5).text)
+    return any(sample.value > 0 for family in families for sample in family.samples
+               if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == service) \
+        or None

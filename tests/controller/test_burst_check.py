@@ -16,7 +16,7 @@ from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
 from infer_ctl.sandbox.prometheus import LocalPrometheus
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster, running_controller
+from tests.controller.conftest import Cluster, door_requests, running_controller
 from tests.controller.test_reconciler import wait_for
 from tests.controller.test_traffic import GATEWAY_QUERY
 
@@ -79,6 +79,8 @@ def _run(cluster: Cluster, settings: Settings, check_s: float, through_prometheu
                                     "--shape", "40@15s", "--no-progress", "--max-error-ratio", "1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
+            wait_for("loadgen's first request", lambda: door_requests(cluster.sandbox.router.metrics_url, "burst"),
+                     timeout_s=30)
             started = time.monotonic()
             deadline = started + 15
             while time.monotonic() < deadline and desired_serving(cluster) <= first:
@@ -88,7 +90,7 @@ def _run(cluster: Cluster, settings: Settings, check_s: float, through_prometheu
             loadgen.kill()  # its summary is not wanted: no wait for the requests the door still holds
             loadgen.wait(10)
     if check_s:
-        # loadgen's start takes a few seconds of imports; the check reads the queue within 1 s of its forming
+        # timed from loadgen's first request at the door: the check reads the queue within 1 s of its forming
         assert desired_serving(cluster) > first and reacted < 12, (first, desired_serving(cluster), reacted)
     else:
         assert desired_serving(cluster) == first  # the next cycle is a period away

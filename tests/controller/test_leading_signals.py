@@ -17,15 +17,13 @@ import sys
 import time
 from datetime import UTC, datetime
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
 from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import Cluster, door_requests
 from tests.controller.test_reconciler import wait_for
 
 TARGET_RPS = 10.0  # per replica at the SLO; a replica serves 20 req/s at most (2 slots of 100 ms)
@@ -77,15 +75,8 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
     loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
                                 "--shape", f"4@{STEP_AT_S:g}s,{STEP_RPS:g}@12s", "--no-progress",
                                 "--max-error-ratio", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # the run's clock starts at loadgen's first request at the front door, not at its process start (seconds of
-    # imports on a loaded machine would move the step with them)
-    def requests_seen() -> bool | None:
-        families = text_string_to_metric_families(httpx.get(sandbox.router.metrics_url, timeout=5).text)
-        return any(sample.value > 0 for family in families for sample in family.samples
-                   if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == "lead")\
-            or None
-
-    wait_for("loadgen's first request", requests_seen, timeout_s=30)
+    # the run's clock starts at loadgen's first request at the front door (the step is timed from there)
+    wait_for("loadgen's first request", lambda: door_requests(sandbox.router.metrics_url, "lead"), timeout_s=30)
     started = time.monotonic()
     history: list[tuple[float, int, str, str, float]] = []
     slos: list[tuple[float, dict[str, object]]] = []  # status.slo after each cycle
