@@ -104,10 +104,10 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
     import httpx
     import yaml
 
+    from infer_ctl.config.cluster import load_cluster
     from infer_ctl.config.policies import load_policies
     from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
     from infer_ctl.kube.inferenceservice import CRD_PATH
-    from infer_ctl.sandbox.cluster import load_cluster
     from infer_ctl.sandbox.runtime import sandbox_in_thread
 
     policies = load_policies()

@@ -46,11 +46,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS, RESOURCE_CLAIMS, KubeClient, KubeError
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.paths import data_path
-from infer_ctl.sandbox.cluster import load_cluster
 from infer_ctl.sandbox.faultproxy import Fault, FaultProxy
 
 SCENARIOS = ("api-faults", "controller-kill", "node-loss", "metrics-outage", "malformed-specs")

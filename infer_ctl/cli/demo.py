@@ -148,8 +148,8 @@ class _Demo:
     def __init__(self, args: argparse.Namespace, out: Path, day: Day) -> None:
         import yaml
 
+        from infer_ctl.config.cluster import load_cluster
         from infer_ctl.config.policies import load_policies
-        from infer_ctl.sandbox.cluster import load_cluster
 
         self.args, self.out, self.day = args, out, day
         self.policies = load_policies(args.policies)

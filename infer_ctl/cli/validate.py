@@ -577,8 +577,8 @@ class Checker:
         report.checked_against = f"Kubernetes {KUBERNETES_VERSION} schema"
 
     def _check_sandbox_cluster(self, body: dict[str, Any], report: Report) -> None:
+        from infer_ctl.config.cluster import parse_cluster
         from infer_ctl.core.errors import SpecError
-        from infer_ctl.sandbox.cluster import parse_cluster
 
         try:
             parse_cluster(body, self.policies.catalog)

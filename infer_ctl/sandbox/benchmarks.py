@@ -174,8 +174,8 @@ async def _watch(url: str, writes: int, rate_rps: float) -> None:
 
 
 def bench_dra() -> None:
+    from infer_ctl.config.cluster import load_cluster
     from infer_ctl.config.policies import load_policies
-    from infer_ctl.sandbox.cluster import load_cluster
     from infer_ctl.sandbox.scheduler import Scheduler
     from infer_ctl.sandbox.store import Store
     from infer_ctl.sandbox.testing import pod

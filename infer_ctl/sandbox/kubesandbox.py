@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.inferenceservice import CRD_PATH
-from infer_ctl.sandbox.cluster import Cluster
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router

@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.client import KubeClient, KubeError
-from infer_ctl.sandbox.cluster import Cluster
 from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.router import Router
 from infer_ctl.sandbox.view import KubeView

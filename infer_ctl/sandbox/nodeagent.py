@@ -106,6 +106,7 @@ from typing import Any
 import aiohttp.web
 
 from infer_ctl.actuate.manifests import ANNOTATION_DEVICE_BYTES, ENV_MODEL_CACHE_DIR
+from infer_ctl.config.cluster import DEFAULT_MODEL_CACHE_BYTES, SandboxNode
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
@@ -122,7 +123,6 @@ from infer_ctl.kube.labels import (
     ROLE_PREFETCH,
 )
 from infer_ctl.sandbox import controllerpod
-from infer_ctl.sandbox.cluster import DEFAULT_MODEL_CACHE_BYTES, SandboxNode
 from infer_ctl.sandbox.store import Obj, rfc3339
 from infer_ctl.sandbox.view import ClusterView
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
-from infer_ctl.sandbox.cluster import Cluster
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.router import Router
@@ -111,8 +111,8 @@ def sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, **kwargs: o
 
 
 def load(cluster_file: Path, policies_dir: Path | None = None) -> tuple[Cluster, AcceleratorCatalog]:
+    from infer_ctl.config.cluster import load_cluster
     from infer_ctl.config.policies import load_policies
-    from infer_ctl.sandbox.cluster import load_cluster
 
     catalog = load_policies(policies_dir).catalog
     return load_cluster(cluster_file, catalog), catalog

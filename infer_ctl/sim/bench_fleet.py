@@ -105,6 +105,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--shared-gib", type=float, default=0.0,
                     help="the recipe's one-GPU services run Shared, each replica a memory share of this many GiB "
                          "of an H100-80GB (79.6 GiB); 0: Exclusive, each replica a GPU whole")
+    ap.add_argument("--placement", choices=("scheduler", "controller"), default="scheduler",
+                    help="where infer-ctl's new replicas go: the simulator's scheduler rule (every policy's), or "
+                         "the controller's placement (pinned claims, FGD-scored; its surplus ranked by its "
+                         "removal costs)")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
     return ap.parse_args(argv)
@@ -236,8 +240,8 @@ def _progress(name: str) -> Callable[[float], None]:
 
 
 def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
-                 fleets: dict[Preset, tuple[FleetService, ...]], physics: TierPhysics = DEFAULT_PHYSICS
-                 ) -> list[FleetResult]:
+                 fleets: dict[Preset, tuple[FleetService, ...]], physics: TierPhysics = DEFAULT_PHYSICS, *,
+                 placement: bool = False) -> list[FleetResult]:
     """Every policy over the fleet; infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
     first preset's row named infer-ctl, the others infer-ctl/<preset>); the peers on the first preset's fleet
     (the preset changes nothing of theirs)."""
@@ -247,7 +251,8 @@ def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
         runs = [(name, fleets[presets[0]])] if name != "infer-ctl" else [
             ("infer-ctl" if i == 0 else f"infer-ctl/{p.value}", fleets[p]) for i, p in enumerate(presets)]
         for label, fleet in runs:
-            r = run_fleet(fleet, name, cluster, config, progress=_progress(label), physics=physics)
+            r = run_fleet(fleet, name, cluster, config, progress=_progress(label), physics=physics,
+                          placement=placement)
             out.append(r if label == r.policy else replace(r, policy=label))
             print(f"\r  {label}: done in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
     return out
@@ -300,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
           f"cluster above like every policy")
     if args.warm_pool:
         print(f"  warm pool (warmPoolGPUs): {args.warm_pool} warm hosts with no model awake for whole-GPU sleepers")
-    results = run_policies(names, cluster, config, by_preset, TierPhysics(pool_gpus=args.warm_pool))
+    results = run_policies(names, cluster, config, by_preset, TierPhysics(pool_gpus=args.warm_pool),
+                           placement=args.placement == "controller")
     oracle = next((r for r in results if r.policy == "oracle"), None)
     print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
     if args.lenders:

@@ -24,10 +24,13 @@ fluid queue, latency model, metric pipelines, observations and, for infer-ctl, t
   with the most free; a device is held from its first share to the departure of its last, and charged to the
   replicas on it by the memory each takes. A share that fits nowhere preempts as a Pod does (the fewest
   lower-priority shares on one device, or whole-GPU Pods to free a GPU); a whole-GPU Pod never breaks up a shared
-  device. infer-ctl's placement would score the same packing against fragmentation; here the scheduler does it for
-  every policy alike. On scale-down, infer-ctl is told what removing each of its shares frees
-  (`_Cluster.removal_costs`, `Observation.removal_costs`: its last share frees a GPU), as the controller ranks
-  removals on its snapshot, and so does the oracle (a reference should not pay for fragmentation a controller
+  device. The scheduler does it for every policy alike, unless `simulate_fleet(placement=True)`: then infer-ctl's
+  new replicas are bound at once where the controller's placement pinned them (`infer_ctl.sim.placing`:
+  `place_replicas` on a snapshot of this cluster; one that fits nowhere waits Pending for the scheduler as
+  above), and its surplus is ranked by the controller's `removal_costs` on that snapshot, whole GPUs and shares
+  alike; its replicas at t = 0 are still laid out by the scheduler's rule. Otherwise, on scale-down, infer-ctl
+  is told what removing each of its shares frees (`_Cluster.removal_costs`, `Observation.removal_costs`: its last
+  share frees a GPU), and so does the oracle (a reference should not pay for fragmentation a controller
   avoids); the peers remove as their autoscalers' ReplicaSets do. No policy moves replicas between devices.
 - GPU-hours are charged for every GPU held, from the bind (loading counts) to the deletion; a Pending Pod holds
   none, and its wait is reported as pending replica-seconds. Warm hosts' GPUs are charged too, from their creation
@@ -113,7 +116,10 @@ from infer_ctl.engine.cycle import (
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
+from infer_ctl.place.framework import Engine
+from infer_ctl.place.plugins import build_profile
 from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.placing import FleetPlacement, Layout, Pin, claim_key
 from infer_ctl.sim.policies import InferCtl, Observation, Oracle, SimPolicy, tier_use
 from infer_ctl.sim.run import (
     MeasuredSlo,
@@ -208,6 +214,16 @@ class _Cluster:
         self.share_of: dict[tuple[int, str], tuple[int, int]] = {}  # replica -> its device
         self._ordinal = 0
         self._charges: dict[int, float] | None = None
+        self.version = 0  # counts the changes (binds, releases): a snapshot of it is current while this is
+
+    def layout(self) -> Layout:
+        """What the nodes hold, as the controller's placement reads it (`infer_ctl.sim.placing`): per node its
+        whole-GPU Pods (a warm host is one), and its shared devices with the bytes of each share."""
+        whole = [[(claim_key(service, replica), gpus) for (service, replica), (gpus, _, _) in pods.items()
+                  if service != -2] for pods in self.pods]
+        shared = {device: [(claim_key(service, replica), nbytes) for (service, replica), (nbytes, _, _)
+                           in members.items()] for device, members in self.shared.items()}
+        return Layout(whole, shared)
 
     def least_allocated(self, gpus: int) -> int | None:
         best, best_free = None, -1
@@ -224,11 +240,13 @@ class _Cluster:
             raise RuntimeError(f"node {node} has {self.free[node]} free GPU(s), {replica} needs {gpus}")
         self.free[node] -= gpus
         self.free_total -= gpus
+        self.version += 1
         self.pods[node][(index, replica)] = (gpus, priority, now)
         self._open[(index, replica)] = len(self.allocations)
         self.allocations.append(Allocation(service_name, replica, node, gpus, now))
 
     def release(self, service: int, replica: str, node: int, now: float) -> None:
+        self.version += 1
         key = (service, replica)
         device = self.share_of.pop(key, None)
         if device is not None:
@@ -283,6 +301,7 @@ class _Cluster:
         self.shared[(node, device)][(service, replica)] = (nbytes, priority, now)
         self.share_of[(service, replica)] = (node, device)
         self._charges = None
+        self.version += 1
 
     def share_slots(self, nbytes: int) -> int:
         """Shares of `nbytes` the cluster could still take: on its shared devices and its free GPUs."""
@@ -646,6 +665,7 @@ class _ServiceRun:
         # replicas hold asleep and take awake on a warm host are the engine's (`weight_bytes`,
         # `awake_device_bytes`), so that the cluster model and infer-ctl's ledger count the same bytes
         service_doc = policy.service if isinstance(policy, InferCtl) else scenario_service(service.settings)
+        self.service_doc = service_doc
         self.spec = service_doc.spec
         self.spec_name = service_doc.meta.name
         self.weight = weight_bytes(self.spec.model)
@@ -780,6 +800,9 @@ class _FleetSim:
         self.dirty = False  # something the queue waits for changed: a new Pod, freed GPUs
         self.preempted = 0
         self.on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None
+        # the controller's placement for infer-ctl's new replicas and removals (None: the scheduler's own rule)
+        self.placement: FleetPlacement | None = None
+        self._snapshot_of = -1  # the cluster version the placement's snapshot is of
         c = cluster
         book = GpuBook(free=c.free.__getitem__,
                        take=lambda host, node, gpus, now: c.bind((-1, WARM_HOSTS), host, node, gpus=gpus,
@@ -815,7 +838,7 @@ class _FleetSim:
         return self.warm.host_bytes
 
     def create(self, run: _ServiceRun, name: str | None, standby: bool, now: float, *, claim: str = "",
-               device_bytes: int = 0) -> None:
+               device_bytes: int = 0, pin: Pin | None = None) -> None:
         """A new replica, Pending until the scheduler binds it; a lending service's on the existing warm host its
         plan names (`claim`), loading at once (the host holds the GPU)."""
         name = name or run.replicas.new_name()
@@ -826,9 +849,34 @@ class _FleetSim:
                                      cached=run.use.node_cache)
             return
         run.replicas.add_pending(name, now, standby)
+        if pin is not None:  # bound at once where the controller's placement pinned its claim
+            self._bind_pinned(run, name, pin, now)
+            return
         self.queue.append((-run.priority(name), now, self.seq, run.index, name))
         self.seq += 1
         self.dirty = True
+
+    def _bind_pinned(self, run: _ServiceRun, name: str, pin: Pin, now: float) -> None:
+        """A replica whose claim the controller pinned to devices of the snapshot it placed on: the scheduler
+        binds it there (the devices were free on that snapshot, and nothing else bound since). It starts cached
+        on a node holding the service's weights."""
+        if run.use.node_cache:
+            cached = True
+        else:
+            ttl = run.model.cache_ttl_s
+            hit = next((i for i in range(len(run.cache) - 1, -1, -1)
+                        if run.cache[i][0] >= now - ttl and run.cache[i][1] == pin.node), None)
+            if hit is not None:
+                del run.cache[hit]
+            cached = hit is not None
+        priority = run.priority(name)
+        if run.share_bytes:
+            self.cluster.bind_share(run.index, name, pin.node, pin.device, nbytes=run.share_bytes, priority=priority,
+                                    now=now)
+        else:
+            self.cluster.bind((run.index, run.service.name), name, pin.node, gpus=run.model.gpus_per_replica,
+                              priority=priority, now=now)
+        run.replicas.bind(name, pin.node, now, self._cold_start(run, cached), cached=cached)
 
     def create_sleeper(self, run: _ServiceRun, name: str | None, now: float, *, claim: str = "",
                        device_bytes: int = 0) -> bool:
@@ -953,7 +1001,10 @@ class _FleetSim:
                                                              window_s=self.config.ongoing_window_s))
             observation = run.measured.attach(observation, t, dt=self.config.tick_s, arrivals=run.arrivals,
                                               ready_n=run.ready_n, backlog=run.backlog, model=run.model)
-            if run.share_bytes:  # which of its shares to remove first, as the controller's snapshot would say
+            if self.placement is not None:  # which replicas to remove first: the controller's removal_costs
+                placed = [k for k in run.replicas.replicas if k not in run.replicas.warm]
+                observation = replace(observation, removal_costs=self._placement().removal_costs(run.index, placed))
+            elif run.share_bytes:  # which of its shares to remove first, as the controller's snapshot would say
                 observation = replace(observation, removal_costs=self.cluster.removal_costs(run.index))
             if run.use.sleeping or run.use.node_cache or lends(run):
                 # a refused wake is told once its host's GPU is free again (the caller clears it)
@@ -1055,12 +1106,58 @@ class _FleetSim:
             self.displace(name, now)
         for name in plan.actions.wake:
             self.wake(run, name, now)
+        pins = self._pins(run, [r.name for r in plan.create if not r.sleeping and not r.warm_host], now)
+        opened: dict[tuple[int, int], int] = {}  # a free GPU of the snapshot a share of this cycle opened
         for replica in plan.create:
             if replica.sleeping:
                 self.create_sleeper(run, replica.name, now, claim=replica.warm_host, device_bytes=replica.device_bytes)
             else:
+                pin = pins.get(replica.name)
+                if pin is not None and pin.device is None and (pin.node, pin.slot) in opened:
+                    pin = replace(pin, device=opened[(pin.node, pin.slot)])
                 self.create(run, replica.name, replica.standby, now, claim=replica.warm_host,
-                            device_bytes=replica.device_bytes)
+                            device_bytes=replica.device_bytes, pin=pin)
+                if pin is not None and run.share_bytes and pin.device is None:
+                    opened[(pin.node, pin.slot)] = self.cluster.share_of[(run.index, replica.name)][1]
+
+    def place_as_the_controller(self) -> None:
+        """From now on infer-ctl's new replicas are pinned, and its surplus ranked, by the controller's placement
+        (its policies' placement profile), on snapshots of this cluster."""
+        ours = [run.policy for run in self.runs if isinstance(run.policy, InferCtl)]
+        if not ours:
+            return
+        configured = ours[0].policies.policies.placement
+        engine = Engine(build_profile({"filters": list(configured.filters),
+                                       "scores": dict(configured.score_weights)}))
+        spec = self.cluster.spec
+        self.placement = FleetPlacement(nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+                                        accelerator=spec.accelerator, catalog=_catalog(), engine=engine,
+                                        shared=any(run.share_bytes for run in self.runs), seed=ours[0].policies.seed)
+
+    def _placement(self) -> FleetPlacement:
+        """The controller's placement, its snapshot of the cluster as it is now."""
+        assert self.placement is not None
+        if self._snapshot_of != self.cluster.version:
+            self.placement.snapshot(self.cluster.layout())
+            self._snapshot_of = self.cluster.version
+        return self.placement
+
+    def _pins(self, run: _ServiceRun, names: list[str], now: float) -> dict[str, Pin]:
+        """Where the controller's placement pins infer-ctl's new replicas (none: the scheduler's rule places
+        them): the nodes holding the service's weights are its cached nodes (every node with a node cache), its
+        replicas per node are what it spreads over. A replica that fits nowhere is not pinned; it waits Pending
+        for the scheduler."""
+        if self.placement is None or not names or lends(run):
+            return {}
+        ttl = run.model.cache_ttl_s
+        cached = range(self.cluster.spec.nodes) if run.use.node_cache else \
+            {node for left_s, node in run.cache if left_s >= now - ttl}
+        service_nodes: dict[int, int] = {}
+        for node in run.replicas.node.values():
+            service_nodes[node] = service_nodes.get(node, 0) + 1
+        pins = self._placement().place(run.service_doc, run.index, names, service_nodes=service_nodes,
+                                       cached_nodes=cached)
+        return {name: pin for name, pin in zip(names, pins, strict=True) if pin is not None}
 
     # -- the scheduler
 
@@ -1176,20 +1273,9 @@ def lends(run: _ServiceRun) -> bool:
     return isinstance(run.policy, InferCtl) and run.spec.scaling.prewarm.yield_to_sleepers
 
 
-def simulate_fleet(
-    services: Sequence[FleetService],
-    policies: Sequence[SimPolicy | InferCtl],
-    cluster: ClusterSpec,
-    config: SimConfig,
-    *,
-    initial: Sequence[int],
-    name: str | None = None,
-    on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None,
-    progress: Callable[[float], None] | None = None,
-    physics: TierPhysics = DEFAULT_PHYSICS,
-) -> FleetResult:
-    """Run `policies[i]` for `services[i]`, all at once on `cluster`, each from `initial[i]` ready replicas; see
-    the module docstring. `on_cycle(service, observation, plan)` sees each of infer-ctl's cycles."""
+def _check_fleet(services: Sequence[FleetService], policies: Sequence[SimPolicy | InferCtl], cluster: ClusterSpec,
+                 initial: Sequence[int]) -> set[int]:
+    """The fleet's arguments checked together; the length of the services' arrivals (one)."""
     if not services:
         raise ValueError("services: an empty fleet")
     if len(policies) != len(services) or len(initial) != len(services):
@@ -1205,12 +1291,35 @@ def simulate_fleet(
         if s.settings.model.gpus_per_replica > cluster.gpus_per_node:
             raise ValueError(f"services: {s.name} needs {s.settings.model.gpus_per_replica} GPUs per replica, "
                              f"more than a node has ({cluster.gpus_per_node})")
+    return lengths
+
+
+def simulate_fleet(
+    services: Sequence[FleetService],
+    policies: Sequence[SimPolicy | InferCtl],
+    cluster: ClusterSpec,
+    config: SimConfig,
+    *,
+    initial: Sequence[int],
+    name: str | None = None,
+    on_cycle: Callable[[str, CycleObservation, CyclePlan], None] | None = None,
+    progress: Callable[[float], None] | None = None,
+    physics: TierPhysics = DEFAULT_PHYSICS,
+    placement: bool = False,
+) -> FleetResult:
+    """Run `policies[i]` for `services[i]`, all at once on `cluster`, each from `initial[i]` ready replicas; see
+    the module docstring. `on_cycle(service, observation, plan)` sees each of infer-ctl's cycles. `placement`:
+    infer-ctl's new replicas pinned and its surplus ranked by the controller's placement
+    (`infer_ctl.sim.placing`), not by the scheduler's rule."""
+    lengths = _check_fleet(services, policies, cluster, initial)
     wall0 = time.perf_counter()
     n_ticks, dt = lengths.pop(), config.tick_s
     runs = [_ServiceRun(i, s, p, initial=n0, config=config, n_ticks=n_ticks)
             for i, (s, p, n0) in enumerate(zip(services, policies, initial, strict=True))]
     sim = _FleetSim(runs, _Cluster(cluster), config, physics)
     sim.on_cycle = on_cycle
+    if placement:
+        sim.place_as_the_controller()
     for run, n0 in zip(runs, initial, strict=True):
         sim.place_initial(run, n0)
     gpus_held = np.zeros(n_ticks)
@@ -1273,11 +1382,12 @@ def simulate_alone(arrivals: FloatArray, policy: SimPolicy | InferCtl, model: Se
 
 def run_fleet(services: Sequence[FleetService], policy: str, cluster: ClusterSpec, config: SimConfig, *,
               start: str = "warm", progress: Callable[[float], None] | None = None,
-              physics: TierPhysics = DEFAULT_PHYSICS) -> FleetResult:
+              physics: TierPhysics = DEFAULT_PHYSICS, placement: bool = False) -> FleetResult:
     """One of `infer_ctl.sim.suite.POLICY_NAMES` for every service of the fleet (the oracle with each service's
-    own hindsight schedule), each service from the replicas `suite.initial_replicas` gives it."""
+    own hindsight schedule), each service from the replicas `suite.initial_replicas` gives it. `placement`:
+    infer-ctl's replicas placed by the controller's placement (`simulate_fleet`)."""
     tick = config.tick_s
     policies = [build_policy(policy, s.settings, s.arrivals, tick) for s in services]
     initial = [initial_replicas(s.arrivals, tick, s.settings.model, start) for s in services]
     return simulate_fleet(services, policies, cluster, config, initial=initial, name=policy, progress=progress,
-                          physics=physics)
+                          physics=physics, placement=placement)

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, run
 from infer_ctl.controller.reconciler import Settings
@@ -34,7 +35,6 @@ from infer_ctl.core import api
 from infer_ctl.core.policy import Policies
 from infer_ctl.kube.client import KubeClient
 from infer_ctl.kube.inferenceservice import CRD_PATH
-from infer_ctl.sandbox.cluster import load_cluster
 from infer_ctl.sandbox.install import install_controller
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.snapshot import gang_reservation
 from infer_ctl.core import api
@@ -37,7 +38,6 @@ from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.plugins import build_profile
 from infer_ctl.place.state import ClusterState
-from infer_ctl.sandbox.cluster import load_cluster
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]

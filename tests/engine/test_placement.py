@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
 from infer_ctl.core.parse import parse_inference_service
@@ -19,7 +20,6 @@ from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.plugins import build_profile
 from infer_ctl.sandbox.allocator import Allocator
-from infer_ctl.sandbox.cluster import load_cluster
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.core import api
 from infer_ctl.core.api import ReplicaState as S
 from infer_ctl.decide.decision import DecideState
@@ -36,7 +37,6 @@ from infer_ctl.engine.step import EngineState
 from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.state import MILLI, ClusterState
-from infer_ctl.sandbox.cluster import load_cluster
 from tests.engine.test_cycle import CYCLE, HASH, T0, Snapshot, observe, ready, service
 
 GIB = 2**30

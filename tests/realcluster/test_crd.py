@@ -104,8 +104,8 @@ def test_every_object_a_cluster_file_publishes_is_accepted_by_the_api_server(
     # What the node agent publishes (Nodes, NVIDIA's DeviceClasses and ResourceSlices, partitionable devices
     # with shared counters, consumable capacity) is validated by the server itself: a dry-run create of each.
     # It once refused counter names such as "memorySlice0" (they must be DNS labels), which no offline schema had.
+    from infer_ctl.config.cluster import load_cluster
     from infer_ctl.config.policies import load_policies
-    from infer_ctl.sandbox.cluster import load_cluster
 
     paths = {"Node": "/api/v1/nodes", "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
              "ResourceSlice": "/apis/resource.k8s.io/v1/resourceslices"}

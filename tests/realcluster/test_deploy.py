@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller import access
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS, KubeClient, Resource
-from infer_ctl.sandbox.cluster import load_cluster
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster
 from tests.realcluster.conftest import wait_for

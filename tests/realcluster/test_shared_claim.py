@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from infer_ctl.config.cluster import parse_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.kube.client import NODES, PODS, RESOURCE_CLAIMS, KubeClient
 from infer_ctl.kube.labels import ANNOTATION_H2D_GBPS, ANNOTATION_MODEL_BYTES, ANNOTATION_START_ASLEEP
-from infer_ctl.sandbox.cluster import parse_cluster
 from infer_ctl.sandbox.kubesandbox import wait_nodes_schedulable
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster

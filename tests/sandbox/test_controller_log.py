@@ -16,10 +16,10 @@ import httpx
 import pytest
 import yaml
 
+from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, quiet_handler_successes, run
 from infer_ctl.controller.reconciler import Settings
-from infer_ctl.sandbox.cluster import load_cluster
 from infer_ctl.sandbox.runtime import sandbox_in_thread
 from infer_ctl.sandbox.threaded import LoopThread
 from tests.builders import InferenceServiceBuilder

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import yaml
 
+from infer_ctl.config.cluster import Cluster, load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.client import (
@@ -25,7 +26,6 @@ from infer_ctl.kube.client import (
 )
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.sandbox.apiserver import SandboxApiServer
-from infer_ctl.sandbox.cluster import Cluster, load_cluster
 from infer_ctl.sandbox.faultproxy import Fault
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.kubeside import KubeSide

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infer_ctl.config.cluster import Cluster, load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
 from infer_ctl.core.parse import parse_inference_service
@@ -21,7 +22,6 @@ from infer_ctl.engine.placement import place_replicas
 from infer_ctl.place.framework import CycleInputs, Engine
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.plugins import build_profile
-from infer_ctl.sandbox.cluster import Cluster, load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = load_policies(ROOT / "policies")

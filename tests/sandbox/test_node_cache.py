@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME
+from infer_ctl.config.cluster import DEFAULT_MODEL_CACHE_BYTES, parse_cluster
 from infer_ctl.core.errors import SpecError
 from infer_ctl.kube.labels import ANNOTATION_CACHE_KEY, ANNOTATION_MODEL_BYTES, ANNOTATION_MODEL_CACHE
-from infer_ctl.sandbox.cluster import DEFAULT_MODEL_CACHE_BYTES, parse_cluster
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET, mounts_model_cache
 from infer_ctl.sandbox.runtime import Sandbox
 from infer_ctl.sandbox.testing import pod

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from infer_ctl.config.cluster import parse_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core.errors import SpecError
-from infer_ctl.sandbox.cluster import parse_cluster
 from infer_ctl.sandbox.scheduler import Scheduler
 from infer_ctl.sandbox.store import Obj, Store
 from infer_ctl.sandbox.testing import pod

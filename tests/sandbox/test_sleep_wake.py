@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME
+from infer_ctl.config.cluster import parse_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
@@ -32,7 +33,6 @@ from infer_ctl.kube.labels import (
     ANNOTATION_NETWORK_GBPS,
     ANNOTATION_START_ASLEEP,
 )
-from infer_ctl.sandbox.cluster import parse_cluster
 from infer_ctl.sandbox.modelserver import ASLEEP_HEADER
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
 from infer_ctl.sandbox.router import ANNOTATION_URL

@@ -285,9 +285,10 @@ def test_the_oracle_on_shares_removes_the_share_that_frees_a_gpu() -> None:
 @given(st.lists(st.tuples(st.sampled_from([0.0, 16.0, 24.0, 40.0]),
                           st.sampled_from(["oracle", "hpa", "infer-ctl", "infer-ctl+tiers"]),
                           st.integers(0, 10_000)), min_size=1, max_size=4),
-       st.integers(1, 3), st.integers(1, 4))
+       st.integers(1, 3), st.integers(1, 4), st.booleans())
 def test_shares_never_overfill_a_node_and_every_gpu_held_is_charged_once(
-        specs: list[tuple[float, str, int]], nodes: int, gpus_per_node: int) -> None:
+        specs: list[tuple[float, str, int]], nodes: int, gpus_per_node: int, placement: bool) -> None:
+    """With the simulator's scheduler rule, or infer-ctl's replicas placed by the controller's placement."""
     services, names = [], []
     for i, (share, name, seed) in enumerate(specs):
         rng = np.random.default_rng(seed)
@@ -298,7 +299,7 @@ def test_shares_never_overfill_a_node_and_every_gpu_held_is_charged_once(
     cluster = ClusterSpec(nodes, gpus_per_node)
     policies = [build_policy(name, s.settings, s.arrivals, TICK) for s, name in zip(services, names, strict=True)]
     initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
-    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
+    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial, placement=placement)
     assert max(most_held_per_node(r.allocations).values()) <= gpus_per_node  # shared devices and warm hosts too
     for res, name in zip(r.services, names, strict=True):
         if name != "infer-ctl+tiers":  # (a replica woken on a warm host holds none of its own)
@@ -330,12 +331,14 @@ def fleets() -> st.SearchStrategy[tuple[list[FleetService], list[str], ClusterSp
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleets())
-def test_a_replica_never_starts_without_a_free_gpu(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> None:
+@given(fleets(), st.booleans())
+def test_a_replica_never_starts_without_a_free_gpu(fleet: tuple[list[FleetService], list[str], ClusterSpec],
+                                                   placement: bool) -> None:
+    """With the simulator's scheduler rule, or infer-ctl's replicas placed by the controller's placement."""
     services, names, cluster = fleet
     policies = [build_policy(name, s.settings, s.arrivals, TICK) for s, name in zip(services, names, strict=True)]
     initial = [initial_replicas(s.arrivals, TICK, s.settings.model) for s in services]
-    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial)
+    r = simulate_fleet(services, policies, cluster, SimConfig(tick_s=TICK), initial=initial, placement=placement)
     # no node ever holds more GPUs than it has
     assert max(most_held_per_node(r.allocations).values()) <= cluster.gpus_per_node
     # every ready replica holds GPUs: a replica is only ever ready after it was bound (ready is counted at the start

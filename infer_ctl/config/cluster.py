@@ -1,4 +1,6 @@
-"""Cluster file (YAML) -> Nodes, ResourceSlices and DeviceClasses as NVIDIA's DRA driver publishes them.
+"""Cluster file (YAML) -> Nodes, ResourceSlices and DeviceClasses as NVIDIA's DRA driver publishes them: what the
+sandbox's API servers serve, and what the fleet simulator places on with the controller's placement
+(`infer_ctl.sim.placing`), one description of a GPU node for both.
 
 A cluster file lists node pools:
 
