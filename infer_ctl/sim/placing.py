@@ -77,8 +77,8 @@ class FleetPlacement:
         self.catalog, self.engine, self.seed = catalog, engine, seed
         self.gpus_per_node = gpus_per_node
         # a whole-GPU Pod on a device with consumable memory takes all of it (a share would never fit beside it)
-        self._whole = {f"{DRIVER}/memory": Fraction(device.memory_bytes)} if shared and (
-            device := next(iter(self._base.devices), None)) is not None else {}
+        first = self._base.devices[0] if self._base.devices else None
+        self._whole = {f"{DRIVER}/memory": Fraction(first.memory_bytes)} if shared and first is not None else {}
         # fleet node i is "node-i"; the inventory sorts nodes by name
         self._index = {n.name: i for i, n in enumerate(self._base.nodes)}
         self.node_names = [f"node-{i}" for i in range(nodes)]
