@@ -860,15 +860,7 @@ class _FleetSim:
         """A replica whose claim the controller pinned to devices of the snapshot it placed on: the scheduler
         binds it there (the devices were free on that snapshot, and nothing else bound since). It starts cached
         on a node holding the service's weights."""
-        if run.use.node_cache:
-            cached = True
-        else:
-            ttl = run.model.cache_ttl_s
-            hit = next((i for i in range(len(run.cache) - 1, -1, -1)
-                        if run.cache[i][0] >= now - ttl and run.cache[i][1] == pin.node), None)
-            if hit is not None:
-                del run.cache[hit]
-            cached = hit is not None
+        cached = run.use.node_cache or self._take_cached(run, pin.node, now)
         priority = run.priority(name)
         if run.share_bytes:
             self.cluster.bind_share(run.index, name, pin.node, pin.device, nbytes=run.share_bytes, priority=priority,
@@ -1235,10 +1227,18 @@ class _FleetSim:
         fit = self.cluster.share_fit(run.share_bytes, [run.cache[i][1] for i in recent])
         if fit is None:
             return None, False
-        hit = next((i for i in recent if run.cache[i][1] == fit[0]), None)
+        return fit, self._take_cached(run, fit[0], now)
+
+    @staticmethod
+    def _take_cached(run: _ServiceRun, node: int, now: float) -> bool:
+        """Whether `node` holds the service's weights from a replica that left it within `cache_ttl_s`; the newest
+        such entry is used up (one cached start per replica that left)."""
+        ttl = run.model.cache_ttl_s
+        hit = next((i for i in range(len(run.cache) - 1, -1, -1)
+                    if run.cache[i][0] >= now - ttl and run.cache[i][1] == node), None)
         if hit is not None:
             del run.cache[hit]
-        return fit, hit is not None
+        return hit is not None
 
     def _lent_host(self, run: _ServiceRun, name: str, node: int, now: float) -> str:
         """A warm host made of a GPU of `node` for a lending service's replica, awake on it (as the controller makes
