@@ -879,7 +879,7 @@ class _FleetSim:
         key = (run.index, name)
         host: WarmHost | None
         if claim:
-            host = self.warm.place_on(key, claim, run.weight, device_bytes, now)
+            host = self.warm.place_on(key, claim, run.weight, device_bytes, now, pinned=self.placement is not None)
         else:
             host = self.warm.place(key, run.model.gpus_per_replica, run.weight,
                                    awake_device_bytes(run.spec, self.warm.device_memory), now)

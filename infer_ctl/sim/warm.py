@@ -178,15 +178,27 @@ class WarmHosts:
             self._names = [node_name(n) for n in range(self.gpus.nodes)]
         return self._names
 
-    def place_on(self, key: Key, claim: str, weight: int, need: int, now: float) -> WarmHost:
+    def place_on(self, key: Key, claim: str, weight: int, need: int, now: float, *,
+                 pinned: bool = False) -> WarmHost | None:
         """A new sleeper onto the warm host the engine chose (`claim`: an existing host, or a free GPU from the
-        last `observe`, made into a host once). ValueError when the cluster cannot hold it: the engine and the
-        cluster model disagree."""
+        last `observe`, made into a host once; with `pinned`, another free GPU of it when the cycle's replicas the
+        controller's placement pinned took that one's node, None when none is left). ValueError when the cluster
+        cannot hold it otherwise: the engine and the cluster model disagree."""
         host = self.hosts.get(claim) or self._made.get(claim)
         if host is None:
             node = self._free_names.get(claim)
-            if node is None or self.gpus.free(node) < 1:
+            if node is None:
                 raise ValueError(f"place_on: {claim} is neither a warm host nor a free GPU of the last observe")
+            if self.gpus.free(node) < 1:
+                if not pinned:
+                    raise ValueError(f"place_on: {claim}'s node has no free GPU left")
+                # the cycle's awake replicas, pinned by the controller's placement, took the node's free GPUs: as
+                # the controller's ledger drops the free GPUs its placements took and places the sleeper on
+                # another, the sleeper goes to another free GPU of the last observe with room (None: none has)
+                node = next((n for name, n in self._free_names.items() if name not in self._made
+                             and self.gpus.free(n) >= 1 and self.used[n] + weight <= self.budget), None)
+                if node is None:
+                    return None
             host = self._new_host(node, 1, now)
             self._made[claim] = host
         if self.used[host.node] + weight > self.budget:

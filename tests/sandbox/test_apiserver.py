@@ -293,8 +293,10 @@ def test_a_live_watch_delivers_events_to_the_kubernetes_client(core: kubernetes.
     seen: list[tuple[str, str]] = []
 
     def watch() -> None:
+        # the server ends the watch after timeoutSeconds; long enough for the create and delete below on a loaded
+        # machine (a 2 s watch once closed between the two in CI), and the loop leaves after the second event
         stream = kubernetes.watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=rv,
-                                                 timeout_seconds=2)
+                                                 timeout_seconds=20)
         for event in stream:
             seen.append((event["type"], event["object"].metadata.name))
             if len(seen) == 2:
@@ -304,7 +306,7 @@ def test_a_live_watch_delivers_events_to_the_kubernetes_client(core: kubernetes.
     thread.start()
     core.create_namespaced_config_map("default", config_map("live"))
     core.delete_namespaced_config_map("live", "default")
-    thread.join(5)
+    thread.join(20)
     assert seen == [("ADDED", "live"), ("DELETED", "live")]
 
 
