@@ -170,9 +170,16 @@ def _product_of(decision: Decision, inventory: Inventory, catalog: AcceleratorCa
 
 def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, str]) -> dict[str, float]:
     """What removing each replica does to the cluster's fragmentation (FGD's measure against the running mix, in
-    thousandths of a GPU): the change on the replica's node once its devices are free. Lower is better to
-    remove: freeing the last share of a GPU (it becomes whole again) or the last replica of a node helps; freeing
-    a share that stays too small for the mix does not.
+    thousandths of a GPU: the change on the replica's node once its devices are free), plus what its devices still
+    hold for other claims once it goes (in thousandths of a GPU; 0 for whole GPUs and for the last share of a
+    device). Lower is better to remove: freeing the last share of a GPU (it becomes whole again) or the last
+    replica of a node helps; freeing a share that stays too small for the mix does not; and among shares, the one
+    on the emptiest device goes first, draining it, so that a later removal gives its GPU back.
+
+    The second term is what a GPU held costs, which FGD does not see: against a mix of shares alone, removing a
+    share beside one other (the device then half-empty, still held) changes fragmentation no more than removing
+    one beside two. The fleet simulator measures the difference (`bench_fleet --shared-gib 24 --placement
+    controller`; the figures are in the README, "The controller's own placement in the fleet").
 
     `claims`: replica -> the name of its claim as the inventory knows it (`namespace/name`). A replica whose
     claim holds nothing known costs 0 (removing it changes no device).
@@ -217,8 +224,9 @@ def removal_costs(state: ClusterState, mix: WorkloadMix, claims: Mapping[str, st
             after_free[i, slot] = free
     cpu, product = state.cpu_free[nodes], state.product[nodes]
     delta = model.fragmentation(after_free, cpu, product) - model.fragmentation(before_free, cpu, product)
-    for (replica, _, _), d in zip(rows, delta, strict=True):
-        costs[replica] = float(d)
+    for i, ((replica, _, slots), d) in enumerate(zip(rows, delta, strict=True)):
+        held = sum(MILLI - int(after_free[i, slot]) for slot in slots)
+        costs[replica] = float(d) + held
     return costs
 
 

@@ -74,3 +74,17 @@ def test_without_a_snapshot_the_caller_s_removal_costs_say_which_replica_goes() 
                         ({"llm-r0": 0.0, "llm-r1": 0.6, "llm-r2": 0.3}, "llm-r0")):
         plan = plan_cycle(replace(obs, removal_costs=costs), CycleState(), CYCLE, T0)[0]
         assert plan.actions.remove == (gone,), plan.message
+
+
+def test_among_shares_the_one_on_the_emptiest_device_goes_first_to_drain_it() -> None:
+    # 24Gi shares (300 thousandths of an 80Gi GPU): s1 beside two others on gpu-0, s2 beside one on gpu-1.
+    state = cluster({"s1": ("gpu-0", "24Gi"), "o1": ("gpu-0", "24Gi"), "o2": ("gpu-0", "24Gi"),
+                     "s2": ("gpu-1", "24Gi"), "o3": ("gpu-1", "24Gi")})
+    costs = removal_costs(state, observed_mix(state.inventory), {r: f"default/{r}-gpu" for r in ("s1", "s2")})
+    # Against a mix of 24Gi shares alone, fragmentation favours s1 (gpu-0's 100 unusable thousandths become 400,
+    # room for one more) over s2 (gpu-1's 400 become 700: no change); but without s2, gpu-1 holds one share (300)
+    # and the next removal there gives the GPU back, where without s1 both GPUs stay held with two each.
+    assert costs["s1"] == pytest.approx(-100 + 600)
+    assert costs["s2"] == pytest.approx(0 + 300)
+    ready = [Replica(r, ReplicaState.SERVING, standby=False) for r in ("s1", "s2")]
+    assert plan_replicas(ready, 1, 0, removal_cost=costs.__getitem__).remove == ("s2",)

@@ -72,7 +72,7 @@ def test_a_share_is_pinned_where_fgd_puts_it_against_the_running_mix() -> None:
     assert len({(pin.node, pin.slot) for pin in pins if pin is not None}) == 1  # 3 x 24 GiB on one GPU
 
 
-def test_removing_the_last_share_of_a_device_goes_first_when_whole_gpus_are_in_the_mix() -> None:
+def test_removing_the_last_share_of_a_device_goes_first_whatever_the_mix() -> None:
     c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=4))
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
@@ -80,15 +80,15 @@ def test_removing_the_last_share_of_a_device_goes_first_when_whole_gpus_are_in_t
     c.bind_share(0, "a-2", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)  # alone on another GPU
     p = placement(1, 4, shared=True)
     p.snapshot(c.layout())
-    # shares alone in the mix: a GPU made whole again is no gap any share needs (FGD counts no change), while
-    # a-1's going leaves b's device a gap a 24 GiB share fits in
+    # shares alone in the mix: a GPU made whole again is no gap any share needs (FGD counts no change, and a-1's
+    # going leaves b's device a gap a 24 GiB share fits in), but b's device stays held (500 thousandths)
     alone = p.removal_costs(0, ["a-1", "a-2", "gone"])
-    assert alone["a-2"] == 0.0 and alone["a-1"] < 0.0
+    assert alone["a-2"] == 0.0 and alone["a-2"] < alone["a-1"] < 500.0
     assert alone["gone"] == 0.0  # a replica with no claim changes no device
     c.bind((2, "x"), "x-1", 0, gpus=1, priority=100_000, now=0.0)
     p.snapshot(c.layout())
     mixed = p.removal_costs(0, ["a-1", "a-2"])
-    assert mixed["a-2"] < mixed["a-1"]  # with whole-GPU Pods in the mix, the GPU made whole again is worth most
+    assert mixed["a-2"] < 0.0 < mixed["a-1"]  # with whole-GPU Pods in the mix, the GPU made whole again counts too
     assert claim_key(0, "a-1") != claim_key(1, "a-1")  # replicas of two services never share a claim
 
 
