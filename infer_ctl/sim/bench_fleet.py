@@ -3,12 +3,16 @@
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
         [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0] [--shared-gib 0] [--overloads]
+        [--placement controller|scheduler]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
 (one run per policy: every service under that policy, all competing for the same GPUs), infer-ctl through the
 controller's `plan_cycle` per service, the peers' autoscalers as ported in `infer_ctl.sim.policies`, the oracle
 with each service's own hindsight schedule. Every service starts warm (`suite.initial_replicas`) with no history.
+infer-ctl's new replicas are placed by the controller's placement (`infer_ctl.sim.placing`: its plugins on a
+snapshot of the cluster, each replica pinned; its surplus ranked by its removal costs), the other policies' by the
+simulator's scheduler rule (best fit); `--placement scheduler` puts infer-ctl's there too.
 
 The cluster: `--nodes` nodes of `--gpus-per-node` H100 GPUs with `--host-memory-gib` each; `auto` (the default)
 takes the fewest nodes that hold `--headroom` x the peak of what the oracle's per-service sizing would hold at
@@ -105,10 +109,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--shared-gib", type=float, default=0.0,
                     help="the recipe's one-GPU services run Shared, each replica a memory share of this many GiB "
                          "of an H100-80GB (79.6 GiB); 0: Exclusive, each replica a GPU whole")
-    ap.add_argument("--placement", choices=("scheduler", "controller"), default="scheduler",
-                    help="where infer-ctl's new replicas go: the simulator's scheduler rule (every policy's), or "
-                         "the controller's placement (pinned claims, FGD-scored; its surplus ranked by its "
-                         "removal costs)")
+    ap.add_argument("--placement", choices=("controller", "scheduler"), default="controller",
+                    help="where infer-ctl's new replicas go: the controller's placement (pinned claims, FGD-scored; "
+                         "its surplus ranked by its removal costs), as the controller places them; or the "
+                         "simulator's scheduler rule, as every other policy's (best fit, for comparison)")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
     return ap.parse_args(argv)
@@ -241,8 +245,9 @@ def _progress(name: str) -> Callable[[float], None]:
 
 def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
                  fleets: dict[Preset, tuple[FleetService, ...]], physics: TierPhysics = DEFAULT_PHYSICS, *,
-                 placement: bool = False) -> list[FleetResult]:
-    """Every policy over the fleet; infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
+                 placement: bool = True) -> list[FleetResult]:
+    """Every policy over the fleet (infer-ctl's replicas placed by the controller's placement unless `placement`
+    is False); infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
     first preset's row named infer-ctl, the others infer-ctl/<preset>); the peers on the first preset's fleet
     (the preset changes nothing of theirs)."""
     presets = list(fleets)
