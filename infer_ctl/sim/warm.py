@@ -195,8 +195,8 @@ class WarmHosts:
                 # the cycle's awake replicas, pinned by the controller's placement, took the node's free GPUs: as
                 # the controller's ledger drops the free GPUs its placements took and places the sleeper on
                 # another, the sleeper goes to another free GPU of the last observe with room (None: none has)
-                node = next((n for name, n in self._free_names.items() if name not in self._made
-                             and self.gpus.free(n) >= 1 and self.used[n] + weight <= self.budget), None)
+                node = next((n for n in dict.fromkeys(self._free_names.values())
+                             if self.gpus.free(n) >= 1 and self.used[n] + weight <= self.budget), None)
                 if node is None:
                     return None
             host = self._new_host(node, 1, now)

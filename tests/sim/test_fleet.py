@@ -286,7 +286,7 @@ def test_the_oracle_on_shares_removes_the_share_that_frees_a_gpu() -> None:
                           st.sampled_from(["oracle", "hpa", "infer-ctl", "infer-ctl+tiers"]),
                           st.integers(0, 10_000)), min_size=1, max_size=4),
        st.integers(1, 3), st.integers(1, 4), st.booleans())
-# a sleeper the plan put on a free GPU whose node the cycle's pinned share took goes to another (CI, stop 36)
+# a sleeper the plan put on a free GPU whose node the cycle's pinned share took goes to another (CI of stop 35)
 @example(specs=[(24.0, "infer-ctl+tiers", 1)], nodes=2, gpus_per_node=3, placement=True)
 def test_shares_never_overfill_a_node_and_every_gpu_held_is_charged_once(
         specs: list[tuple[float, str, int]], nodes: int, gpus_per_node: int, placement: bool) -> None:
