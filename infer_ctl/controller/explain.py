@@ -54,9 +54,9 @@ from infer_ctl.kube.client import (
 from infer_ctl.kube.inferenceservice import check_inference_service
 from infer_ctl.kube.labels import LABEL_SERVICE
 from infer_ctl.kube.pods import replica_pods
-from infer_ctl.place.framework import CycleInputs, Engine
+from infer_ctl.place.framework import CycleInputs
 from infer_ctl.place.inventory import Inventory
-from infer_ctl.place.plugins import build_profile
+from infer_ctl.place.plugins import placement_engine
 from infer_ctl.place.request import Sharing
 from infer_ctl.place.state import MILLI, ClusterState
 
@@ -168,8 +168,7 @@ def _placement_finding(kube: KubeClient, policies: Policies, svc: api.InferenceS
     inventory = Inventory.build(nodes=kube.list(NODES), slices=kube.list(RESOURCE_SLICES),
                                 device_classes=kube.list(DEVICE_CLASSES), claims=kube.list(RESOURCE_CLAIMS),
                                 pods=kube.list(PODS))
-    engine = Engine(build_profile({"filters": list(policies.placement.filters),
-                                   "scores": dict(policies.placement.score_weights)}))
+    engine = placement_engine(policies.placement)
     request = replica_request(svc, policies.catalog, "next")
     state = ClusterState.from_inventory(inventory)
     rng = np.random.default_rng(0)

@@ -130,9 +130,8 @@ from infer_ctl.observe.rates import (
     read_in_flight,
 )
 from infer_ctl.place.claims import HOSTNAME_LABEL
-from infer_ctl.place.framework import Engine
 from infer_ctl.place.inventory import Device
-from infer_ctl.place.plugins import build_profile
+from infer_ctl.place.plugins import placement_engine
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +186,7 @@ class Settings:
 def cycle_policies(settings: Settings) -> CyclePolicies:
     """What every service's cycle runs with: the policy files, the placement profile they configure, the engine's
     settings, and where the rate comes from (the spec's Prometheus query, or the replicas' own counters)."""
-    placement = settings.policies.placement
-    engine = Engine(build_profile({"filters": list(placement.filters), "scores": dict(placement.score_weights)}))
-    return CyclePolicies(settings.policies, engine, settings.engine_config,
+    return CyclePolicies(settings.policies, placement_engine(settings.policies.placement), settings.engine_config,
                          metric_source="prometheus" if settings.prometheus_url else "scrape", seed=settings.seed)
 
 

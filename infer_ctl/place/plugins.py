@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from infer_ctl.core.policy import PlacementPolicy
 from infer_ctl.core.quantity import human_bytes
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix
 from infer_ctl.place.framework import (
     BoolArray,
     CycleContext,
+    Engine,
     FilterPlugin,
     FilterResult,
     FloatArray,
@@ -596,3 +598,8 @@ def build_profile(config: Mapping[str, Any] | None = None, name: str = "infer-ct
             raise ProfileError(f"scores.{s}: weight must be a non-negative number, got {w!r}")
         scores.append((SCORES[s](), float(w)))
     return Profile(name, tuple(filters), tuple(scores))
+
+
+def placement_engine(policy: PlacementPolicy) -> Engine:
+    """The placement engine of the policy files' `placement.yaml` (its filters and score weights, parsed)."""
+    return Engine(build_profile({"filters": list(policy.filters), "scores": dict(policy.score_weights)}))

@@ -92,7 +92,7 @@ import bisect
 import functools
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -116,8 +116,7 @@ from infer_ctl.engine.cycle import (
 from infer_ctl.engine.cycle import Observation as CycleObservation
 from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.place.framework import Engine
-from infer_ctl.place.plugins import build_profile
+from infer_ctl.place.plugins import placement_engine
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.placing import FleetPlacement, Layout, Pin, claim_key
 from infer_ctl.sim.policies import InferCtl, Observation, Oracle, SimPolicy, tier_use
@@ -1118,9 +1117,7 @@ class _FleetSim:
         ours = [run.policy for run in self.runs if isinstance(run.policy, InferCtl)]
         if not ours:
             return
-        configured = ours[0].policies.policies.placement
-        engine = Engine(build_profile({"filters": list(configured.filters),
-                                       "scores": dict(configured.score_weights)}))
+        engine = placement_engine(ours[0].policies.policies.placement)
         spec = self.cluster.spec
         self.placement = FleetPlacement(nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                                         accelerator=spec.accelerator, catalog=_catalog(), engine=engine,
@@ -1144,11 +1141,8 @@ class _FleetSim:
         ttl = run.model.cache_ttl_s
         cached = range(self.cluster.spec.nodes) if run.use.node_cache else \
             {node for left_s, node in run.cache if left_s >= now - ttl}
-        service_nodes: dict[int, int] = {}
-        for node in run.replicas.node.values():
-            service_nodes[node] = service_nodes.get(node, 0) + 1
-        pins = self._placement().place(run.service_doc, run.index, names, service_nodes=service_nodes,
-                                       cached_nodes=cached)
+        pins = self._placement().place(run.service_doc, run.index, names,
+                                       service_nodes=Counter(run.replicas.node.values()), cached_nodes=cached)
         return {name: pin for name, pin in zip(names, pins, strict=True) if pin is not None}
 
     # -- the scheduler

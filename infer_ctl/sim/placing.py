@@ -80,13 +80,11 @@ class FleetPlacement:
         first = self._base.devices[0] if self._base.devices else None
         self._whole = {f"{DRIVER}/memory": Fraction(first.memory_bytes)} if shared and first is not None else {}
         # fleet node i is "node-i"; the inventory sorts nodes by name
-        self._index = {n.name: i for i, n in enumerate(self._base.nodes)}
         self.node_names = [f"node-{i}" for i in range(nodes)]
         self.order = np.argsort(np.argsort([n.name for n in self._base.nodes])).astype(np.int64)
         self.state: ClusterState | None = None
         self.mix: WorkloadMix | None = None
         self._slots: dict[tuple[int, int], int] = {}  # (fleet node, slot) -> shared device ordinal
-        self.snapshots = 0
 
     def _device(self, node: int, slot: int) -> DeviceId:
         return DeviceId(DRIVER, self.node_names[node], f"gpu-{slot}")
@@ -115,7 +113,6 @@ class FleetPlacement:
                               counter_sets=base.counter_sets, allocations=tuple(allocations),
                               node_usage=base.node_usage, problems=())
         self.state, self.mix = ClusterState.from_inventory(inventory), observed_mix(inventory)
-        self.snapshots += 1
         return self.state
 
     def place(self, svc: api.InferenceService, service: int, replicas: Sequence[str], *,
@@ -129,6 +126,7 @@ class FleetPlacement:
                              cached_nodes=frozenset(self.node_names[n] for n in cached_nodes))
         placements = place_replicas(svc, self.catalog, self.state.inventory, replicas, engine=self.engine,
                                     inputs=inputs, seed=self.seed, state=self.state)
+        shared = svc.spec.accelerator.sharing is api.Sharing.SHARED
         pins: list[Pin | None] = []
         for p in placements:
             if not p.placed or p.decision.placement is None:
@@ -137,7 +135,6 @@ class FleetPlacement:
             device = p.decision.placement.devices[0]
             node = int(device.pool.removeprefix("node-"))
             slot = int(device.name.removeprefix("gpu-"))
-            shared = svc.spec.accelerator.sharing is api.Sharing.SHARED
             pins.append(Pin(node, slot, self._slots.get((node, slot)) if shared else None))
         return pins
 
