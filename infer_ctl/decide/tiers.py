@@ -94,6 +94,9 @@ class Room:
     # sleepers it could hold on GPUs other services lend (`yieldToSleepers`), its awake replicas there included:
     # they wake only for load already here (a burst), so they hold the fixed pool, never what the forecast needs
     lent: int = 0
+    # the service's sleepers now, those still loading to sleep included: what the stabilization window can hold
+    # asleep without loading another (`window_hold`)
+    asleep: int = 0
 
     @property
     def burst_only(self) -> bool:
@@ -106,6 +109,19 @@ class Room:
         those of the awake replicas on warm hosts that are not needed awake (the ones elsewhere stay awake first).
         E.g. 1 awake on a GPU of its own, 2 on warm hosts, 1 needed awake: 2 can sleep where they are."""
         return self.sleeping + max(0, min(self.in_place, self.awake_elsewhere + self.in_place - awake))
+
+    def window_hold(self, awake: int, current: int, window: int) -> tuple[int, int]:
+        """What the stabilization window holds warm (awake and asleep), and how many of those stay awake beyond
+        `awake`, when `awake` of the service's `current` awake replicas are needed awake and the window remembers
+        `window` warm. It holds the replicas there are, never a new sleeper loaded in their stead (a cold load for
+        a need the forecast no longer has, gone when the window passes): its sleepers and the surplus awake
+        replicas that can sleep where they are (on a warm host) are held asleep; beyond them, the surplus on GPUs
+        or memory shares of their own stays awake, in traffic, as without the tier. (What the forecast needs is
+        the caller's, on top.) E.g. 5 of 11 needed awake (8 on GPUs of their own, 3 on warm hosts), 1 sleeper, a
+        window of 14: 5 + 1 + 3 held, and 3 more held awake: (12, 3)."""
+        kept = awake + self.asleep + min(self.in_place, max(0, current - awake))
+        held_awake = min(max(0, self.awake_elsewhere - awake), max(0, window - kept))
+        return min(window, kept + held_awake), held_awake
 
     def of(self, tier: Tier) -> float:
         if tier is Tier.SLEEPING:
@@ -126,10 +142,14 @@ class TierPlan:
     cached: int
     passed_up: tuple[tuple[Tier, int], ...] = ()  # (tier that lacked room, replicas it passed up)
     horizons_s: tuple[tuple[Tier, float], ...] = ()  # the horizon each tier's need was read at
+    # of `awake`, replicas beyond the decision's that the stabilization window keeps awake and in traffic: they
+    # cannot sleep where they are (`Room.window_hold`)
+    held_awake: int = 0
 
     @property
     def message(self) -> str:
-        parts = [f"{self.awake} awake"]
+        parts = [f"{self.awake} awake" + (f" ({self.held_awake} held by the stabilization window: they cannot sleep "
+                                          f"where they are)" if self.held_awake else "")]
         if self.sleeping:
             parts.append(f"{self.sleeping} sleeping")
         if self.cached:

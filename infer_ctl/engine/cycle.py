@@ -674,7 +674,9 @@ def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger 
     - a service that does not yield gives back a GPU another service's replica yielded first (that replica waits
       on it, asleep), and a replica awake on a warm host it does not make (the warm pool's, or a Shared
       service's) sleeps there before a replica elsewhere goes: the pool's GPU is held either way, and idle again
-      for the next burst;
+      for the next burst; then a replica awake on a warm host of its own, which can sleep there, before one on a
+      GPU or memory share of its own, which cannot (the ladder keeps those awake first: `Room.sleeping_room`,
+      `Room.window_hold`);
     - a service that yields removes first a replica held asleep for another service (it serves nothing), and
       last a replica returning to its GPU, or awake where other services' sleepers wait (a lent GPU, not an idle
       one), so that a surplus removes a replica elsewhere."""
@@ -691,7 +693,9 @@ def _warm_removal_cost(cost: Callable[[str], float] | None, ledger: _WarmLedger 
             if name in held_back:
                 return base - BIG
             return base + (BIG if name in first or (host and ledger.foreign_sleepers(host)) else 0.0)
-        return base - (BIG if host and (ledger.yielded_on(host) or host in ledger.pooled) else 0.0)
+        if not host:
+            return base
+        return base - (2 * BIG if ledger.yielded_on(host) or host in ledger.pooled else BIG)
 
     return ordered
 
@@ -864,8 +868,10 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         room_cached = slow.room.cached
         cached = slow.cached_s if slow.cached_s is not None else cached
         allowed.add(Tier.CACHED)
-    in_place = elsewhere = lent = 0
+    in_place = elsewhere = lent = asleep = 0
     if policy.sleep:
+        asleep = len({r.name for r in observation.replicas if r.state is api.ReplicaState.SLEEPING}
+                     | starting_sleepers(observation.replicas))
         if ledger is not None:
             room_sleeping = ledger.room(svc.spec.scaling.max_replicas)
             in_place = ledger.in_place()
@@ -885,7 +891,7 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         cached = max(cached, min(wake, cold))  # unused: only the order of the times matters
     times = TierTimes(wake_s=min(wake, cached), cached_s=cached, cold_s=max(cached, cold))
     return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached, in_place=in_place,
-                                                     awake_elsewhere=elsewhere, lent=lent)), others
+                                                     awake_elsewhere=elsewhere, lent=lent, asleep=asleep)), others
 
 
 def weight_bytes(model: api.ModelSpec) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from infer_ctl.core.api import ForecastMethod, Seasonality
+from infer_ctl.core.api import ForecastMethod, ReplicaState, Seasonality
 from infer_ctl.decide.decision import (
     DecideInputs,
     DecidePolicy,
@@ -123,6 +123,9 @@ class EngineInputs:
     concurrency: float = math.nan
 
 
+# replicas that no longer count as the service's (the decision's `current` leaves them out too)
+_GONE = (ReplicaState.DRAINING, ReplicaState.UNAVAILABLE)
+
 CHANGE_GAPS = 8  # the times between changes of the observed rate kept to learn its typical interval
 
 
@@ -185,13 +188,15 @@ class EngineOutput:
 
     @property
     def desired_serving(self) -> int:
-        return self.decision.serving
+        """The decision's serving replicas, plus those the stabilization window keeps awake because they cannot
+        sleep where they are (`TierPlan.held_awake`: in traffic, as without the tiers)."""
+        return self.decision.serving + (self.tiers.held_awake if self.tiers is not None else 0)
 
     @property
     def desired_standby(self) -> int:
         """The decision's standby replicas, plus the sleepers the cluster had no room for (passed up: awake, out
         of traffic)."""
-        extra = self.tiers.awake - self.decision.total if self.tiers is not None else 0
+        extra = self.tiers.awake - self.tiers.held_awake - self.decision.total if self.tiers is not None else 0
         return self.decision.standby + max(0, extra)
 
     @property
@@ -381,7 +386,10 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
            ) -> tuple[TierPlan, tuple[tuple[float, int], ...]]:
     """Replicas per tier: the decision's awake ones, and below them what the forecast's upper quantile needs
     within each slower tier's horizon (`infer_ctl.decide.tiers.ladder`). The warm total (awake + sleeping) only
-    falls through the stabilization window: awake replicas no longer needed go to sleep first."""
+    falls through the stabilization window: awake replicas no longer needed go to sleep where they are first, and
+    those that cannot (on GPUs of their own) stay awake through it (`Room.window_hold`). Never a new sleeper loaded
+    in their stead: that load (a cold start, on a warm host's device) would be for a need the forecast no longer
+    has, and the sleeper removed when the window passes."""
     assert inputs.tiers is not None
     now, cap = inputs.now_s, policy.target_rps_per_replica
     awake = decision.total
@@ -395,16 +403,20 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
     # the window remembers what was needed warm (not what was held: a hold would renew itself)
     warm_needed = max(needs.get(Tier.SLEEPING, awake), awake)
     window = (*((t, n) for t, n in window if t > start), (now, warm_needed))
+    held_awake = 0
     if Tier.SLEEPING in needs:  # scaling to zero too: asleep first, then gone after the window
-        held = max(n for _, n in window)
+        current = sum(r.state not in _GONE for r in inputs.replicas)
+        held, held_awake = inputs.tiers.room.window_hold(awake, current, max(n for _, n in window))
+        needs[Tier.STANDBY] = awake + held_awake
         # and the fixed pool, beyond the awake replicas: as many as the warm hosts have room for (a sleeper they
         # cannot take would be held awake instead, which is not what the pool is for)
         pool = min(policy.max_replicas, awake + policy.sleeping_replicas)
+        kept = needs[Tier.STANDBY]
         needs[Tier.SLEEPING] = max(needs[Tier.SLEEPING],
-                                   min(max(held, pool), awake + inputs.tiers.room.sleeping_room(awake)))
+                                   min(max(held, pool), kept + inputs.tiers.room.sleeping_room(kept)))
         if Tier.CACHED in needs:
             needs[Tier.CACHED] = max(needs[Tier.CACHED], needs[Tier.SLEEPING])
-    plan = ladder(needs, inputs.tiers.room)
+    plan = replace(ladder(needs, inputs.tiers.room), held_awake=held_awake)
     if Tier.SLEEPING in needs and inputs.tiers.room.lent:
         # the pool's rest (and the warm replicas the window holds) on lent GPUs: beyond the awake ones, never
         # instead of them

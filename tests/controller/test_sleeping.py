@@ -3,9 +3,10 @@ model servers that sleep and wake over HTTP (`infer_ctl.sandbox.modelserver`: we
 host-to-device bandwidth, memory accounted by the node agent), shared ResourceClaims as warm hosts, and the
 controller's cycles in real time.
 
-A service that may sleep (spec.scaling.prewarm.sleep) scales up for a burst, the burst passes, and the replicas no
-longer needed awake are held asleep on a warm host through the stabilization window; the next burst wakes them
-(not new replicas), serving in seconds where a cold start takes COLD_START_S. A wake the warm host's device
+A service that may sleep (spec.scaling.prewarm.sleep) holds a pool of sleepers on a warm host; a burst wakes them,
+the burst passes, and the replicas no longer needed awake go back to sleep where they are (the same Pods, not
+removed and loaded again); the next burst wakes them again, serving in seconds where a cold start takes
+COLD_START_S. A wake the warm host's device
 refuses (409 DeviceMemory: another service's model woke onto it) falls back visibly: an Event, the decision's
 message, `explain`, and a replica created in the same cycle.
 
@@ -47,7 +48,7 @@ WINDOW_S = 45  # scale-down stabilization: the awake replicas, then the sleepers
 BURST_RPS = 35.0  # 4 replicas' worth
 
 
-def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4, window_s: int = WINDOW_S
+def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4, window_s: int = WINDOW_S, pool: int = 0
                    ) -> dict[str, Any]:
     """Its replicas take memory shares of the cluster's H100s (`Shared`): awake on a warm host too, several to a
     GPU (three of 20 GiB in an H100's 79.6 GiB), which is what makes a warm host worth a GPU."""
@@ -58,7 +59,7 @@ def sleepy_service(name: str, *, memory: str = "20Gi", max_replicas: int = 4, wi
             .with_("spec.scaling.targetRequestsPerReplica", TARGET_RPS)
             .with_("spec.scaling.scaleDownStabilizationSeconds", window_s)
             .with_("spec.scaling.forecast", {"enabled": False})
-            .with_("spec.scaling.prewarm", {"sleep": True})
+            .with_("spec.scaling.prewarm", {"sleep": True, "sleepingReplicas": pool})
             # the burst guard sizes for the requests waiting at the front door at once (not only for the rate the
             # serving replicas answer): a replica at its SLO holds 10 x 0.3 = 3 in flight
             .with_("spec.slo", {"latencyP95Ms": 300})
@@ -202,28 +203,34 @@ def setup(cluster: Cluster, *services: dict[str, Any]) -> tuple[KubeClient, Reco
 
 
 async def held_asleep(cycles: Cycles, kube: KubeClient, name: str, url: str, sleepers: int) -> set[str]:
-    """A burst of BURST_RPS until the service serves 4, then a trickle until at least `sleepers` of its replicas
-    are held asleep (loaded) on a warm host: their names. (How many the tier holds follows the warm replicas the
-    stabilization window remembers: up to 3 here, fewer as the window forgets the burst.)"""
+    """The service's pool of `sleepers` (spec.scaling.prewarm.sleepingReplicas) made on a warm host; a burst of
+    BURST_RPS until it serves 4 (the sleepers woken among them); then a trickle until the sleepers are asleep
+    again, where they were: the same Pods (a replica no longer needed awake sleeps where it is, not removed and
+    loaded again). Their names."""
     await cycles.until("the first replica", lambda: serving(kube, name), 60, name)
+    pool: set[str] = await cycles.until(f"{sleepers} sleepers", lambda: (s := asleep(kube, name))
+                                        and len(s) >= sleepers and s, 3 * COLD_START_S + 30, name)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, name) if p["metadata"]["name"] in pool}
     burst = loadgen(url, f"{BURST_RPS:g}@300s")
     try:
-        await cycles.until("4 serving for the burst", lambda: len(serving(kube, name)) >= 4, 90, name)
+        await cycles.until("4 serving for the burst, the sleepers among them",
+                           lambda: len(s := serving(kube, name)) >= 4 and pool <= s, 90, name)
     finally:
         stop(burst)
     trickle = loadgen(url, "3@600s")
     try:
-        found: set[str] = await cycles.until(f"{sleepers} sleepers", lambda: (s := asleep(kube, name))
-                                             and len(s) >= sleepers and s, 3 * WINDOW_S + 3 * COLD_START_S + 30,
-                                             name)
-        return found
+        await cycles.until("the sleepers asleep again", lambda: pool <= asleep(kube, name),
+                           3 * WINDOW_S + 3 * COLD_START_S + 30, name)
     finally:
         stop(trickle)
+    again = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, name) if p["metadata"]["name"] in pool}
+    assert again == uids, f"asleep again, not made again: {again} != {uids}\n{cycles.table(name)}"
+    return pool
 
 
 @pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
 async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts(cluster: Cluster) -> None:
-    kube, reconciler = setup(cluster, sleepy_service("nap"))
+    kube, reconciler = setup(cluster, sleepy_service("nap", pool=2))
     url = front_door(kube, "nap")
     try:
         with Cycles(kube, reconciler, ("nap",)) as cycles:
@@ -246,7 +253,7 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
                 await cycles.until("the burst at the front door", lambda: at_the_door(metrics_url, "nap") >= 3, 30,
                                    "nap")
                 started = time.monotonic()
-                # the sleepers when the burst arrives (the tier may have let one go since: the window forgets)
+                # the sleepers when the burst arrives
                 sleepers = asleep(kube, "nap")
                 assert len(sleepers) >= 2, cycles.table("nap")
                 uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "nap")
@@ -324,41 +331,27 @@ async def test_a_fixed_sleeping_pool_takes_a_burst_nobody_forecast(cluster: Clus
 
 @pytest.mark.parametrize("cluster", ["emulator"], indirect=True)
 async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(cluster: Cluster) -> None:
-    # Two services with large models on memory shares: big's 35 GiB (two fit awake on an H100's 79.6 GiB: its
-    # sleeper gets a warm host of its own making) and other's 45 GiB (one fits: it makes no warm host, but its
-    # sleeper joins big's: its longer window lets it scale down once big's warm host is there). One sleeper each,
-    # on that warm host; each could wake there while the other sleeps. The other service's sleeper is woken behind
-    # the controller's back, so that 34.6 GiB are left when the controller wakes big's: the agent refuses (409
-    # DeviceMemory).
-    kube, reconciler = setup(cluster, sleepy_service("big", memory="35Gi", max_replicas=2),
-                             sleepy_service("other", memory="45Gi", max_replicas=2, window_s=WINDOW_S + 30))
+    # Two services with large models on memory shares and a pool of one sleeper each: big's 35 GiB (two fit awake
+    # on an H100's 79.6 GiB: its sleeper gets a warm host of its own making) and other's 45 GiB (one fits: it makes
+    # no warm host, and its sleeper joins big's). Each could wake there while the other sleeps. The other service's
+    # sleeper is woken behind the controller's back, so that 34.6 GiB are left when the controller wakes big's:
+    # the agent refuses (409 DeviceMemory).
+    kube, reconciler = setup(cluster, sleepy_service("big", memory="35Gi", max_replicas=2, pool=1),
+                             sleepy_service("other", memory="45Gi", max_replicas=2, pool=1))
     url = front_door(kube, "big")
-    other_url = front_door(kube, "other")
     try:
         with Cycles(kube, reconciler, ("big", "other")) as cycles:
             await cycles.until("first replicas", lambda: serving(kube, "big") and serving(kube, "other"), 60)
-            # 2 replicas' worth for each, then a trickle: one sleeper each
-            bursts = [loadgen(url, "18@300s"), loadgen(other_url, "18@300s")]
-            try:
-                await cycles.until("2 serving each", lambda: len(serving(kube, "big")) >= 2
-                                   and len(serving(kube, "other")) >= 2, 90)
-            finally:
-                for b in bursts:
-                    stop(b)
-            trickles = [loadgen(url, "3@600s"), loadgen(other_url, "3@600s")]
-            try:
-                await cycles.until("a sleeper each", lambda: asleep(kube, "big") and asleep(kube, "other"),
-                                   3 * WINDOW_S + 3 * COLD_START_S + 30, "big")
-            finally:
-                for t in trickles:
-                    stop(t)
+            await cycles.until("a sleeper each", lambda: asleep(kube, "big") and asleep(kube, "other"),
+                               3 * COLD_START_S + 60, "big")
             (mine,) = asleep(kube, "big")
             (theirs,) = asleep(kube, "other")
             by_name = {p["metadata"]["name"]: p for p in pods(kube, "big") + pods(kube, "other")}
             host = by_name[mine]["metadata"]["annotations"][ANNOTATION_WARM_HOST]
             assert by_name[theirs]["metadata"]["annotations"][ANNOTATION_WARM_HOST] == host
-            # from here only big's cycles run: other's would put its woken replica back to sleep (its trickle is
-            # gone), freeing the memory before big's burst is seen, and the wake would not be refused
+            # from here only big's cycles run: other's would put its woken replica back to sleep (it has no load
+            # beyond its one replica), freeing the memory before big's burst is seen, and the wake would not be
+            # refused
             cycles.paused.add("other")
             async with httpx.AsyncClient(timeout=10) as http:
                 address = by_name[theirs]["metadata"]["annotations"][ANNOTATION_ADDRESS]

@@ -108,3 +108,29 @@ def test_awake_replicas_on_warm_hosts_are_room_for_sleepers_once_not_needed_awak
     assert ladder({Tier.STANDBY: 3, Tier.SLEEPING: 5}, room).sleeping == 0
     # new room adds to it
     assert Room(sleeping=1, in_place=2, awake_elsewhere=1).sleeping_room(2) == 2
+
+
+def test_the_window_holds_what_there_is_the_docstring_example() -> None:
+    # 5 of 11 needed awake (8 on GPUs of their own, 3 on warm hosts), 1 sleeper, a window of 14
+    room = Room(sleeping=5, in_place=3, awake_elsewhere=8, asleep=1)
+    assert room.window_hold(5, 11, 14) == (12, 3)
+    # a window of 4 with 1 replica and nothing else: nothing to hold, and no sleeper loaded to hold it
+    assert Room(sleeping=5, awake_elsewhere=1).window_hold(1, 1, 4) == (1, 0)
+
+
+@given(awake=st.integers(0, 10), elsewhere=st.integers(0, 10), in_place=st.integers(0, 10),
+       asleep=st.integers(0, 10), window=st.integers(0, 30))
+def test_the_window_never_holds_more_than_it_remembers_nor_loads_a_sleeper_for_it(
+        awake: int, elsewhere: int, in_place: int, asleep: int, window: int) -> None:
+    current = elsewhere + in_place
+    room = Room(in_place=in_place, awake_elsewhere=elsewhere, asleep=asleep)
+    held, held_awake = room.window_hold(awake, current, window)
+    assert held <= window and held_awake >= 0
+    # kept awake: only replicas on GPUs of their own beyond the awake need (they cannot sleep where they are)
+    assert held_awake <= max(0, elsewhere - awake)
+    # the replicas there are, never more: the awake need, the sleepers, the surplus that can sleep where it is,
+    # and the surplus kept awake
+    there = awake + asleep + min(in_place, max(0, current - awake))
+    assert held <= there + held_awake
+    # and all of those there are asleep or can sleep, up to what the window remembers
+    assert held >= min(window, there)

@@ -73,17 +73,39 @@ def plan(obs: Observation, state: CycleState | None = None) -> CyclePlan:
     return plan_cycle(obs, state or CycleState(), CYCLE, T0)[0]
 
 
-def test_warm_replicas_no_longer_needed_awake_are_held_asleep_on_a_warm_host() -> None:
+def awake_on(name: str, host: str = "warm-a") -> ObservedReplica:
+    return ObservedReplica(name, S.SERVING, False, created_s=T0 - 3600, spec_hash=HASH, warm_host=host)
+
+
+def test_warm_replicas_no_longer_needed_awake_sleep_where_they_are_the_others_stay_awake_through_the_window() -> None:
+    svc = sleepy()
+    # 4 awake, 1 needed, the window remembers 4 warm: the 2 on a warm host sleep there; of the 2 on memory shares
+    # of their own (they cannot sleep), 1 stays as needed and 1 is held awake, in traffic, as without the tier
+    obs = replace(observe(svc, ready("llm-r0"), ready("llm-r1"), awake_on("llm-r2"), awake_on("llm-r3"), rate=5.0),
+                  warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=2 * 20 * GIB)))
+    p = plan(obs, held_warm(4, awake=1))
+    assert (p.serving, p.standby, p.sleeping) == (2, 0, 2), p.message
+    assert sorted(p.actions.sleep) == ["llm-r2", "llm-r3"] and not p.actions.remove and not p.create
+    assert "tiers: 2 awake (1 held by the stabilization window: they cannot sleep where they are), 2 sleeping" \
+        in p.message
+
+
+def test_the_window_loads_no_sleeper_in_the_stead_of_a_replica_that_cannot_sleep() -> None:
+    # the window remembers 4 warm; 1 replica is there: nothing to hold, and no sleeper is loaded to hold it (a
+    # cold load for a need the forecast no longer has)
     svc = sleepy()
     obs = replace(observe(svc, ready("llm-r0"), rate=5.0), warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB",
                                                                                       GPU)))
     p = plan(obs, held_warm(4))
-    assert p.serving == 1 and p.sleeping == 3, p.message
-    sleepers = [r for r in p.create if r.sleeping]
+    assert (p.serving, p.sleeping) == (1, 0) and not p.create, p.message
+    # what the service asks for is made: a pool of 3 sleepers (spec.scaling.prewarm.sleepingReplicas)
+    pooled = plan(replace(obs, service=sleepy(spec__scaling__prewarm__sleepingReplicas=3)), held_warm(4))
+    assert pooled.serving == 1 and pooled.sleeping == 3, pooled.message
+    sleepers = [r for r in pooled.create if r.sleeping]
     assert [(r.name, r.standby, r.warm_host) for r in sleepers] == [("llm-r1", True, "warm-a"), ("llm-r2", True,
                                                                                                   "warm-a"),
                                                                      ("llm-r3", True, "warm-a")]
-    assert "tiers: 1 awake, 3 sleeping" in p.message
+    assert "tiers: 1 awake, 3 sleeping" in pooled.message
 
 
 def exclusive(**fields: object) -> api.InferenceService:
@@ -98,18 +120,19 @@ def test_an_exclusive_service_s_sleepers_go_one_per_existing_warm_host_and_never
                 WarmDevice("warm-b", "h100-1", "H100-80GB", GPU, sleepers=1, whole=False))
     free = (WarmDevice("warm-h100-0-gpu-1", "h100-0", "H100-80GB", GPU, exists=False),
             WarmDevice("warm-h100-0-gpu-2", "h100-0", "H100-80GB", GPU, exists=False))
-    p = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*existing, *free)),
-             held_warm(4))
+    p = plan(replace(observe(exclusive(spec__scaling__prewarm__sleepingReplicas=3), ready("llm-r0"), rate=5.0),
+                     warm_hosts=hosts(*existing, *free)))
     # one sleeper per device (each could wake at once), each taking it whole awake; on the warm hosts that exist
     # only: a new one for one whole-device replica would cost a GPU, as much as an awake standby
     assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
     assert p.sleeping == 2
     # one that holds no other service's sleeper would hold the GPU for this service's alone: not joined
-    empty = plan(replace(observe(exclusive(), ready("llm-r0"), rate=5.0),
-                         warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU))), held_warm(4))
+    empty = plan(replace(observe(exclusive(spec__scaling__prewarm__sleepingReplicas=3), ready("llm-r0"), rate=5.0),
+                         warm_hosts=hosts(WarmDevice("warm-a", "h100-0", "H100-80GB", GPU))))
     assert not [r for r in empty.create if r.sleeping], empty.message
     # with memory shares a free GPU holds three awake: it is made a warm host
-    shared = plan(replace(observe(sleepy(), ready("llm-r0"), rate=5.0), warm_hosts=hosts(*free)), held_warm(4))
+    shared = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=3), ready("llm-r0"), rate=5.0),
+                          warm_hosts=hosts(*free)))
     assert Counter(r.warm_host for r in shared.create if r.sleeping) == {"warm-h100-0-gpu-1": 3}
 
 
@@ -128,11 +151,11 @@ def test_an_exclusive_service_neither_wakes_nor_places_sleepers_where_another_mo
 
 
 def test_a_warm_host_holds_only_the_sleepers_its_device_could_have_awake_then_a_free_gpu_is_taken() -> None:
-    svc = sleepy()
+    svc = sleepy(spec__scaling__prewarm__sleepingReplicas=2)
     obs = replace(observe(svc, ready("llm-r0"), rate=5.0), warm_hosts=hosts(
         WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=2 * 20 * GIB),  # one slot left
         WarmDevice("warm-h100-1-gpu-0", "h100-1", "H100-80GB", GPU, exists=False)))
-    p = plan(obs, held_warm(3))
+    p = plan(obs)
     assert Counter(r.warm_host for r in p.create if r.sleeping) == {"warm-a": 1, "warm-h100-1-gpu-0": 1}
 
 
@@ -145,19 +168,23 @@ def test_no_room_for_sleepers_leaves_the_plan_as_without_the_tier() -> None:
                                                                         without.actions)
 
 
-def test_an_awake_replica_no_longer_needed_on_a_warm_host_goes_to_sleep_the_others_are_removed() -> None:
+def test_an_awake_replica_no_longer_needed_on_a_warm_host_goes_to_sleep_the_others_go_after_the_window() -> None:
     svc = sleepy()
-    on_host = ObservedReplica("llm-r1", S.SERVING, False, created_s=T0 - 3600, spec_hash=HASH, warm_host="warm-a")
+    on_host = awake_on("llm-r1")
     obs = replace(observe(svc, ready("llm-r0"), on_host, ready("llm-r2"), rate=5.0), warm_hosts=hosts(
         WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=20 * GIB)))
+    # within the window (3 warm): the one on the warm host sleeps there, the two on shares of their own stay awake
     p = plan(obs, held_warm(3, awake=1))
-    assert (p.serving, p.sleeping) == (1, 2), p.message
-    assert p.actions.sleep == ("llm-r1",) and p.actions.remove == ("llm-r0",) and p.actions.create_sleeping == 1
-    assert [r.warm_host for r in p.create if r.sleeping] == ["warm-a"]
+    assert (p.serving, p.sleeping) == (2, 1), p.message
+    assert p.actions.sleep == ("llm-r1",) and p.actions.remove == () and not p.create
+    # after it: the sleeper is kept no longer than the window; one of those on a share of its own goes
+    after = plan(obs, held_warm(1, awake=1))
+    assert (after.serving, after.sleeping) == (1, 0), after.message
+    assert len(after.actions.remove) == 2 and not after.create
 
 
 def test_an_awake_replica_on_a_node_whose_host_memory_is_full_is_removed_and_the_sleeper_made_where_it_fits() -> None:
-    svc = sleepy()
+    svc = sleepy(spec__scaling__prewarm__sleepingReplicas=1)
     on_host = ObservedReplica("llm-r0", S.SERVING, False, created_s=T0 - 3600, spec_hash=HASH, warm_host="warm-a")
     warm = WarmHosts((WarmDevice("warm-a", "h100-0", "H100-80GB", GPU, awake_bytes=20 * GIB),
                       WarmDevice("warm-b", "h100-1", "H100-80GB", GPU)),
@@ -208,9 +235,9 @@ def test_a_sleeper_still_loading_counts_as_one_and_is_not_woken() -> None:
 
 
 def test_the_simulator_s_path_without_a_cluster_plans_the_same_tier() -> None:
-    svc = sleepy()
+    svc = sleepy(spec__scaling__prewarm__sleepingReplicas=2)
     obs = replace(observe(svc, ready("llm-r0"), rate=5.0), slow_tiers=SlowTiers(Room(sleeping=2), wake_s=3.0))
-    p = plan(obs, held_warm(4))
+    p = plan(obs)
     assert p.sleeping == 2 and [(r.sleeping, r.warm_host) for r in p.create] == [(True, ""), (True, "")]
     assert p.output.tiers is not None and dict(p.output.tiers.horizons_s)[Tier.STANDBY] == 3.0 + 10.0
     burst = replace(observe(svc, ready("llm-r0"), asleep("llm-r1", host="sim"), asleep("llm-r2", host="sim"),

@@ -5,6 +5,8 @@ awake replicas go to sleep before anything is removed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from infer_ctl.decide.decision import DecidePolicy, Reason
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
 from infer_ctl.engine.step import EngineConfig, EngineInputs, EngineOutput, EngineState, TierInputs, step
@@ -15,14 +17,21 @@ OPEN_S = 4 * DAY_S + 8 * 3600  # the fifth morning
 CLOSE_S = 4 * DAY_S + 18 * 3600
 
 
-def run(tiers: TierInputs | None, days: float = 5) -> list[tuple[float, EngineOutput]]:
+def run(tiers: TierInputs | None, days: float = 5, awake_on: str = "") -> list[tuple[float, EngineOutput]]:
+    """The step every period over office hours, its replicas as it planned them. `awake_on`: where the awake
+    replicas are, for the room the sleeping tier is told: "warm-hosts" (each could sleep where it is), "own-gpus"
+    (none could), "" (the room as given)."""
     policy = DecidePolicy(10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=PERIOD_S)
-    state, config, n, outs = EngineState(), EngineConfig(history_step_s=300.0), 1, []
+    state, config, n, asleep, outs = EngineState(), EngineConfig(history_step_s=300.0), 1, 0, []
     for k in range(int(days * DAY_S / PERIOD_S)):
         now = k * PERIOD_S
-        out, state = step(EngineInputs(now, ((now, office_hours_rps(now)),), replicas(n), COLD_S, policy, tiers),
+        given = tiers
+        if tiers is not None and awake_on:
+            where = {"in_place": n} if awake_on == "warm-hosts" else {"awake_elsewhere": n}
+            given = replace(tiers, room=replace(tiers.room, asleep=asleep, **where))
+        out, state = step(EngineInputs(now, ((now, office_hours_rps(now)),), replicas(n), COLD_S, policy, given),
                           state, config)
-        n = out.desired_serving + out.desired_standby
+        n, asleep = out.desired_serving + out.desired_standby, out.desired_sleeping
         outs.append((now, out))
     return outs
 
@@ -63,13 +72,31 @@ def test_with_no_room_the_need_passes_up_to_awake_standby_replicas() -> None:
 
 def test_on_the_way_down_awake_replicas_go_to_sleep_before_anything_is_removed() -> None:
     sleep_only = TierInputs(frozenset({Tier.SLEEPING}), TIMES, Room(sleeping=20, cached=0))
-    tiered = run(sleep_only)
+    tiered = run(sleep_only, awake_on="warm-hosts")
     busy = at(tiered, CLOSE_S - 600)
     after = [o for t, o in tiered if CLOSE_S + 60 <= t <= CLOSE_S + 180]  # within the 300 s window
     assert busy.tiers is not None and busy.decision.total >= 6
-    # after closing: fewer awake, the rest asleep, the warm total still what the day held
+    # after closing: fewer awake, the rest asleep where they were, the warm total still what the day held
     assert any(o.tiers is not None and o.tiers.sleeping > 0 for o in after), [o.tiers for o in after]
     assert all(o.tiers is not None and o.tiers.awake + o.tiers.sleeping >= busy.decision.total for o in after)
+    assert all(o.tiers is not None and o.tiers.held_awake == 0 for o in after)
+    night = at(tiered, CLOSE_S + 5 * 3600)
+    assert night.tiers is not None and night.tiers.awake + night.tiers.sleeping == 0, night.tiers
+
+
+def test_on_the_way_down_replicas_that_cannot_sleep_stay_awake_through_the_window_and_none_is_loaded_asleep() -> None:
+    """Awake replicas on GPUs of their own cannot sleep (a Pod's claims are fixed): the window keeps them awake
+    and in traffic, as without the tier, and loads no sleeper in their stead (a cold load for a need the forecast
+    no longer has, removed when the window passes)."""
+    sleep_only = TierInputs(frozenset({Tier.SLEEPING}), TIMES, Room(sleeping=20, cached=0))
+    tiered = run(sleep_only, awake_on="own-gpus")
+    busy = at(tiered, CLOSE_S - 600)
+    sleepers_before = max(o.desired_sleeping for t, o in tiered if CLOSE_S - 600 <= t < CLOSE_S)
+    after = [o for t, o in tiered if CLOSE_S + 60 <= t <= CLOSE_S + 180]  # within the 300 s window
+    assert busy.tiers is not None and busy.decision.total >= 6
+    assert any(o.tiers is not None and o.tiers.held_awake > 0 for o in after), [o.tiers for o in after]
+    assert all(o.desired_serving + o.desired_standby + o.desired_sleeping >= busy.decision.total for o in after)
+    assert all(o.desired_sleeping <= sleepers_before for o in after), ([o.tiers for o in after], sleepers_before)
     night = at(tiered, CLOSE_S + 5 * 3600)
     assert night.tiers is not None and night.tiers.awake + night.tiers.sleeping == 0, night.tiers
 

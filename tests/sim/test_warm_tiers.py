@@ -19,7 +19,7 @@ from infer_ctl.sim.fleet import ClusterSpec, FleetResult, FleetService, service_
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
 from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service
+from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service, with_prewarm
 from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHosts
 
 TICK = 5.0
@@ -250,9 +250,13 @@ def shared_svc(name: str, arrivals: np.ndarray, model: ServiceModel | None = Non
     return FleetService(name, arrivals, replace(settings, manifest=manifest), seed)
 
 
-def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None, *, shared: bool = True
+def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None, *, shared: bool = True, pool: int = 0
                ) -> tuple[InferCtl, list[tuple[Observation, CyclePlan]], ServiceModel]:
+    """infer-ctl with both tiers over `arrivals`, its cycles. `pool`: a sleeping pool of that many
+    (spec.scaling.prewarm.sleepingReplicas): sleepers kept between bursts, for them to wake."""
     s = (shared_svc if shared else svc)("tiers", arrivals, model)
+    if pool:
+        s = replace(s, settings=with_prewarm(s.settings, sleepingReplicas=pool))
     policy = build_policy("infer-ctl+tiers", s.settings, arrivals, TICK)
     assert isinstance(policy, InferCtl)
     cycles: list[tuple[Observation, CyclePlan]] = []
@@ -262,7 +266,7 @@ def tiered_run(arrivals: np.ndarray, model: ServiceModel | None = None, *, share
 
 
 def test_infer_ctls_tiers_in_the_simulator_are_plan_cycles_decisions() -> None:
-    policy, cycles, _ = tiered_run(bursty())
+    policy, cycles, _ = tiered_run(bursty(), pool=2)
     state = CycleState()
     for observation, plan in cycles:
         now = observation.samples[0][0]
@@ -287,7 +291,7 @@ def test_a_lone_service_whose_replica_takes_a_whole_gpu_makes_no_warm_host_in_th
 
 
 def test_a_wake_in_the_simulator_is_ready_after_the_wake_time_not_a_cold_start() -> None:
-    policy, cycles, _ = tiered_run(bursty())
+    policy, cycles, _ = tiered_run(bursty(), pool=2)
     woken = {name for _, p in cycles for name in p.actions.wake}
     assert woken
     period = cycles[1][0].samples[0][0] - cycles[0][0].samples[0][0]
