@@ -110,17 +110,18 @@ class Room:
         E.g. 1 awake on a GPU of its own, 2 on warm hosts, 1 needed awake: 2 can sleep where they are."""
         return self.sleeping + max(0, min(self.in_place, self.awake_elsewhere + self.in_place - awake))
 
-    def window_hold(self, awake: int, current: int, window: int) -> tuple[int, int]:
+    def window_hold(self, awake: int, current: int, window: int, most_awake: int) -> tuple[int, int]:
         """What the stabilization window holds warm (awake and asleep), and how many of those stay awake beyond
         `awake`, when `awake` of the service's `current` awake replicas are needed awake and the window remembers
         `window` warm. It holds the replicas there are, never a new sleeper loaded in their stead (a cold load for
         a need the forecast no longer has, gone when the window passes): its sleepers and the surplus awake
         replicas that can sleep where they are (on a warm host) are held asleep; beyond them, the surplus on GPUs
-        or memory shares of their own stays awake, in traffic, as without the tier. (What the forecast needs is
-        the caller's, on top.) E.g. 5 of 11 needed awake (8 on GPUs of their own, 3 on warm hosts), 1 sleeper, a
-        window of 14: 5 + 1 + 3 held, and 3 more held awake: (12, 3)."""
+        or memory shares of their own stays awake, in traffic, as without the tier, up to `most_awake` awake in
+        all (maxReplicas; 0 when the decision scales to zero, which, as without the tier, no window holds). (What
+        the forecast needs is the caller's, on top.) E.g. 5 of 11 needed awake (8 on GPUs of their own, 3 on warm
+        hosts), 1 sleeper, a window of 14, at most 20 awake: 5 + 1 + 3 held, and 3 more held awake: (12, 3)."""
         kept = awake + self.asleep + min(self.in_place, max(0, current - awake))
-        held_awake = min(max(0, self.awake_elsewhere - awake), max(0, window - kept))
+        held_awake = min(max(0, self.awake_elsewhere - awake), max(0, window - kept), max(0, most_awake - awake))
         return min(window, kept + held_awake), held_awake
 
     def of(self, tier: Tier) -> float:

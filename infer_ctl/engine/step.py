@@ -31,6 +31,7 @@ from infer_ctl.decide.decision import (
     DecidePolicy,
     DecideState,
     Decision,
+    Reason,
     ReplicaView,
     decide,
     horizon_s,
@@ -406,7 +407,8 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
     held_awake = 0
     if Tier.SLEEPING in needs:  # scaling to zero too: asleep first, then gone after the window
         current = sum(r.state not in _GONE for r in inputs.replicas)
-        held, held_awake = inputs.tiers.room.window_hold(awake, current, max(n for _, n in window))
+        most = 0 if decision.reason is Reason.SCALE_TO_ZERO else policy.max_replicas
+        held, held_awake = inputs.tiers.room.window_hold(awake, current, max(n for _, n in window), most)
         needs[Tier.STANDBY] = awake + held_awake
         # and the fixed pool, beyond the awake replicas: as many as the warm hosts have room for (a sleeper they
         # cannot take would be held awake instead, which is not what the pool is for)

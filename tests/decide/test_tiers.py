@@ -113,19 +113,22 @@ def test_awake_replicas_on_warm_hosts_are_room_for_sleepers_once_not_needed_awak
 def test_the_window_holds_what_there_is_the_docstring_example() -> None:
     # 5 of 11 needed awake (8 on GPUs of their own, 3 on warm hosts), 1 sleeper, a window of 14
     room = Room(sleeping=5, in_place=3, awake_elsewhere=8, asleep=1)
-    assert room.window_hold(5, 11, 14) == (12, 3)
+    assert room.window_hold(5, 11, 14, 20) == (12, 3)
+    assert room.window_hold(5, 11, 14, 6) == (10, 1)  # maxReplicas 6: one held awake
+    assert room.window_hold(0, 11, 14, 0) == (4, 0)  # scaling to zero: only what sleeps, or can, is held
     # a window of 4 with 1 replica and nothing else: nothing to hold, and no sleeper loaded to hold it
-    assert Room(sleeping=5, awake_elsewhere=1).window_hold(1, 1, 4) == (1, 0)
+    assert Room(sleeping=5, awake_elsewhere=1).window_hold(1, 1, 4, 20) == (1, 0)
 
 
 @given(awake=st.integers(0, 10), elsewhere=st.integers(0, 10), in_place=st.integers(0, 10),
-       asleep=st.integers(0, 10), window=st.integers(0, 30))
-def test_the_window_never_holds_more_than_it_remembers_nor_loads_a_sleeper_for_it(
-        awake: int, elsewhere: int, in_place: int, asleep: int, window: int) -> None:
+       asleep=st.integers(0, 10), window=st.integers(0, 30), most=st.integers(0, 20))
+def test_the_window_never_holds_more_than_it_remembers_nor_loads_a_sleeper_for_it(  # noqa: PLR0917
+        awake: int, elsewhere: int, in_place: int, asleep: int, window: int, most: int) -> None:
     current = elsewhere + in_place
     room = Room(in_place=in_place, awake_elsewhere=elsewhere, asleep=asleep)
-    held, held_awake = room.window_hold(awake, current, window)
+    held, held_awake = room.window_hold(awake, current, window, most)
     assert held <= window and held_awake >= 0
+    assert held_awake <= max(0, most - awake)  # never beyond maxReplicas awake, none when scaling to zero
     # kept awake: only replicas on GPUs of their own beyond the awake need (they cannot sleep where they are)
     assert held_awake <= max(0, elsewhere - awake)
     # the replicas there are, never more: the awake need, the sleepers, the surplus that can sleep where it is,

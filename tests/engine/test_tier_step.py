@@ -17,11 +17,13 @@ OPEN_S = 4 * DAY_S + 8 * 3600  # the fifth morning
 CLOSE_S = 4 * DAY_S + 18 * 3600
 
 
-def run(tiers: TierInputs | None, days: float = 5, awake_on: str = "") -> list[tuple[float, EngineOutput]]:
+def run(tiers: TierInputs | None, days: float = 5, awake_on: str = "", min_replicas: int = 0
+        ) -> list[tuple[float, EngineOutput]]:
     """The step every period over office hours, its replicas as it planned them. `awake_on`: where the awake
     replicas are, for the room the sleeping tier is told: "warm-hosts" (each could sleep where it is), "own-gpus"
-    (none could), "" (the room as given)."""
-    policy = DecidePolicy(10.0, min_replicas=0, max_replicas=20, scale_to_zero=True, control_period_s=PERIOD_S)
+    (none could), "" (the room as given). It scales to zero at night unless `min_replicas`."""
+    policy = DecidePolicy(10.0, min_replicas=min_replicas, max_replicas=20, scale_to_zero=min_replicas == 0,
+                          control_period_s=PERIOD_S)
     state, config, n, asleep, outs = EngineState(), EngineConfig(history_step_s=300.0), 1, 0, []
     for k in range(int(days * DAY_S / PERIOD_S)):
         now = k * PERIOD_S
@@ -87,18 +89,23 @@ def test_on_the_way_down_awake_replicas_go_to_sleep_before_anything_is_removed()
 def test_on_the_way_down_replicas_that_cannot_sleep_stay_awake_through_the_window_and_none_is_loaded_asleep() -> None:
     """Awake replicas on GPUs of their own cannot sleep (a Pod's claims are fixed): the window keeps them awake
     and in traffic, as without the tier, and loads no sleeper in their stead (a cold load for a need the forecast
-    no longer has, removed when the window passes)."""
+    no longer has, removed when the window passes). Scaling to zero, nothing is held awake, as without the
+    tier."""
     sleep_only = TierInputs(frozenset({Tier.SLEEPING}), TIMES, Room(sleeping=20, cached=0))
-    tiered = run(sleep_only, awake_on="own-gpus")
+    tiered = run(sleep_only, awake_on="own-gpus", min_replicas=1)
     busy = at(tiered, CLOSE_S - 600)
     sleepers_before = max(o.desired_sleeping for t, o in tiered if CLOSE_S - 600 <= t < CLOSE_S)
-    after = [o for t, o in tiered if CLOSE_S + 60 <= t <= CLOSE_S + 180]  # within the 300 s window
+    after = [o for t, o in tiered if CLOSE_S <= t <= CLOSE_S + 300]  # within the 300 s window
     assert busy.tiers is not None and busy.decision.total >= 6
     assert any(o.tiers is not None and o.tiers.held_awake > 0 for o in after), [o.tiers for o in after]
-    assert all(o.desired_serving + o.desired_standby + o.desired_sleeping >= busy.decision.total for o in after)
     assert all(o.desired_sleeping <= sleepers_before for o in after), ([o.tiers for o in after], sleepers_before)
     night = at(tiered, CLOSE_S + 5 * 3600)
-    assert night.tiers is not None and night.tiers.awake + night.tiers.sleeping == 0, night.tiers
+    assert night.tiers is not None and night.tiers.held_awake == 0 and night.desired_serving == 1, night.tiers
+    to_zero = run(sleep_only, awake_on="own-gpus")
+    closing = [o for t, o in to_zero if CLOSE_S <= t <= CLOSE_S + 5 * 3600]
+    assert all(o.tiers is None or o.tiers.held_awake == 0 or o.decision.reason is not Reason.SCALE_TO_ZERO
+               for o in closing)
+    assert at(to_zero, CLOSE_S + 5 * 3600).desired_serving == 0
 
 
 def test_a_backlog_drains_within_the_cold_start_with_tiers_as_without() -> None:
