@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from infer_ctl.core.api import ForecastMethod, ReplicaState, Seasonality
+from infer_ctl.core.api import ForecastMethod, Seasonality
 from infer_ctl.decide.decision import (
     DecideInputs,
     DecidePolicy,
@@ -123,9 +123,6 @@ class EngineInputs:
     # leading signal (`infer_ctl.decide.decision`); the forecast and its history stay on the rate
     concurrency: float = math.nan
 
-
-# replicas that no longer count as the service's (the decision's `current` leaves them out too)
-_GONE = (ReplicaState.DRAINING, ReplicaState.UNAVAILABLE)
 
 CHANGE_GAPS = 8  # the times between changes of the observed rate kept to learn its typical interval
 
@@ -406,9 +403,8 @@ def _tiers(inputs: EngineInputs, policy: DecidePolicy, decision: Decision, forec
     window = (*((t, n) for t, n in window if t > start), (now, warm_needed))
     held_awake = 0
     if Tier.SLEEPING in needs:  # scaling to zero too: asleep first, then gone after the window
-        current = sum(r.state not in _GONE for r in inputs.replicas)
         most = 0 if decision.reason is Reason.SCALE_TO_ZERO else policy.max_replicas
-        held, held_awake = inputs.tiers.room.window_hold(awake, current, max(n for _, n in window), most)
+        held, held_awake = inputs.tiers.room.window_hold(awake, decision.current, max(n for _, n in window), most)
         needs[Tier.STANDBY] = awake + held_awake
         # and the fixed pool, beyond the awake replicas: as many as the warm hosts have room for (a sleeper they
         # cannot take would be held awake instead, which is not what the pool is for)
