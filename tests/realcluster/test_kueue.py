@@ -66,11 +66,25 @@ def gpu_job(name: str, queue: str, *, pods: int, gpus_per_pod: int) -> dict[str,
     }
 
 
-def test_a_job_kueue_holds_for_quota_is_gang_demand_until_kueue_admits_it(
-        kueue: LocalKueue, kube: KubeClient, namespace: str, controller_kube: KubeClient) -> None:
-    # Kueue's Job webhook only sees namespaces with this label (see infer_ctl.sandbox.kueue).
+def route_jobs_through_kueue(kube: KubeClient, namespace: str) -> None:
+    """Label the namespace for Kueue's Job webhooks (see infer_ctl.sandbox.kueue) and wait until the API server
+    routes its Jobs through them: it matches a webhook's namespaceSelector against its own informer's copy of the
+    Namespace, which sees a new label a moment after the patch returns. Probed with a dry-run Job, which Kueue's
+    mutating webhook suspends once it is called."""
     kube.merge_patch(Resource("v1", "namespaces", "Namespace", namespaced=False), namespace,
                      {"metadata": {"labels": {WEBHOOK_NAMESPACE_LABEL: "enabled"}}})
+
+    def suspended() -> bool:
+        job = kube.request("POST", JOBS.path(namespace), query={"dryRun": "All"},
+                           body=gpu_job("probe", "training", pods=1, gpus_per_pod=1))
+        return bool(job["spec"].get("suspend"))
+
+    wait_for(suspended, what=f"the API server to call Kueue's Job webhook for namespace {namespace}")
+
+
+def test_a_job_kueue_holds_for_quota_is_gang_demand_until_kueue_admits_it(
+        kueue: LocalKueue, kube: KubeClient, namespace: str, controller_kube: KubeClient) -> None:
+    route_jobs_through_kueue(kube, namespace)
     flavor, cluster_queue = f"gpu-{namespace}", f"cq-{namespace}"
     kube.create(RESOURCE_FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                                    "metadata": {"name": flavor}, "spec": {}})
@@ -140,8 +154,7 @@ def test_a_job_kueue_holds_for_quota_is_gang_demand_until_kueue_admits_it(
 
 def test_kueues_webhooks_and_conversion_are_served_to_the_api_server(
         kueue: LocalKueue, kube: KubeClient, namespace: str) -> None:
-    kube.merge_patch(Resource("v1", "namespaces", "Namespace", namespaced=False), namespace,
-                     {"metadata": {"labels": {WEBHOOK_NAMESPACE_LABEL: "enabled"}}})
+    route_jobs_through_kueue(kube, namespace)
     # Validating webhook (vjob.kb.io): a queue name must be a DNS subdomain, which a label value need not be.
     with pytest.raises(KubeError) as refused:
         kube.request("POST", JOBS.path(namespace), query={"dryRun": "All"},
