@@ -944,10 +944,28 @@ class _FleetSim:
 
     def place_initial(self, run: _ServiceRun, n: int) -> None:
         """The replicas a service runs at t = 0, ready (Pending from t = 0 for those the cluster has no room
-        for), and a sleeping pool's replicas, asleep."""
+        for), and a sleeping pool's replicas, asleep. infer-ctl's are where the controller's placement puts them
+        when it places (`place_as_the_controller`), as if its first cycle had made them: the services in order,
+        each on the cluster the ones before it left; the others' (and any it does not pin) by the scheduler's
+        rule."""
         g = run.model.gpus_per_replica
-        for _ in range(n):
-            name = run.replicas.new_name()
+        names = [run.replicas.new_name() for _ in range(n)]
+        pins = self._pins(run, names, 0.0) if isinstance(run.policy, InferCtl) else {}
+        opened: dict[tuple[int, int], int] = {}  # a free GPU of the snapshot a share placed here opened
+        for name in names:
+            pin = pins.get(name)
+            if pin is not None:
+                if run.share_bytes:
+                    device = opened.get((pin.node, pin.slot)) if pin.device is None else pin.device
+                    self.cluster.bind_share(run.index, name, pin.node, device, nbytes=run.share_bytes,
+                                            priority=run.priority_serving, now=0.0)
+                    if device is None:
+                        opened[(pin.node, pin.slot)] = self.cluster.share_of[(run.index, name)][1]
+                else:
+                    self.cluster.bind((run.index, run.service.name), name, pin.node, gpus=g,
+                                      priority=run.priority_serving, now=0.0)
+                run.replicas.add_ready(name, pin.node)
+                continue
             if run.share_bytes:
                 fit = self.cluster.share_fit(run.share_bytes)
                 if fit is None:

@@ -124,3 +124,34 @@ def test_a_fleet_run_with_the_controllers_placement_pins_every_start_and_overfil
     assert all(ranked for ranked in seen)  # every cycle's surplus is ranked by removal_costs on the snapshot
     assert np.all(r.gpus_held <= 8)
     assert sum(s.gpu_hours for s in r.services) == pytest.approx(r.gpus_held.sum() * tick / 3600)
+
+
+def test_infer_ctls_replicas_at_t0_are_where_the_controllers_placement_puts_them() -> None:
+    """The fleet's warm start lays out infer-ctl's replicas as its first cycle would have placed them, not by the
+    simulator's rule: five 24 GiB shares of one service on three nodes of two H100s go as `place_replicas` pins
+    them on the empty cluster (here two GPUs of one node, the other nodes left whole), where the rule would open
+    the second device on the node with the most free GPUs."""
+    from infer_ctl.sim.fleet import FleetService, simulate_fleet
+    from infer_ctl.sim.run import SimConfig
+    from infer_ctl.sim.suite import build_policy
+
+    tick = 5.0
+    settings = service_settings("a", ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=24.0))
+    service = FleetService("a", np.full(24, 40.0 * tick), settings, 0)
+    names = [f"sim-{i}" for i in range(1, 6)]
+    p = placement(3, 2, shared=True)
+    p.snapshot(_Cluster(ClusterSpec(nodes=3, gpus_per_node=2)).layout())
+    pins = p.place(shared_service(24.0), 0, names, service_nodes={}, cached_nodes=())
+    expected = sorted((name, f"node-{pin.node}") for name, pin in zip(names, pins, strict=True) if pin is not None)
+    assert len(expected) == 5
+
+    def layout_at_t0(placement: bool) -> list[tuple[str, str]]:
+        first: list[list[tuple[str, str]]] = []
+        simulate_fleet([service], [build_policy("infer-ctl", settings, service.arrivals, tick)], ClusterSpec(3, 2),
+                       SimConfig(tick_s=tick), initial=[5], placement=placement,
+                       on_cycle=lambda _, obs, __: None if first else first.append(
+                           sorted((r.name, r.node) for r in obs.replicas)))
+        return first[0]
+
+    assert layout_at_t0(True) == expected
+    assert layout_at_t0(False) != expected  # the rule's layout: what the test tells apart
