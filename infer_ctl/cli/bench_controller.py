@@ -13,7 +13,9 @@ kube-scheduler and kube-controller-manager 1.37 with the node agent) and the con
   round builds each service's memory, the second is the steady state), and prints the wall time of each;
 - the controller process's resident memory (VmRSS) after the services settle, and its peak (VmHWM);
 - on `kube`: the API requests the controller sent per minute over the settle window, by verb and resource,
-  from kube-apiserver's audit log (the controller runs as a user of its own, with admin rights).
+  from kube-apiserver's audit log (the controller runs as a user of its own, with admin rights). The window
+  opens once every service shows its first forecast (`all_forecast_s`): until then each one's status is still
+  being filled in (replicas placed and Ready, the first rate read, the first forecast), which is not idle load.
 
 `--controller-tree PATH` runs the controller from another checkout (e.g. `git worktree add /tmp/before <commit>`),
 so that one harness measures before and after a change.
@@ -174,6 +176,13 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
                     ready_at = time.monotonic() - started
                     break
                 time.sleep(0.2)
+            # A service's first cycles write its status as it starts: its replicas placed and Ready, its first
+            # rate reading, its first forecast (about a minute of history later); the window of steady cycles
+            # opens once every service has had that forecast, so that the API load it counts is the idle one
+            while time.monotonic() - started < 300 and not all(
+                    (svc.get("status") or {}).get("forecast") for svc in kube.list(INFERENCE_SERVICES, "default")):
+                time.sleep(1.0)
+            forecast_at = time.monotonic() - started
             window_start = datetime.now(UTC)
             time.sleep(settle_s)  # let several control periods pass for the cycle-time histogram
             window_end = datetime.now(UTC)
@@ -202,6 +211,7 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
         "control_plane": control_plane, "services": n, "apply_s": round(applied, 2),
         "all_claims_and_pods_created_s": None if created_at is None else round(created_at, 2),
         "all_ready_s": None if ready_at is None else round(ready_at, 2), "ready_replicas": ready,
+        "all_forecast_s": round(forecast_at, 1),
         "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
         "cycle_p50_ms": round(_quantile(buckets, count, 0.5) * 1000, 1),
         "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),

@@ -69,6 +69,13 @@ class OperatorConfig:
     _last_cycle: float = -float("inf")  # event-loop time of this process's last control cycle (peering: active)
 
 
+def status_changes(written: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level status fields a cycle's `status` changes against what the object shows (`written`): what the
+    operator merges into the status subresource. A status that says what the object already says is not written
+    again: an idle service's cycles would otherwise PATCH it every period."""
+    return {k: v for k, v in status.items() if written.get(k) != v}
+
+
 def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconciler) -> kopf.OperatorRegistry:
     """Every handler of the operator, in one explicit registry (nothing registers itself at import time)."""
     registry = kopf.OperatorRegistry()
@@ -105,11 +112,12 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
             try:
                 result = await reconciler.cycle(body, now)
                 written = body.get("status") or {}
-                # a status that says what the object's already says is not written again (an idle service's
-                # cycles would otherwise PATCH it every period)
-                changed = {k: v for k, v in result.status.items() if written.get(k) != v}
+                changed = status_changes(written, result.status)
                 if changed:
                     await reconciler.write_status(body, changed)
+                    log.debug("%s/%s: status written: %s", body.get("metadata", {}).get("namespace"),
+                              body.get("metadata", {}).get("name"), ", ".join(sorted(changed)),
+                              extra=object_ref(body))
                 log_decision(body, written, result.status, config._logged.get(uid))
                 config._logged[uid] = decision_of(result.status)
             except Exception as exc:  # any failure is retried; none may end the service's loop

@@ -218,6 +218,36 @@ async def test_a_claim_left_without_its_replica_goes_after_two_cycles(cluster: C
     await reconciler.close()
 
 
+
+async def test_an_idle_service_writes_no_status_once_its_forecast_is_there(cluster: Cluster) -> None:
+    """The operator writes the status fields a cycle changes (`status_changes`); an idle service's status is
+    complete once its first forecast is there (its replicas Ready, its rate read, its forecast), and from then on its
+    cycles write nothing: the steady API load of idle services is their watches, not a PATCH a period. Cycles 10 s
+    apart by the clock given to them, each one's changes written back as the operator writes them."""
+    from infer_ctl.controller.operator import status_changes
+
+    apply(cluster.kube, service("idle", 1))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    writes: list[list[str]] = []
+    try:
+        for k in range(24):
+            body = cluster.kube.get(INFERENCE_SERVICES, "idle", "default")
+            result = await cycle(reconciler, body, T0 + timedelta(seconds=10 * k))
+            changed = status_changes(body.get("status") or {}, result.status)
+            if changed:
+                await reconciler.write_status(body, changed)
+            writes.append(sorted(changed))
+            if k == 0:
+                wait_for("the replica ready", lambda: any(
+                    x["type"] == "Ready" and x["status"] == "True"
+                    for p in cluster.kube.list(PODS, "default", label_selector="infer-ctl.io/service=idle")
+                    for x in (p.get("status") or {}).get("conditions") or ()))
+    finally:
+        await reconciler.close()
+    first = next((k for k, fields in enumerate(writes) if "forecast" in fields), None)
+    assert first is not None and first <= 12, writes
+    assert writes[first + 1:] == [[]] * (len(writes) - first - 1), writes
+
 async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> None:
     from tests.prometheus_server import free_port
 
