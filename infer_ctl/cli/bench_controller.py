@@ -179,10 +179,12 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
             # A service's first cycles write its status as it starts: its replicas placed and Ready, its first
             # rate reading, its first forecast (about a minute of history later); the window of steady cycles
             # opens once every service has had that forecast, so that the API load it counts is the idle one
-            while time.monotonic() - started < 300 and not all(
-                    (svc.get("status") or {}).get("forecast") for svc in kube.list(INFERENCE_SERVICES, "default")):
+            forecast_at: float | None = None  # None: not every service had a forecast within 300 s
+            while time.monotonic() - started < 300:
+                if all((svc.get("status") or {}).get("forecast") for svc in kube.list(INFERENCE_SERVICES, "default")):
+                    forecast_at = time.monotonic() - started
+                    break
                 time.sleep(1.0)
-            forecast_at = time.monotonic() - started
             window_start = datetime.now(UTC)
             time.sleep(settle_s)  # let several control periods pass for the cycle-time histogram
             window_end = datetime.now(UTC)
@@ -211,7 +213,7 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
         "control_plane": control_plane, "services": n, "apply_s": round(applied, 2),
         "all_claims_and_pods_created_s": None if created_at is None else round(created_at, 2),
         "all_ready_s": None if ready_at is None else round(ready_at, 2), "ready_replicas": ready,
-        "all_forecast_s": round(forecast_at, 1),
+        "all_forecast_s": None if forecast_at is None else round(forecast_at, 1),
         "cycles_measured": int(count), "cycle_mean_ms": round(mean * 1000, 1),
         "cycle_p50_ms": round(_quantile(buckets, count, 0.5) * 1000, 1),
         "cycle_p99_ms": round(_quantile(buckets, count, 0.99) * 1000, 1),
