@@ -71,6 +71,16 @@ PORT_ATTEMPTS = 3  # starts of the control plane when a component finds its port
 _PR_SET_PDEATHSIG = 1
 
 
+
+def _open(req: urllib.request.Request, context: ssl.SSLContext | None, *, timeout_s: float) -> Any:
+    """urlopen to the local control plane, with no proxy: urlopen's default opener scans os.environ for proxies,
+    and this runs on a thread of its own (a cluster started in the background while a test runs) while pytest sets
+    and removes PYTEST_CURRENT_TEST there (a KeyError mid-scan once failed a test's setup)."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers).open(req, timeout=timeout_s)
+
 class LocalClusterError(RuntimeError):
     """The control plane could not be built or started; the message names the component and its log."""
 
@@ -344,7 +354,7 @@ class LocalCluster:
         req = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Authorization": f"Bearer {self.admin_token}", "Content-Type": "application/json",
             "Accept": "application/json"})
-        with urllib.request.urlopen(req, context=self._ssl_context(), timeout=30) as resp:
+        with _open(req, self._ssl_context(), timeout_s=30) as resp:
             return json.loads(resp.read() or b"null")
 
     def kubectl(self, *args: str, input_text: str | None = None, kubeconfig: Path | None = None,
@@ -417,7 +427,7 @@ class LocalCluster:
         req = urllib.request.Request(url, headers=headers)
         context = self._ssl_context(verify=verify) if url.startswith("https") else None
         try:
-            with urllib.request.urlopen(req, context=context, timeout=5) as resp:
+            with _open(req, context, timeout_s=5) as resp:
                 return bool(200 <= resp.status < 300)
         except urllib.error.HTTPError:
             return False
