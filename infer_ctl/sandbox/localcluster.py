@@ -71,7 +71,6 @@ PORT_ATTEMPTS = 3  # starts of the control plane when a component finds its port
 _PR_SET_PDEATHSIG = 1
 
 
-
 def _open(req: urllib.request.Request, context: ssl.SSLContext | None, *, timeout_s: float) -> Any:
     """urlopen to the local control plane, with no proxy: urlopen's default opener scans os.environ for proxies,
     and this runs on a thread of its own (a cluster started in the background while a test runs) while pytest sets
@@ -80,6 +79,7 @@ def _open(req: urllib.request.Request, context: ssl.SSLContext | None, *, timeou
     if context is not None:
         handlers.append(urllib.request.HTTPSHandler(context=context))
     return urllib.request.build_opener(*handlers).open(req, timeout=timeout_s)
+
 
 class LocalClusterError(RuntimeError):
     """The control plane could not be built or started; the message names the component and its log."""
