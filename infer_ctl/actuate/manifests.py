@@ -16,12 +16,15 @@
   and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
   wake); `infer-ctl.io/start-asleep` asks the model server to load straight into host memory (the sandbox's does;
   one that does not is put to sleep with `POST /sleep?level=1` once ready).
-- The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`, a
-  hostPath) read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
+- The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`)
+  read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
   (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
-  prefetch Pod, `prefetch_pod`), and from the network otherwise. Pod Security Admission's baseline and restricted
-  levels refuse hostPath volumes: in a namespace enforcing either, the controller creates its replicas without
-  the mount (`without_model_cache`) and runs no prefetch Pods there (see the reconciler's `_create_pod`).
+  prefetch Pod, `prefetch_pod`), and from the network otherwise. The mount (policies' `modelCacheVolume`) is a
+  hostPath volume, or the namespace's claim `infer-ctl-model-cache` bound to a local PersistentVolume of that
+  directory whose node affinity every node matches (`model_cache_volume`, `model_cache_claim`), as KServe's
+  LocalModelCache mounts its node caches. Pod Security Admission's baseline and restricted levels refuse hostPath
+  volumes and admit claims: with hostPath, in a namespace enforcing either, the controller creates its replicas
+  without the mount (`without_model_cache`) and runs no prefetch Pods there (see the reconciler's `_create_pod`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infer_ctl.core import api
-from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH
+from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, ModelCacheVolume
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
     ANNOTATION_MODEL_BYTES,
@@ -163,11 +166,12 @@ def _canonical(value: Any) -> Any:
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
                 node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
                 annotations: Mapping[str, str] | None = None, priority: Role | None = None,
-                model_cache_dir: str = "") -> dict[str, Any]:
+                model_cache_dir: str = "",
+                model_cache: ModelCacheVolume = ModelCacheVolume.HOST_PATH) -> dict[str, Any]:
     """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node. `priority`: the
     PriorityClass's role when it differs from the label's (a swap's replacement: labelled standby, out of
     traffic, at the serving priority it will serve at). `model_cache_dir`: the node's model cache directory to
-    mount read-only (policies' modelCacheHostPath; "" mounts none)."""
+    mount read-only (policies' modelCacheHostPath; "" mounts none), through `model_cache` (modelCacheVolume)."""
     spec = svc.spec
     runtime = spec.runtime
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
@@ -197,8 +201,7 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         if not any(e.name == ENV_MODEL_CACHE_DIR for e in runtime.env):
             container.setdefault("env", []).append({"name": ENV_MODEL_CACHE_DIR,
                                                     "value": f"{model_cache_dir}/{spec.model.cache_key}"})
-        volumes.append({"name": MODEL_CACHE_VOLUME, "hostPath": {"path": model_cache_dir,
-                                                                 "type": "DirectoryOrCreate"}})
+        volumes.append(model_cache_volume(model_cache, model_cache_dir, read_only=True))
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "resourceClaims": [{"name": CLAIM_NAME_IN_POD, "resourceClaimName": claim_name}],
@@ -231,14 +234,14 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
 
 
 def without_model_cache(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A replica's Pod (`replica_pod`) without its node model cache: no hostPath volume, no mount of it, no
+    """A replica's Pod (`replica_pod`) without its node model cache: no cache volume, no mount of it, no
     `INFER_CTL_MODEL_CACHE_DIR` pointing into it (its model server loads from the network). Other volumes, mounts
     and variables stay."""
     out = copy.deepcopy(dict(pod))
     spec = out.get("spec") or {}
     volumes = [v for v in spec.get("volumes") or () if v.get("name") != MODEL_CACHE_VOLUME]
-    cache_dirs = [str(v["hostPath"]["path"]) for v in spec.get("volumes") or ()
-                  if v.get("name") == MODEL_CACHE_VOLUME and "hostPath" in v]
+    cache_dirs = [str(m.get("mountPath") or "").rstrip("/") for c in spec.get("containers") or ()
+                  for m in c.get("volumeMounts") or () if m.get("name") == MODEL_CACHE_VOLUME]
     if volumes:
         spec["volumes"] = volumes
     else:
@@ -260,6 +263,57 @@ def without_model_cache(pod: Mapping[str, Any]) -> dict[str, Any]:
 # policies' modelCacheHostPath.
 MODEL_CACHE_DIR = DEFAULT_MODEL_CACHE_HOST_PATH
 MODEL_CACHE_VOLUME = "model-cache"
+# modelCacheVolume persistentVolume: each namespace's claim of its nodes' model caches, and its PersistentVolume
+MODEL_CACHE_CLAIM = "infer-ctl-model-cache"
+# What the claim asks and the volume offers: nominal (a local volume's capacity is not enforced; what a node's cache
+# may hold is its own budget, the node agent's infer-ctl.io/model-cache-budget)
+MODEL_CACHE_CAPACITY = "1Ti"
+
+
+def model_cache_volume(kind: ModelCacheVolume, cache_dir: str, *, read_only: bool) -> dict[str, Any]:
+    """The Pod volume of the node's model cache directory `cache_dir`: a hostPath, or the namespace's claim
+    (`model_cache_claim`) of a local PersistentVolume of that directory."""
+    if kind is ModelCacheVolume.PERSISTENT_VOLUME:
+        return {"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": MODEL_CACHE_CLAIM,
+                                                                       **({"readOnly": True} if read_only else {})}}
+    return {"name": MODEL_CACHE_VOLUME, "hostPath": {"path": cache_dir, "type": "DirectoryOrCreate"}}
+
+
+def model_cache_volume_name(namespace: str) -> str:
+    return f"{MODEL_CACHE_CLAIM}-{namespace}"
+
+
+def model_cache_claim(namespace: str, cache_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The PersistentVolumeClaim `infer-ctl-model-cache` of `namespace` and the local PersistentVolume it is bound
+    to ahead (the volume's claimRef, the claim's volumeName; no StorageClass: the binding is static).
+
+    The volume is `cache_dir` on whichever node mounts it: its node affinity is every node (a node name exists),
+    so kube-scheduler places a Pod wherever else it fits, and kubelet bind-mounts that node's directory (which must
+    exist there; a local volume is not created). Reclaim policy Retain: a volume is not deleted with its claim,
+    and one left Released (its namespace deleted and made again) has to be replaced (the reconciler does)."""
+    labels = {LABEL_MANAGED_BY: MANAGER}
+    name = model_cache_volume_name(namespace)
+    access = ["ReadWriteOnce"]  # kubelet mounts it on any number of nodes: a local volume attaches nowhere
+    volume = {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "capacity": {"storage": MODEL_CACHE_CAPACITY}, "accessModes": access, "volumeMode": "Filesystem",
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+            "local": {"path": cache_dir},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "Exists"}]}]}},
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace,
+                         "name": MODEL_CACHE_CLAIM},
+        },
+    }
+    claim = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": MODEL_CACHE_CLAIM, "namespace": namespace, "labels": labels},
+        "spec": {"accessModes": access, "volumeMode": "Filesystem", "storageClassName": "", "volumeName": name,
+                 "resources": {"requests": {"storage": MODEL_CACHE_CAPACITY}}},
+    }
+    return claim, volume
 ENV_MODEL_CACHE_DIR = "INFER_CTL_MODEL_CACHE_DIR"  # a model's directory in its node's cache
 PREFETCH_CONTAINER = "prefetch"
 
@@ -269,11 +323,13 @@ def prefetch_pod_name(service: str, node: str) -> str:
 
 
 def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[Mapping[str, str]] = (),
-                 cache_dir: str = MODEL_CACHE_DIR) -> dict[str, Any]:
+                 cache_dir: str = MODEL_CACHE_DIR,
+                 model_cache: ModelCacheVolume = ModelCacheVolume.HOST_PATH) -> dict[str, Any]:
     """A Pod that copies the service's model weights into `node`'s model cache and completes (the cached tier).
 
     It runs on the node (`nodeName`: no GPU, nothing to schedule) with the runtime's image and the cache
-    directory (`cache_dir`/<cache key>, a hostPath: policies' modelCacheHostPath) as `INFER_CTL_MODEL_CACHE_DIR`;
+    directory (`cache_dir`/<cache key>: policies' modelCacheHostPath, mounted writable as `model_cache` says) as
+    `INFER_CTL_MODEL_CACHE_DIR`;
     the model's name and URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the
     weights there with the Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates
     the download (bytes over the node's network bandwidth) and publishes the node's cache on the Node. Owned by
@@ -306,6 +362,6 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
                         {"name": ENV_MODEL_CACHE_DIR, "value": directory}],
                 "volumeMounts": [{"name": MODEL_CACHE_VOLUME, "mountPath": directory, "subPath": key}],
             }],
-            "volumes": [{"name": MODEL_CACHE_VOLUME, "hostPath": {"path": cache_dir, "type": "DirectoryOrCreate"}}],
+            "volumes": [model_cache_volume(model_cache, cache_dir, read_only=False)],
         },
     }

@@ -1,6 +1,6 @@
 """What the controller asks of the API server: the source of deploy/'s RBAC rules, and a check at startup.
 
-Two scopes, so that the controller's writes stay in the namespaces it manages (nothing in kube-system unless the
+Three scopes, so that the controller's writes stay in the namespaces it manages (nothing in kube-system unless the
 installer asks for cluster-wide management explicitly):
 - CLUSTER: reads the placement inventory needs everywhere (every GPU's Node, ResourceSlice and holder, gangs
   waiting for GPUs), kopf's own watches, and the one peering object the controller replicas elect through. Granted
@@ -8,6 +8,10 @@ installer asks for cluster-wide management explicitly):
 - MANAGED: the InferenceServices of a managed namespace and what the controller writes there: its replicas'
   Pods and ResourceClaims, the services' status, Events. Granted by the ClusterRole `infer-ctl-manager`, bound
   by a RoleBinding in each managed namespace (`--namespace`; Helm's `watchNamespaces`).
+- MODEL_CACHE_VOLUMES, opt-in: the local PersistentVolumes of the nodes' model caches, one per managed namespace
+  (policies' `modelCacheVolume: persistentVolume`). Cluster-scoped writes, and a volume gives its claim's Pods a
+  directory of every node: granted only by the ClusterRole `infer-ctl-model-cache-volumes`, which an install
+  binds when asked (Helm's `modelCacheVolumes: true`; kustomize's deploy/kustomize/model-cache-volumes).
 
 tests/deploy/test_rbac.py compares deploy/'s rules (kustomize and Helm) with this table, both ways;
 tests/realcluster/test_deploy.py runs the controller under exactly those rules on kube-apiserver with its audit
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 class Scope(Enum):
     CLUSTER = "cluster"
     MANAGED = "managed"
+    MODEL_CACHE_VOLUMES = "model-cache-volumes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +76,15 @@ ACCESS: tuple[Access, ...] = (
            "replicas: create, relabel serving/standby, remove; get: a name found taken on create"),
     Access("resource.k8s.io", "resourceclaims", ("get", "create", "delete"), Scope.MANAGED,
            "each replica's GPU claim; get: a name found taken on create"),
+    Access("", "persistentvolumeclaims", ("create",), Scope.MANAGED,
+           "modelCacheVolume persistentVolume: the namespace's claim of its nodes' model caches"),
     Access("events.k8s.io", "events", ("create", "patch"), Scope.MANAGED,
            "the controller's Events; patch: a repeating Event's series count"),
     Access("", "events", ("create",), Scope.MANAGED, "kopf's own warnings as Events"),
+    # opt-in (policies' modelCacheVolume: persistentVolume): cluster-scoped writes besides the peering heartbeat
+    Access("", "persistentvolumes", ("get", "create", "delete"), Scope.MODEL_CACHE_VOLUMES,
+           "each managed namespace's local volume of the nodes' model caches (delete: one left Released by an "
+           "earlier namespace of that name)"),
 )
 
 # Requests every authenticated user may make (kube-apiserver's default roles), not in the table above.

@@ -61,6 +61,7 @@ from infer_ctl.actuate.manifests import (
     Role,
     held_asleep,
     lent_annotations,
+    model_cache_claim,
     owner_reference,
     prefetch_pod,
     replica_pod,
@@ -77,7 +78,7 @@ from infer_ctl.controller.snapshot import ClusterView, Snapshot
 from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339, set_condition
-from infer_ctl.core.policy import Policies, effective_scaling, histogram_metric
+from infer_ctl.core.policy import ModelCacheVolume, Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
 from infer_ctl.core.slo import Attainment, SloWindow, Within, within_threshold
 from infer_ctl.engine.aim import RecordedAim
@@ -101,6 +102,8 @@ from infer_ctl.kube import pods as kube_pods
 from infer_ctl.kube.client import (
     INFERENCE_SERVICES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
     PODS,
     RESOURCE_CLAIMS,
     KubeClient,
@@ -352,6 +355,8 @@ class Reconciler:
         # namespaces whose Pod Security level refused a replica's node model cache mount (a hostPath): the refusal,
         # and when to try the mount again (the namespace may be relabelled); replicas start without it meanwhile
         self._cache_refused: dict[str, tuple[str, float]] = {}
+        # modelCacheVolume persistentVolume: namespaces whose model cache claim was seen or made, until when
+        self._cache_claims: dict[str, float] = {}
         # warm hosts this controller made that the cache may not show yet (with their pinned device as their
         # allocation), and when: so that the next service's cycle puts its sleepers there too, not on a new one
         self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
@@ -1052,6 +1057,8 @@ class Reconciler:
                 log.info("%s: node %s holds the model now", svc.meta.key, node)
             await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
         nodes = [n for n in nodes if failed.get(n, (0, 0.0))[1] <= now_s]
+        if nodes:
+            await self._ensure_cache_claim(svc, now)
         cache_dir = self._cache_dir(ns, now_s)
         if nodes and not cache_dir:  # modelCacheHostPath: off, or refused here: no hostPath Pods
             log.debug("%s: no prefetch Pods: %s", svc.meta.key, self._cache_off(ns, now_s))
@@ -1059,7 +1066,7 @@ class Reconciler:
         for node in nodes:
             pod = prefetch_pod(svc, node=node, tolerations=[{"key": t.key, "operator": t.operator,
                                                               "effect": t.effect} for t in GPU_TOLERATIONS],
-                               cache_dir=cache_dir)
+                               cache_dir=cache_dir, model_cache=self.settings.policies.scaling.model_cache_volume)
             try:
                 created = await self._create(PODS, pod, ns, svc.meta.uid)
             except KubeError as exc:
@@ -1082,6 +1089,8 @@ class Reconciler:
         pinned = {r.placement.claim.claim["metadata"]["name"] for r in create
                   if r.placement is not None and r.placement.claim is not None} | set(new_hosts)
         written: set[str] = set()  # claims created
+        if create:
+            await self._ensure_cache_claim(svc, now)
         try:
             for replica in create:
                 if replica.sleeping:
@@ -1141,7 +1150,8 @@ class Reconciler:
                           # a woken sleeper serves at once: at the serving priority (asleep it holds no device of
                           # its own, only a reference to the warm host's)
                           priority=Role.SERVING,
-                          model_cache_dir=self._cache_dir(ns, now.timestamp()))
+                          model_cache_dir=self._cache_dir(ns, now.timestamp()),
+                          model_cache=self.settings.policies.scaling.model_cache_volume)
         if await self._create_pod(svc, pod, now):
             await self._event(_ref(svc), "Placed", f"sleeper {replica.name} on warm host {host}"
                               + (f" (node {selector_node})" if selector_node else ""), "Normal", "Place", now)
@@ -1179,7 +1189,8 @@ class Reconciler:
                                        **({ANNOTATION_ACCELERATOR: placement.product,
                                            ANNOTATION_CACHED: str(placement.cached and bool(cache_dir)).lower()}
                                           if placement is not None else {})},
-                          priority=Role.SERVING if replica.held else None, model_cache_dir=cache_dir)
+                          priority=Role.SERVING if replica.held else None, model_cache_dir=cache_dir,
+                          model_cache=self.settings.policies.scaling.model_cache_volume)
         if await self._create_pod(svc, pod, now):
             await self._event(_ref(svc), "Placed", f"{role.value} replica {replica.name} on warm host {host}"
                               + (f" (node {where})" if where else "") + ", lent to other services' sleepers",
@@ -1205,7 +1216,8 @@ class Reconciler:
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
                                        ANNOTATION_CACHED: str(placement.cached and bool(cache_dir)).lower()},
-                          priority=Role.SERVING if held else None, model_cache_dir=cache_dir)
+                          priority=Role.SERVING if held else None, model_cache_dir=cache_dir,
+                          model_cache=self.settings.policies.scaling.model_cache_volume)
         if not await self._create_pod(svc, pod, now):
             return  # this service's Pod of that name was there already (a repeated cycle): nothing new to report
         devices = ", ".join(f"{d.pool}/{d.name}" for d in placement.decision.placement.devices)
@@ -1216,13 +1228,14 @@ class Reconciler:
 
     def _cache_off(self, namespace: str, now_s: float) -> str:
         """Why replicas in `namespace` start without their node's model cache ("" when they mount it): the
-        policies' `modelCacheHostPath` off (no replica mounts one anywhere), or the namespace refusing hostPath
-        volumes. Either way a node that holds the weights gives the cached tier no room."""
+        policies' `modelCacheHostPath` off (no replica mounts one anywhere), the namespace refusing hostPath
+        volumes, or its claim of a local PersistentVolume failing (`_ensure_cache_claim`). Either way a node that
+        holds the weights gives the cached tier no room."""
         if not self.settings.policies.scaling.model_cache_host_path:
             return "the node model cache is off in the policies (modelCacheHostPath: off)"
         refused = self._cache_refused.get(namespace)
         if refused is not None and refused[1] > now_s:
-            return f"namespace {namespace} refuses hostPath volumes ({refused[0]})"
+            return refused[0]
         return ""
 
     def _cache_dir(self, namespace: str, now_s: float) -> str:
@@ -1247,15 +1260,61 @@ class Reconciler:
                 annotations[ANNOTATION_CACHED] = "false"
             return await self._create(PODS, bare, ns, svc.meta.uid)
 
-    async def _cache_refused_in(self, svc: api.InferenceService, exc: KubeError, now: datetime) -> None:
-        """Pod Security refused a hostPath Pod (a replica's cache mount, or a prefetch Pod) in `svc`'s namespace:
-        no more of them there until CACHE_MOUNT_RECHECK_S has passed, said in a Warning Event."""
+    async def _cache_refused_in(self, svc: api.InferenceService, exc: KubeError, now: datetime, *,
+                                volume: bool = False) -> None:
+        """Pod Security refused a hostPath Pod (a replica's cache mount, or a prefetch Pod) in `svc`'s namespace,
+        or (`volume`) the API server the namespace's claim of a local PersistentVolume: no more cache mounts
+        there until CACHE_MOUNT_RECHECK_S has passed, said in a Warning Event."""
         ns = svc.meta.namespace
-        self._cache_refused[ns] = (exc.message, now.timestamp() + CACHE_MOUNT_RECHECK_S)
-        await self._event(_ref(svc), "ModelCacheMountRefused",
-                          f"namespace {ns} refuses the node model cache's hostPath mount ({exc.message}): its "
-                          f"replicas start without it (loading from the network, no prefetch Pods), tried again "
-                          f"in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
+        if volume:
+            reason, note = "ModelCacheVolumeFailed", (f"the node model cache's claim in namespace {ns} and its "
+                                                      f"local PersistentVolume could not be made ({exc.message})")
+            why = f"namespace {ns}: the node model cache's claim could not be made ({exc.message})"
+        else:
+            reason, note = "ModelCacheMountRefused", (f"namespace {ns} refuses the node model cache's hostPath "
+                                                      f"mount ({exc.message})")
+            why = f"namespace {ns} refuses hostPath volumes ({exc.message})"
+        self._cache_refused[ns] = (why, now.timestamp() + CACHE_MOUNT_RECHECK_S)
+        await self._event(_ref(svc), reason,
+                          f"{note}: its replicas start without it (loading from the network, no prefetch Pods), "
+                          f"tried again in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
+
+    async def _ensure_cache_claim(self, svc: api.InferenceService, now: datetime) -> None:
+        """modelCacheVolume persistentVolume: make `svc`'s namespace's claim of its nodes' model caches and the
+        local PersistentVolume it is bound to (`model_cache_claim`) when they are missing, before a Pod mounts
+        the claim; looked at again every CACHE_MOUNT_RECHECK_S. A volume left Released (its claim deleted with
+        an earlier namespace of that name) binds no new claim: it is deleted and made again. Refused (RBAC, a
+        quota), the namespace's Pods start without the mount for a while (`_cache_refused_in`)."""
+        scaling = self.settings.policies.scaling
+        ns = svc.meta.namespace
+        now_s = now.timestamp()
+        if scaling.model_cache_volume is not ModelCacheVolume.PERSISTENT_VOLUME or self._cache_off(ns, now_s) \
+                or self._cache_claims.get(ns, 0.0) > now_s:
+            return
+        claim, volume = model_cache_claim(ns, scaling.model_cache_host_path)
+        name = volume["metadata"]["name"]
+        try:
+            existing = await self._k(self.kube.get, PERSISTENT_VOLUMES, name)
+            phase = ((existing or {}).get("status") or {}).get("phase")
+            if existing is not None and phase in ("Released", "Failed"):
+                log.info("%s: replacing the %s model cache volume %s", svc.meta.key, phase, name)
+                await self._k(self.kube.delete, PERSISTENT_VOLUMES, name)
+                return  # made again by a later cycle, once it is gone
+            if existing is None:
+                await self._create_shared(PERSISTENT_VOLUMES, volume, None)
+            await self._create_shared(PERSISTENT_VOLUME_CLAIMS, claim, ns)
+        except KubeError as exc:
+            await self._cache_refused_in(svc, exc, now, volume=True)
+            return
+        self._cache_claims[ns] = now_s + CACHE_MOUNT_RECHECK_S
+
+    async def _create_shared(self, resource: Resource, obj: Mapping[str, Any], namespace: str | None) -> None:
+        """Create an object no one service owns; one already there is fine."""
+        try:
+            await self._k(self.kube.create, resource, obj, namespace)
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
 
     async def _create(self, resource: Resource, obj: Mapping[str, Any], namespace: str, owner_uid: str) -> bool:
         """Create; False when this service's object of that name was already there (a repeated cycle). A 409 is

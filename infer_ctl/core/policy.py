@@ -6,6 +6,7 @@ loaded dicts and report every problem with its path (`accelerators[2].memory: ..
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,16 @@ POLICY_VERSION = "v1alpha1"
 # Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
 # service with the cached tier on mount it read-only): scaling.yaml's modelCacheHostPath.
 DEFAULT_MODEL_CACHE_HOST_PATH = "/var/lib/infer-ctl/models"
+
+
+class ModelCacheVolume(enum.StrEnum):
+    """How Pods mount each node's model cache (scaling.yaml's modelCacheVolume): a hostPath volume each, or a
+    claim bound to a local PersistentVolume of that directory on every node (one per namespace, made by the
+    controller), which Pod Security's baseline and restricted levels admit."""
+
+    HOST_PATH = "hostPath"
+    PERSISTENT_VOLUME = "persistentVolume"
+
 # The latency histogram of the requests answered (a classic histogram's `_bucket` counter, as a PromQL selector):
 # measured attainment (the share of requests within slo.latencyP95Ms) is read off its buckets
 # (`infer_ctl.core.slo`); the requests failed (a counter selector; none in the histogram) count as misses. The
@@ -187,6 +198,8 @@ class ScalingPolicy:
     # the cached tier's directory on each node, a hostPath ("" when off: no Pod mounts a host directory, and no
     # prefetch Pod is made; see policies/scaling.yaml's modelCacheHostPath)
     model_cache_host_path: str = DEFAULT_MODEL_CACHE_HOST_PATH
+    # how Pods mount that directory (see policies/scaling.yaml's modelCacheVolume)
+    model_cache_volume: ModelCacheVolume = ModelCacheVolume.HOST_PATH
     # the calibrated aims by objective (`aim_for`); () when the file states none: then only the presets' knobs
     aims: tuple[Aim, ...] = ()
 
@@ -357,7 +370,7 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                             "cachedStartRatio",
                             "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
                             "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "warmPoolGPUs",
-                            "modelCacheHostPath", "aim", "presets"))
+                            "modelCacheHostPath", "modelCacheVolume", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
                             exclusive_minimum=0, maximum=1)
     period = r.number(doc, "controlPeriodSeconds", f"{source}: controlPeriodSeconds", default=10.0,
@@ -385,6 +398,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     attainment_window = r.number(doc, "attainmentWindowSeconds", f"{source}: attainmentWindowSeconds",
                                  default=DEFAULT_ATTAINMENT_WINDOW_S, minimum=60, maximum=30 * 86_400)
     cache_path = _model_cache_host_path(r, doc, source)
+    cache_volume = r.enum(doc, "modelCacheVolume", f"{source}: modelCacheVolume", ModelCacheVolume,
+                          ModelCacheVolume.HOST_PATH)
     aims = _parse_aims(r, doc, source)
     # unstated: on wherever it can be
     adapt = r.boolean(doc, "adaptAim", f"{source}: adaptAim", default=bool(aims) and bool(histogram))
@@ -435,7 +450,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          wake_gbps=20.0 if wake_gbps is None else wake_gbps,
                          host_memory_fraction=0.5 if host_fraction is None else host_fraction,
                          warm_pool_gpus=warm_pool or 0,
-                         model_cache_host_path=cache_path, aims=aims)
+                         model_cache_host_path=cache_path,
+                         model_cache_volume=cache_volume, aims=aims)
 
 
 def _model_cache_host_path(r: FieldReader, doc: Mapping[str, Any], source: str) -> str:

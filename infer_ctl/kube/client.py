@@ -43,6 +43,8 @@ class Resource:
 
 PODS = Resource("v1", "pods", "Pod")
 NODES = Resource("v1", "nodes", "Node", namespaced=False)
+PERSISTENT_VOLUMES = Resource("v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+PERSISTENT_VOLUME_CLAIMS = Resource("v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 EVENTS = Resource("events.k8s.io/v1", "events", "Event")
 RESOURCE_CLAIMS = Resource("resource.k8s.io/v1", "resourceclaims", "ResourceClaim")
 RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate")

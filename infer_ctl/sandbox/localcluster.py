@@ -59,13 +59,16 @@ RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 # Names as `kube-controller-manager --help` lists them (1.37). ResourceClaims from templates and their
 # deallocation, garbage collection (owner references), namespaces, ServiceAccounts (the ServiceAccount admission
 # plugin needs each namespace's `default`), the workload controllers, and the PodGroup controller of
-# GenericWorkload, and the aggregation of the admin/edit/view ClusterRoles.
+# GenericWorkload, the aggregation of the admin/edit/view ClusterRoles, and the binding of PersistentVolumeClaims to
+# PersistentVolumes with the finalizers that keep a volume in use from deletion (the node model caches' local volumes).
 CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
                "serviceaccount-controller", "serviceaccount-token-controller",
                "root-ca-certificate-publisher-controller", "clusterrole-aggregation-controller",
                "deployment-controller", "replicaset-controller", "statefulset-controller", "job-controller",
                "endpointslice-controller", "disruption-controller", "pod-garbage-collector-controller",
-               "podgroup-protection-controller", "node-lifecycle-controller", "taint-eviction-controller")
+               "podgroup-protection-controller", "node-lifecycle-controller", "taint-eviction-controller",
+               "persistentvolume-binder-controller", "persistentvolume-protection-controller",
+               "persistentvolumeclaim-protection-controller")
 ADMIN_USER = "infer-ctl-admin"
 PORT_ATTEMPTS = 3  # starts of the control plane when a component finds its port taken (see `LocalCluster.start`)
 _PR_SET_PDEATHSIG = 1

@@ -61,9 +61,10 @@ and `infer-ctl.io/model-bytes`, bound to a node, needs no GPU and runs no server
 into that node's cache (bytes / network bandwidth; one download at a time per node, its one link; nothing to do
 when the node holds it already), then the Pod Succeeds (phase Succeeded, its container terminated with exit code
 0, as a Job's Pod). A replica that starts there later loads in the warm start time if it mounts the node's cache:
-its container mounts a hostPath volume at a path that holds its `INFER_CTL_MODEL_CACHE_DIR` (as the controller's
-replica Pods do, policies' modelCacheHostPath), else it loads from the network in the cold start time. (A model a
-replica loaded stays in the node's cache too, as if the node kept the weights it pulled.)
+its container mounts a hostPath volume or a PersistentVolumeClaim at a path that holds its
+`INFER_CTL_MODEL_CACHE_DIR` (as the controller's replica Pods do, policies' modelCacheHostPath and
+modelCacheVolume), else it loads from the network in the cold start time. (A model a replica loaded stays in the
+node's cache too, as if the node kept the weights it pulled.)
 The cache has a disk budget per node: the Node's annotation `infer-ctl.io/model-cache-budget-bytes`, else its pool's
 `modelCacheBytes` in the cluster file (default 500Gi). A model's size is its Pod's `infer-ctl.io/model-bytes`
 (the cluster file's preloaded entries count 0 bytes until a Pod states their size). A download that would exceed
@@ -1241,14 +1242,18 @@ def _micro_time(moment: datetime.datetime) -> str:
 
 def mounts_model_cache(pod: Obj) -> bool:
     """Whether the Pod's (first) container can read its node's model cache: it names its model's directory there
-    (`INFER_CTL_MODEL_CACHE_DIR`) and mounts a hostPath volume at that directory or above it."""
+    (`INFER_CTL_MODEL_CACHE_DIR`) and mounts a hostPath volume or a PersistentVolumeClaim (policies'
+    modelCacheVolume) at that directory or above it. (The claim's volume is not looked at: kube-scheduler placed
+    the Pod only where it is bound and its node affinity matches; which directory it is, the agent's emulated
+    cache does not model.)"""
     spec = pod.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
     directory = next((str(e.get("value") or "") for e in container.get("env") or ()
                       if e.get("name") == ENV_MODEL_CACHE_DIR), "")
     if not directory:
         return False
-    host_volumes = {v.get("name") for v in spec.get("volumes") or () if v.get("hostPath")}
+    host_volumes = {v.get("name") for v in spec.get("volumes") or ()
+                    if v.get("hostPath") or v.get("persistentVolumeClaim")}
     for mount in container.get("volumeMounts") or ():
         path = str(mount.get("mountPath") or "").rstrip("/")
         if mount.get("name") in host_volumes and path and (directory == path or directory.startswith(path + "/")):

@@ -1,4 +1,4 @@
-"""The whole sandbox cluster on one event loop: API server, scheduler, node agent, service routing."""
+"""The whole sandbox cluster on one event loop: API server, scheduler, volume binder, node agent, service routing."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from infer_ctl.sandbox.scheduler import Scheduler
 from infer_ctl.sandbox.store import Store
 from infer_ctl.sandbox.threaded import LoopThread
 from infer_ctl.sandbox.view import StoreView
+from infer_ctl.sandbox.volumes import VolumeBinder
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,12 @@ class Sandbox:
         self._server = ApiServerSite(self.handler, port=self.port)
         await self._server.start()
         self.scheduler = Scheduler(self.store)
+        self.volumes = VolumeBinder(self.store)
         view = StoreView(self.store)
         self._router = Router(view)
         await self._router.serve_metrics()
         self._tasks = [asyncio.create_task(self.scheduler.run(), name="scheduler"),
+                       asyncio.create_task(self.volumes.run(), name="volume-binder"),
                        asyncio.create_task(self._router.run(), name="router")]
         if self.run_processes:
             self.agent = NodeAgent(view, {n.name: n for n in self.cluster.nodes}, self.catalog)

@@ -42,6 +42,7 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 _WATCHED = {("", "pods"), ("", "nodes"), ("resource.k8s.io", "resourceclaims"),
             ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
             ("scheduling.k8s.io", "podgroups")}
+_VOLUMES = {("", "persistentvolumes"), ("", "persistentvolumeclaims")}
 
 
 def _q(value: Any) -> Fraction:
@@ -130,6 +131,12 @@ def _affinity_ok(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return False
 
 
+def _term_ok(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether `node` matches one NodeSelectorTerm (a claim's allocation's, a volume's node affinity's)."""
+    return _affinity_ok({"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}}, node)
+
+
 @dataclass
 class _NodeState:
     obj: Obj
@@ -166,6 +173,9 @@ class Scheduler:
         self.store.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
+        if event.key in _VOLUMES:
+            self._wake.set()  # a claim bound (or a volume changed): a pod that waited for it may fit now
+            return
         if event.key not in _WATCHED:
             return
         if event.key == ("", "pods"):
@@ -386,11 +396,14 @@ class Scheduler:
         missing_class = self._missing_device_class(claims)
         if missing_class:
             return None, f"0/{len(nodes)} nodes are available: {missing_class}."
+        volume_terms, unbound = self._volume_node_terms(pod)
+        if unbound:
+            return None, f"0/{len(nodes)} nodes are available: {unbound}."
         reasons: Counter[str] = Counter()
         feasible: list[tuple[Fraction, str, list[tuple[Obj, dict[str, Any] | None]]]] = []
         cpu, mem = pod_requests(pod)
         for state in nodes.values():
-            reason = self._node_filter(pod, state, cpu, mem)
+            reason = self._node_filter(pod, state, cpu, mem, volume_terms)
             if reason:
                 reasons[reason] += 1
                 continue
@@ -400,9 +413,7 @@ class Scheduler:
                 allocation = (claim.get("status") or {}).get("allocation")
                 if allocation:
                     terms = ((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or [])
-                    if terms and not any(_affinity_ok({"spec": {"affinity": {"nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [t]}}}}},
-                            state.obj) for t in terms):
+                    if terms and not any(_term_ok(t, state.obj) for t in terms):
                         reason = "node(s) didn't match the allocated resource claim's node selector"
                         break
                     plan.append((claim, None))
@@ -439,7 +450,37 @@ class Scheduler:
         state.used_pods += 1
         return _Decision(pod, node_name, plan), ""
 
-    def _node_filter(self, pod: Obj, state: _NodeState, cpu: Fraction, mem: Fraction) -> str:
+    def _volume_node_terms(self, pod: Obj) -> tuple[list[list[Mapping[str, Any]]], str]:
+        """kube-scheduler's VolumeBinding for claims bound ahead: the node selector terms of the volume of each of
+        the pod's PersistentVolumeClaims (a node must match one term of each), or why the pod cannot be placed
+        on any node (a claim missing, being deleted or not bound: the sandbox provisions nothing)."""
+        claims_rt = self.store.type("", "v1", "persistentvolumeclaims")
+        volumes_rt = self.store.type("", "v1", "persistentvolumes")
+        namespace = pod["metadata"]["namespace"]
+        out: list[list[Mapping[str, Any]]] = []
+        for volume in (pod.get("spec") or {}).get("volumes") or ():
+            ref = volume.get("persistentVolumeClaim")
+            if not ref:
+                continue
+            name = str(ref.get("claimName") or "")
+            claim = self.store.find(claims_rt, namespace, name)
+            if claim is None:
+                return [], f'persistentvolumeclaim "{name}" not found'
+            if claim["metadata"].get("deletionTimestamp"):
+                return [], f'persistentvolumeclaim "{name}" is being deleted'
+            if (claim.get("status") or {}).get("phase") != "Bound":
+                return [], "pod has unbound immediate PersistentVolumeClaims"
+            bound = self.store.find(volumes_rt, None, str((claim.get("spec") or {}).get("volumeName") or ""))
+            if bound is None:
+                return [], f'persistentvolume "{(claim.get("spec") or {}).get("volumeName")}" not found'
+            terms = ((((bound.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {})
+                     .get("nodeSelectorTerms") or [])
+            if terms:
+                out.append(list(terms))
+        return out, ""
+
+    def _node_filter(self, pod: Obj, state: _NodeState, cpu: Fraction, mem: Fraction,
+                     volume_terms: Sequence[Sequence[Mapping[str, Any]]] = ()) -> str:
         spec = pod.get("spec") or {}
         node = state.obj
         labels = node["metadata"].get("labels") or {}
@@ -454,6 +495,8 @@ class Scheduler:
         if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or \
                 not _affinity_ok(pod, node):
             return "node(s) didn't match Pod's node affinity/selector"
+        if not all(any(_term_ok(t, node) for t in terms) for terms in volume_terms):
+            return "node(s) had volume node affinity conflict"
         if state.used_pods + 1 > state.pods:
             return "Too many pods"
         if state.used_cpu + cpu > state.cpu:
@@ -584,7 +627,7 @@ class Scheduler:
         freed_mem = sum((pod_requests(v)[1] for v in victims), Fraction(0))
         trial = _NodeState(state.obj, state.cpu, state.memory, state.pods, state.used_cpu - freed_cpu,
                            state.used_memory - freed_mem, state.used_pods - len(victims))
-        if self._node_filter(pod, trial, cpu, mem):
+        if self._node_filter(pod, trial, cpu, mem, self._volume_node_terms(pod)[0]):
             return False
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return True

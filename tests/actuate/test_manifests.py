@@ -15,6 +15,7 @@ from infer_ctl.actuate.manifests import (
     PRIORITY_CLASS_SERVING,
     PRIORITY_CLASS_STANDBY,
     Role,
+    model_cache_claim,
     prefetch_pod,
     replica_pod,
     selector,
@@ -24,7 +25,7 @@ from infer_ctl.actuate.manifests import (
 from infer_ctl.core import api
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.parse import parse_inference_service
-from infer_ctl.core.policy import parse_scaling_policy
+from infer_ctl.core.policy import ModelCacheVolume, parse_scaling_policy
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,9 +132,11 @@ def test_a_field_changed_from_its_default_changes_the_hash(path: str, value: obj
 
 # ------------------------------------------------------------------------------------------ the node model cache
 
-def cached_pod(directory: str = MODEL_CACHE_DIR, **changes: object) -> dict[str, Any]:
+def cached_pod(directory: str = MODEL_CACHE_DIR, volume: ModelCacheVolume = ModelCacheVolume.HOST_PATH,
+               **changes: object) -> dict[str, Any]:
     return replica_pod(service(**changes), replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING,
-                       node_selector={"kubernetes.io/hostname": "gpu-node-1"}, model_cache_dir=directory)
+                       node_selector={"kubernetes.io/hostname": "gpu-node-1"}, model_cache_dir=directory,
+                       model_cache=volume)
 
 
 def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models_directory() -> None:
@@ -174,6 +177,43 @@ def test_a_prefetch_pod_writes_where_replicas_read() -> None:
     assert [e for e in written if e["name"] == ENV_MODEL_CACHE_DIR] == \
         [e for e in read if e["name"] == ENV_MODEL_CACHE_DIR]
     assert prefetch["spec"]["volumes"][0]["hostPath"]["path"] == replica["spec"]["volumes"][0]["hostPath"]["path"]
+
+
+def test_through_the_namespaces_claim_a_replica_reads_and_a_prefetch_pod_writes_the_same_directory() -> None:
+    """modelCacheVolume: persistentVolume: the Pods mount the namespace's claim (replicas read-only) where they
+    mounted the hostPath; the claim is bound ahead to a local volume of that directory on every node."""
+    pv = ModelCacheVolume.PERSISTENT_VOLUME
+    replica = cached_pod("/mnt/models", pv)
+    prefetch = prefetch_pod(service(), node="gpu-node-1", cache_dir="/mnt/models", model_cache=pv)
+    for manifest in (replica, prefetch):
+        kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+    assert replica["spec"]["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {
+        "claimName": "infer-ctl-model-cache", "readOnly": True}}]
+    assert prefetch["spec"]["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {
+        "claimName": "infer-ctl-model-cache"}}]
+    # mounts and variables as with the hostPath
+    hosted = cached_pod("/mnt/models")
+    assert replica["spec"]["containers"] == hosted["spec"]["containers"]
+    assert without_model_cache(replica) == cached_pod("")
+    claim, volume = model_cache_claim("team-a", "/mnt/models")
+    for manifest in (claim, volume):
+        kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+    assert claim["metadata"]["namespace"] == "team-a" and claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    assert volume["spec"]["claimRef"]["namespace"] == "team-a" and volume["spec"]["claimRef"]["name"] == \
+        claim["metadata"]["name"] == "infer-ctl-model-cache"
+    assert volume["spec"]["local"] == {"path": "/mnt/models"}
+    assert volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"] == [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "Exists"}]}]
+
+
+def test_the_model_cache_volume_kind_is_one_of_two_or_an_error_naming_the_field() -> None:
+    base = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
+    assert parse_scaling_policy(base).model_cache_volume is ModelCacheVolume.HOST_PATH
+    assert parse_scaling_policy({**base, "modelCacheVolume": "persistentVolume"}).model_cache_volume is \
+        ModelCacheVolume.PERSISTENT_VOLUME
+    with pytest.raises(SpecError, match=r'scaling\.yaml: modelCacheVolume: Unsupported value: "pvc": supported '
+                                        r'values: "hostPath", "persistentVolume"'):
+        parse_scaling_policy({**base, "modelCacheVolume": "pvc"})
 
 
 POLICY_CASES = [

@@ -11,11 +11,28 @@ from typing import Any
 
 import pytest
 
-from infer_ctl.controller.reconciler import PREFETCH_BACKOFF_S, Reconciler, ServiceMemory, Settings
+from infer_ctl.controller.reconciler import (
+    CACHE_MOUNT_RECHECK_S,
+    PREFETCH_BACKOFF_S,
+    Reconciler,
+    ServiceMemory,
+    Settings,
+)
+from infer_ctl.core.policy import ModelCacheVolume, Policies
 from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.placement import free_replica_slots
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, NODES, PODS, Resource
+from infer_ctl.kube.client import (
+    EVENTS,
+    INFERENCE_SERVICES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    KubeError,
+    Resource,
+)
 from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.pods import parse_time
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
@@ -237,3 +254,140 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
         # find the last one's Pod (it would not make its own, and the check below would read the old mounts)
         wait_for("the replicas to be gone", lambda: not kube.list(PODS, "default",
                                                                   label_selector="infer-ctl.io/service=llm"))
+
+
+def volume_policies(cluster: Cluster) -> Policies:
+    return replace(cluster.policies, scaling=replace(cluster.policies.scaling,
+                                                     model_cache_volume=ModelCacheVolume.PERSISTENT_VOLUME))
+
+
+def cache_volumes(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in pod["spec"].get("volumes") or () if v["name"] == "model-cache"]
+
+
+def bound(kube: Any, namespace: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    claim = kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", namespace)
+    volume = kube.get(PERSISTENT_VOLUMES, f"infer-ctl-model-cache-{namespace}")
+    if claim is None or volume is None or (claim.get("status") or {}).get("phase") != "Bound" or \
+            (volume.get("status") or {}).get("phase") != "Bound":
+        return None
+    return claim, volume
+
+
+async def test_through_a_local_persistent_volume_a_pod_security_baseline_namespace_keeps_the_node_cache(
+        cluster: Cluster) -> None:
+    """modelCacheVolume: persistentVolume: before the namespace's first Pod that mounts the node cache the
+    controller makes its claim and the local PersistentVolume bound to it; prefetch Pods mount the claim writable,
+    replicas read-only; the scheduler (kube-scheduler's VolumeBinding on the real control plane) places them, and
+    a replica's start on a node that holds the weights is the cached one. Pod Security's baseline level (enforced
+    by the real control plane) admits the claim where it refuses a hostPath: nothing is refused."""
+    kube = cluster.kube
+    make_namespace(cluster, "tenant")
+    kube.merge_patch(NAMESPACES, "tenant", {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    cold_start_s = 60.0
+    builder = (InferenceServiceBuilder("llm", "tenant").with_("spec.scaling.minReplicas", 1)
+               .with_("spec.runtime.coldStartSeconds", cold_start_s)
+               .with_("spec.accelerator.products", ["H100-80GB"])
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    h100 = sorted(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+    body = kube.create(INFERENCE_SERVICES, builder.build(), "tenant")
+    policies = volume_policies(cluster)
+    reconciler = Reconciler(kube, Settings(policies))
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        # the weights copied to every H100 node first, through the claim
+        await reconciler._prefetch(body, svc, h100, [], T0)
+        claim, volume = wait_for("the namespace's cache claim bound to its volume", lambda: bound(kube, "tenant"))
+        assert volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+        assert volume["spec"]["local"] == {"path": policies.scaling.model_cache_host_path}
+        assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+        copies = [p for p in kube.list(PODS, "tenant") if p["metadata"]["labels"].get("infer-ctl.io/role")
+                  == "prefetch"]
+        assert len(copies) == len(h100)
+        assert all(cache_volumes(p) == [{"name": "model-cache", "persistentVolumeClaim": {
+            "claimName": "infer-ctl-model-cache"}}] for p in copies)
+        wait_for("the prefetch Pods to succeed", lambda: all(
+            ((kube.get(PODS, p["metadata"]["name"], "tenant") or {}).get("status") or {}).get("phase")
+            == "Succeeded" for p in copies), timeout_s=60)
+        wait_for("the nodes to publish the model", lambda: all(CACHE_KEY in (
+            (kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
+            .get(ANNOTATION_MODEL_CACHE, "").split(",")) for node in h100))
+        first = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "tenant"), T0 + timedelta(seconds=10))
+        assert first.actions.create_serving == 1
+        [pod] = [p for p in kube.list(PODS, "tenant", label_selector="infer-ctl.io/service=llm")
+                 if p["metadata"]["labels"].get("infer-ctl.io/role") != "prefetch"]
+        assert cache_volumes(pod) == [{"name": "model-cache", "persistentVolumeClaim": {
+            "claimName": "infer-ctl-model-cache", "readOnly": True}}]
+        assert pod["metadata"]["annotations"][ANNOTATION_CACHED] == "true"
+
+        def ready() -> dict[str, Any] | None:
+            current = kube.get(PODS, pod["metadata"]["name"], "tenant") or {}
+            return next((c for c in (current.get("status") or {}).get("conditions") or ()
+                         if c["type"] == "Ready" and c["status"] == "True"), None)
+
+        became = wait_for("the replica to be ready", ready, timeout_s=cold_start_s)
+        took = parse_time(became["lastTransitionTime"]) - parse_time(pod["metadata"]["creationTimestamp"])
+        # the node agent's cached start is a fifth of the cold start: the node's cache was mounted
+        assert took.total_seconds() < cold_start_s / 2, took
+        assert not [e for e in kube.list(EVENTS, "tenant") if e["reason"] in (
+            "ModelCacheMountRefused", "ModelCacheVolumeFailed")]
+    finally:
+        await reconciler.close()
+
+
+async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_one_turns_the_cache_off(
+        cluster: Cluster) -> None:
+    """A claim deleted (with an earlier namespace of that name) leaves its Retain volume Released, which binds no
+    new claim: the controller deletes it and makes both again. Where the API server refuses the volume (the
+    install did not grant it), the namespace's replicas start without the mount, said in one Warning Event."""
+    kube = cluster.kube
+    body = kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("llm").with_("spec.model.cacheKey", CACHE_KEY)
+                       .with_("spec.scaling.prewarm.nodeCache", True).build(), "default")
+    reconciler = Reconciler(kube, Settings(volume_policies(cluster)))
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        await reconciler._ensure_cache_claim(svc, T0)
+        claim, _ = wait_for("the claim bound", lambda: bound(kube, "default"))
+        kube.delete(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
+        wait_for("the volume released", lambda: ((kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
+                                                  or {}).get("status") or {}).get("phase") == "Released")
+        later = T0 + timedelta(seconds=CACHE_MOUNT_RECHECK_S + 1)
+        await reconciler._ensure_cache_claim(svc, later)  # deletes the released volume
+        wait_for("the released volume gone", lambda: kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
+                 is None)
+        await reconciler._ensure_cache_claim(svc, later + timedelta(seconds=10))
+        again, _ = wait_for("a new claim bound", lambda: bound(kube, "default"))
+        assert again["metadata"]["uid"] != claim["metadata"]["uid"]
+        assert not reconciler._cache_off("default", later.timestamp())
+    finally:
+        await reconciler.close()
+    # refused: as an install without the opt-in role would be
+    refusing = Reconciler(kube, Settings(volume_policies(cluster)))
+    original = refusing.kube.create
+
+    def create(resource: Resource, obj: Any, namespace: str | None = None) -> Any:
+        if resource is PERSISTENT_VOLUMES:
+            raise KubeError(403, "Forbidden", 'persistentvolumes is forbidden: User "system:serviceaccount:'
+                                              'infer-ctl-system:infer-ctl" cannot create resource')
+        return original(resource, obj, namespace)
+
+    refusing.kube.create = create  # type: ignore[method-assign]
+    kube.delete(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
+    wait_for("the claim gone", lambda: kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default") is None)
+    kube.delete(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
+    wait_for("the volume gone", lambda: kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default") is None)
+    try:
+        result = await cycle(refusing, kube.get(INFERENCE_SERVICES, "llm", "default"), T0)
+        assert result.actions.create_serving >= 1
+        pods = kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
+        assert pods and not any(cache_volumes(p) for p in pods)
+        assert "the node model cache's claim could not be made" in refusing._cache_off("default", T0.timestamp())
+        [note] = [e["note"] for e in kube.list(EVENTS, "default") if e["reason"] == "ModelCacheVolumeFailed"]
+        assert "forbidden" in note
+        await cycle(refusing, kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
+        assert len([e for e in kube.list(EVENTS, "default") if e["reason"] == "ModelCacheVolumeFailed"]) == 1
+    finally:
+        await refusing.close()

@@ -10,11 +10,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+import yaml
 
 from infer_ctl.cli.controller import namespaces
 from infer_ctl.controller import access
 from infer_ctl.controller.access import Scope
-from tests.deploy.test_manifests import container, helm_template, kustomize
+from tests.deploy.test_manifests import KUSTOMIZE, bin_dir, container, helm_template, kustomize, run
 
 READ_VERBS = {"get", "list", "watch"}
 
@@ -111,3 +112,23 @@ def test_every_managed_write_of_the_table_has_a_reason_and_no_grant_is_a_wildcar
 ])
 def test_namespace_flags_may_be_repeated_or_comma_separated(given: list[str], expected: tuple[str, ...]) -> None:
     assert namespaces(given) == expected
+
+
+def model_cache_volumes_kustomize() -> tuple[dict[str, Any], ...]:
+    out = run(str(bin_dir() / "kubectl"), "kustomize", str(KUSTOMIZE / "model-cache-volumes"))
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+@pytest.mark.parametrize("install", ["helm", "kustomize"])
+def test_the_model_cache_volumes_role_is_opt_in_and_grants_exactly_its_table(install: str) -> None:
+    """The local PersistentVolumes of modelCacheVolume: persistentVolume are cluster-scoped writes: granted by a
+    ClusterRole of their own, bound cluster-wide only when the install asks (Helm's modelCacheVolumes, kustomize's
+    model-cache-volumes folder), never by the default install."""
+    name = "infer-ctl-model-cache-volumes"
+    default = helm_template() if install == "helm" else kustomize("production")
+    assert not [d for d in default if d["metadata"]["name"] == name]
+    docs = helm_template("modelCacheVolumes=true") if install == "helm" else model_cache_volumes_kustomize()
+    assert granted(role(docs, name)) == table(Scope.MODEL_CACHE_VOLUMES, "infer-ctl")
+    [binding] = [b for b in bindings(docs) if b["roleRef"]["name"] == name]
+    assert binding["kind"] == "ClusterRoleBinding"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "infer-ctl", "namespace": "infer-ctl-system"}]
