@@ -57,6 +57,7 @@ from infer_ctl.actuate.manifests import (
     ANNOTATION_WARM_HOST,
     ANNOTATION_YIELDED_AT,
     ANNOTATION_YIELDED_TO,
+    MODEL_CACHE_CLAIM,
     PRIORITY_CLASS_STANDBY,
     Role,
     held_asleep,
@@ -355,8 +356,8 @@ class Reconciler:
         # namespaces whose Pod Security level refused a replica's node model cache mount (a hostPath): the refusal,
         # and when to try the mount again (the namespace may be relabelled); replicas start without it meanwhile
         self._cache_refused: dict[str, tuple[str, float]] = {}
-        # modelCacheVolume persistentVolume: namespaces whose model cache claim was seen or made, until when
-        self._cache_claims: dict[str, float] = {}
+        # modelCacheVolume persistentVolume: namespaces whose model cache volume was seen (or made) as it should be
+        self._cache_volumes_checked: set[str] = set()
         # warm hosts this controller made that the cache may not show yet (with their pinned device as their
         # allocation), and when: so that the next service's cycle puts its sleepers there too, not on a new one
         self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
@@ -1280,33 +1281,52 @@ class Reconciler:
                           f"tried again in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
 
     async def _ensure_cache_claim(self, svc: api.InferenceService, now: datetime) -> None:
-        """modelCacheVolume persistentVolume: make `svc`'s namespace's claim of its nodes' model caches and the
-        local PersistentVolume it is bound to (`model_cache_claim`) when they are missing, before a Pod mounts
-        the claim; looked at again every CACHE_MOUNT_RECHECK_S. A volume left Released (its claim deleted with
-        an earlier namespace of that name) binds no new claim: it is deleted and made again. Refused (RBAC, a
-        quota), the namespace's Pods start without the mount for a while (`_cache_refused_in`)."""
+        """modelCacheVolume persistentVolume: before Pods that mount it are made, the claim of `svc`'s namespace
+        of its nodes' model caches, and the local PersistentVolume it is bound to (`model_cache_claim`), made when
+        missing. One read (the claim) per round of creations once the namespace's volume was checked. Where a
+        Pod made now could not be placed with the claim, it is made without the mount (`_cache_off`, for a
+        control period, no Event): a claim being deleted (its Pods still hold it), a volume left Released (its
+        claim deleted with an earlier namespace of that name: it binds no new claim, so it is deleted and made
+        again). Refused (RBAC, a quota), or a volume of another directory than the policies', the namespace's
+        Pods start without the mount for CACHE_MOUNT_RECHECK_S, said in a Warning Event."""
         scaling = self.settings.policies.scaling
         ns = svc.meta.namespace
         now_s = now.timestamp()
-        if scaling.model_cache_volume is not ModelCacheVolume.PERSISTENT_VOLUME or self._cache_off(ns, now_s) \
-                or self._cache_claims.get(ns, 0.0) > now_s:
+        if scaling.model_cache_volume is not ModelCacheVolume.PERSISTENT_VOLUME or self._cache_off(ns, now_s):
             return
         claim, volume = model_cache_claim(ns, scaling.model_cache_host_path)
         name = volume["metadata"]["name"]
         try:
+            current = await self._k(self.kube.get, PERSISTENT_VOLUME_CLAIMS, MODEL_CACHE_CLAIM, ns)
+            if current is not None and current["metadata"].get("deletionTimestamp"):
+                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's claim is being deleted",
+                                           now_s + self.settings.period_s)
+                return
+            phase = ((current or {}).get("status") or {}).get("phase")
+            if current is not None and phase != "Lost" and ns in self._cache_volumes_checked:
+                return
             existing = await self._k(self.kube.get, PERSISTENT_VOLUMES, name)
-            phase = ((existing or {}).get("status") or {}).get("phase")
-            if existing is not None and phase in ("Released", "Failed"):
-                log.info("%s: replacing the %s model cache volume %s", svc.meta.key, phase, name)
+            volume_phase = ((existing or {}).get("status") or {}).get("phase")
+            if existing is not None and volume_phase in ("Released", "Failed"):
+                log.info("%s: replacing the %s model cache volume %s", svc.meta.key, volume_phase, name)
                 await self._k(self.kube.delete, PERSISTENT_VOLUMES, name)
-                return  # made again by a later cycle, once it is gone
+                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's volume {name} was "
+                                           f"{volume_phase}, being made again", now_s + self.settings.period_s)
+                return
+            path = str(((existing or {}).get("spec") or {}).get("local", {}).get("path") or "")
+            if existing is not None and path != scaling.model_cache_host_path:
+                raise KubeError(409, "Conflict", f"volume {name} is of directory {path}, the policies' "
+                                                 f"modelCacheHostPath is {scaling.model_cache_host_path}: delete "
+                                                 f"the claim {MODEL_CACHE_CLAIM} in {ns} and the volume to have "
+                                                 "them made again")
             if existing is None:
                 await self._create_shared(PERSISTENT_VOLUMES, volume, None)
-            await self._create_shared(PERSISTENT_VOLUME_CLAIMS, claim, ns)
+            if current is None:
+                await self._create_shared(PERSISTENT_VOLUME_CLAIMS, claim, ns)
         except KubeError as exc:
             await self._cache_refused_in(svc, exc, now, volume=True)
             return
-        self._cache_claims[ns] = now_s + CACHE_MOUNT_RECHECK_S
+        self._cache_volumes_checked.add(ns)
 
     async def _create_shared(self, resource: Resource, obj: Mapping[str, Any], namespace: str | None) -> None:
         """Create an object no one service owns; one already there is fine."""

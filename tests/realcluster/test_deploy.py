@@ -30,7 +30,16 @@ import yaml
 from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller import access
-from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, PRIORITY_CLASSES, RESOURCE_CLAIMS, KubeClient, Resource
+from infer_ctl.kube.client import (
+    INFERENCE_SERVICES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    PRIORITY_CLASSES,
+    RESOURCE_CLAIMS,
+    KubeClient,
+    Resource,
+)
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster
 from tests.realcluster.conftest import wait_for
@@ -149,6 +158,10 @@ NOT_IN_THE_SCENARIO = {
                                          "cycle (tests/controller/test_peering.py, on kube with deploy/'s RBAC)",
     ("infer-ctl.io", "inferenceservices/finalizers"): "no request of its own: the OwnerReferencesPermissionEnforcement "
         "admission plugin (on here, localcluster.py) checks it on every create of a replica's Pod or claim",
+    ("", "persistentvolumes"): "opt-in, modelCacheVolume: persistentVolume: used in the Helm install with "
+                               "modelCacheVolumes=true (delete: a volume left Released, tests/controller/"
+                               "test_prefetch.py)",
+    ("", "persistentvolumeclaims"): "as persistentvolumes",
 }
 
 
@@ -213,3 +226,38 @@ def test_helm_install_brings_its_crds_and_a_controller_and_uninstall_keeps_the_c
     helm(local, tmp_path, "uninstall", "infer-ctl", "--namespace", "infer-ctl-helm", "--wait", "--timeout=120s")
     assert crd_exists(kube, PEERING_CRD) and crd_exists(kube, SERVICE_CRD)
     wait_for(lambda: not kube.list(PODS, "infer-ctl-helm"), what="the controller Pod to go", timeout_s=60)
+
+
+def test_helm_with_model_cache_volumes_lets_the_controller_mount_node_caches_through_local_volumes(
+        sandbox: KubeSandbox, kube: KubeClient, tmp_path: Path) -> None:
+    """The chart with modelCacheVolumes=true and policies saying modelCacheVolume: persistentVolume (a ConfigMap
+    of the user's, policiesConfigMap): under exactly the chart's RBAC the controller makes the managed namespace's
+    claim of the node caches and its local volume before the first replica, the replicas mount the claim and
+    serve, and no request was refused or outside the access table."""
+    local, namespace = sandbox.local, "infer-ctl-volumes"
+    files = {p.name: p.read_text() for p in sorted((ROOT / "policies").glob("*.yaml"))}
+    assert "modelCacheVolume: hostPath" in files["scaling.yaml"]
+    files["scaling.yaml"] = files["scaling.yaml"].replace("modelCacheVolume: hostPath",
+                                                          "modelCacheVolume: persistentVolume")
+    local.kubectl("create", "namespace", namespace)
+    local.kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "volume-policies", "namespace": namespace},
+        "data": files}))
+    helm(local, tmp_path, "install", "infer-ctl", str(CHART), "--namespace", namespace, "--set", "prometheusUrl=",
+         "--set", "image.tag=dev", "--set", "replicas=1", "--set", "modelCacheVolumes=true",
+         "--set", "policiesConfigMap=volume-policies")
+    try:
+        reconciles_the_example(sandbox, kube, namespace, replicas=1)
+        claim = kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
+        volume = kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
+        assert claim is not None and volume is not None
+        assert claim["status"]["phase"] == "Bound" and volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+        made = {(e["verb"], (e.get("objectRef") or {}).get("resource"))
+                for e in controller_requests(sandbox, namespace)
+                if (e.get("responseStatus") or {}).get("code") == 201}
+        assert {("create", "persistentvolumes"), ("create", "persistentvolumeclaims"), ("create", "pods")} <= made
+        assert_requests_within_the_access_table(sandbox, namespace)
+    finally:
+        helm(local, tmp_path, "uninstall", "infer-ctl", "--namespace", namespace, "--wait", "--timeout=120s")
+        kube.delete(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
+        kube.delete(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
