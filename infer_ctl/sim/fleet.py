@@ -118,7 +118,7 @@ from infer_ctl.engine.cycle import WarmHosts as WarmHostsView
 from infer_ctl.forecast.series import FloatArray
 from infer_ctl.place.plugins import placement_engine
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.placing import FleetPlacement, Layout, Pin, claim_key
+from infer_ctl.sim.placing import FleetPlacement, Layout, OpenedSlots, Pin, claim_key
 from infer_ctl.sim.policies import InferCtl, Observation, Oracle, SimPolicy, tier_use
 from infer_ctl.sim.run import (
     MeasuredSlo,
@@ -951,16 +951,15 @@ class _FleetSim:
         g = run.model.gpus_per_replica
         names = [run.replicas.new_name() for _ in range(n)]
         pins = self._pins(run, names, 0.0) if isinstance(run.policy, InferCtl) else {}
-        opened: dict[tuple[int, int], int] = {}  # a free GPU of the snapshot a share placed here opened
+        opened = OpenedSlots()
         for name in names:
             pin = pins.get(name)
             if pin is not None:
                 if run.share_bytes:
-                    device = opened.get((pin.node, pin.slot)) if pin.device is None else pin.device
-                    self.cluster.bind_share(run.index, name, pin.node, device, nbytes=run.share_bytes,
+                    pin = opened.resolve(pin)
+                    self.cluster.bind_share(run.index, name, pin.node, pin.device, nbytes=run.share_bytes,
                                             priority=run.priority_serving, now=0.0)
-                    if device is None:
-                        opened[(pin.node, pin.slot)] = self.cluster.share_of[(run.index, name)][1]
+                    opened.record(pin, self.cluster.share_of[(run.index, name)][1])
                 else:
                     self.cluster.bind((run.index, run.service.name), name, pin.node, gpus=g,
                                       priority=run.priority_serving, now=0.0)
@@ -1116,18 +1115,17 @@ class _FleetSim:
         for name in plan.actions.wake:
             self.wake(run, name, now)
         pins = self._pins(run, [r.name for r in plan.create if not r.sleeping and not r.warm_host], now)
-        opened: dict[tuple[int, int], int] = {}  # a free GPU of the snapshot a share of this cycle opened
+        opened = OpenedSlots()
         for replica in plan.create:
             if replica.sleeping:
                 self.create_sleeper(run, replica.name, now, claim=replica.warm_host, device_bytes=replica.device_bytes)
             else:
                 pin = pins.get(replica.name)
-                if pin is not None and pin.device is None and (pin.node, pin.slot) in opened:
-                    pin = replace(pin, device=opened[(pin.node, pin.slot)])
+                pin = opened.resolve(pin) if pin is not None else None
                 self.create(run, replica.name, replica.standby, now, claim=replica.warm_host,
                             device_bytes=replica.device_bytes, pin=pin)
-                if pin is not None and run.share_bytes and pin.device is None:
-                    opened[(pin.node, pin.slot)] = self.cluster.share_of[(run.index, replica.name)][1]
+                if pin is not None and run.share_bytes:
+                    opened.record(pin, self.cluster.share_of[(run.index, replica.name)][1])
 
     def place_as_the_controller(self) -> None:
         """From now on infer-ctl's new replicas are pinned, and its surplus ranked, by the controller's placement

@@ -15,7 +15,7 @@ same way: its shared devices first (by when they were opened), then its whole-GP
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -42,6 +42,24 @@ class Pin:
     node: int
     slot: int
     device: int | None = None
+
+
+@dataclass
+class OpenedSlots:
+    """The free GPUs of one snapshot that memory shares placed in one batch opened: the batch's later pins to the
+    same slot join the device the first one opened."""
+
+    opened: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def resolve(self, pin: Pin) -> Pin:
+        """`pin`, with the device its slot opened earlier in the batch (as it was when none did)."""
+        device = self.opened.get((pin.node, pin.slot)) if pin.device is None else None
+        return pin if device is None else replace(pin, device=device)
+
+    def record(self, pin: Pin, device: int) -> None:
+        """A share pinned by `pin` was bound to `device`: the device its slot opened when it was a free GPU."""
+        if pin.device is None:
+            self.opened[(pin.node, pin.slot)] = device
 
 
 @dataclass(frozen=True, slots=True)
