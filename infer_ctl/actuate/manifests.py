@@ -189,6 +189,8 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
                            "failureThreshold": 3},
         "resources": {"claims": [{"name": CLAIM_NAME_IN_POD}], **({"requests": requests} if requests else {})},
     }
+    if runtime.security_context is not None:
+        container["securityContext"] = security_context(runtime.security_context)
     if runtime.args:
         container["args"] = list(runtime.args)
     if runtime.env:
@@ -231,6 +233,25 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         },
         "spec": pod_spec,
     }
+
+
+def security_context(sc: api.SecurityContext) -> dict[str, Any]:
+    """A container's securityContext, as Kubernetes writes it, from the service's (`spec.runtime.securityContext`):
+    the fields that are set."""
+    out: dict[str, Any] = {}
+    for key, value in (("runAsUser", sc.run_as_user), ("runAsGroup", sc.run_as_group),
+                       ("runAsNonRoot", sc.run_as_non_root),
+                       ("allowPrivilegeEscalation", sc.allow_privilege_escalation),
+                       ("readOnlyRootFilesystem", sc.read_only_root_filesystem)):
+        if value is not None:
+            out[key] = value
+    capabilities = {k: list(v) for k, v in (("add", sc.capabilities_add), ("drop", sc.capabilities_drop)) if v}
+    if capabilities:
+        out["capabilities"] = capabilities
+    if sc.seccomp_profile is not None:
+        out["seccompProfile"] = {"type": sc.seccomp_profile.value, **(
+            {"localhostProfile": sc.seccomp_localhost_profile} if sc.seccomp_localhost_profile else {})}
+    return out
 
 
 def without_model_cache(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -361,6 +382,8 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
                         {"name": "INFER_CTL_MODEL_URI", "value": spec.model.uri or ""},
                         {"name": ENV_MODEL_CACHE_DIR, "value": directory}],
                 "volumeMounts": [{"name": MODEL_CACHE_VOLUME, "mountPath": directory, "subPath": key}],
+                **({"securityContext": security_context(spec.runtime.security_context)}
+                   if spec.runtime.security_context is not None else {}),
             }],
             "volumes": [model_cache_volume(model_cache, cache_dir, read_only=False)],
         },

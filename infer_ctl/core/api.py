@@ -40,6 +40,12 @@ class Sharing(enum.StrEnum):
     SHARED = "Shared"  # a memory share of a GPU with consumable capacity
 
 
+class SeccompProfileType(enum.StrEnum):
+    RUNTIME_DEFAULT = "RuntimeDefault"
+    LOCALHOST = "Localhost"
+    UNCONFINED = "Unconfined"
+
+
 class Dtype(enum.StrEnum):
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
@@ -119,6 +125,23 @@ class EnvVar:
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityContext:
+    """The model server container's securityContext: the fields of Kubernetes' SecurityContext that Pod
+    Security's levels check (what a namespace enforcing `restricted` requires of every container: non-root, no
+    privilege escalation, every capability dropped, a RuntimeDefault or Localhost seccomp profile). None: unset."""
+
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    capabilities_add: tuple[str, ...] = ()
+    capabilities_drop: tuple[str, ...] = ()
+    seccomp_profile: SeccompProfileType | None = None
+    seccomp_localhost_profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeSpec:
     """The model server's container."""
 
@@ -130,6 +153,7 @@ class RuntimeSpec:
     cold_start_s: float | None = None  # a hint until cold starts have been measured
     cpu_milli: int = 0  # host CPU request, millicores
     host_memory_bytes: int = 0  # host memory request
+    security_context: SecurityContext | None = None  # the container's, and the service's prefetch Pods'
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +323,35 @@ RUNTIME_SCHEMA = Prop(
                                  maximum=86400),
         "cpu": _quantity("Host CPU request of a replica (a quantity, e.g. 4 or 500m)."),
         "memory": _quantity("Host memory request of a replica (a quantity, e.g. 32Gi)."),
+        "securityContext": Prop(
+            "object", "The model server container's securityContext (and the prefetch Pods'), as Kubernetes' "
+            "SecurityContext: what a namespace enforcing Pod Security's restricted level requires of every "
+            "container is runAsNonRoot: true, allowPrivilegeEscalation: false, capabilities.drop [ALL] and a "
+            "seccompProfile of type RuntimeDefault or Localhost. Unset: none (the image's user).",
+            properties={
+                "runAsUser": Prop("integer", "The UID the server runs as.", minimum=0, maximum=2147483647),
+                "runAsGroup": Prop("integer", "The GID the server runs as.", minimum=0, maximum=2147483647),
+                "runAsNonRoot": Prop("boolean", "The kubelet refuses to start the container as UID 0."),
+                "allowPrivilegeEscalation": Prop("boolean", "Whether a process may gain more privileges than "
+                                                 "its parent (no_new_privs off)."),
+                "readOnlyRootFilesystem": Prop("boolean", "Mount the container's root filesystem read-only."),
+                "capabilities": Prop("object", "Linux capabilities to add and drop.", properties={
+                    "add": Prop("array", "Capabilities added, e.g. NET_BIND_SERVICE.", list_type="set",
+                                max_items=64, items=Prop("string", min_length=1)),
+                    "drop": Prop("array", "Capabilities dropped, e.g. ALL.", list_type="set", max_items=64,
+                                 items=Prop("string", min_length=1)),
+                }),
+                "seccompProfile": Prop("object", "The seccomp profile.", required=("type",), properties={
+                    "type": Prop("string", "RuntimeDefault (the container runtime's), Localhost (a profile "
+                                 "file on the node, localhostProfile) or Unconfined.", enum=SeccompProfileType),
+                    "localhostProfile": Prop("string", "The profile's path under the kubelet's seccomp "
+                                             "directory; required with type Localhost, only then.", min_length=1,
+                                             max_length=4096),
+                }, rules=(Rule("self.type == 'Localhost' ? has(self.localhostProfile) : "
+                               "!has(self.localhostProfile)",
+                               "localhostProfile is required with type Localhost, and only then"),)),
+            },
+        ),
     },
 )
 

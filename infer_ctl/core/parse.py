@@ -232,10 +232,43 @@ def _parse_runtime(r: FieldReader, spec: Mapping[str, Any]) -> api.RuntimeSpec |
     cpu = r.read_parsed(rt, schema, "cpu", p, _millicores)
     host_memory = r.read_parsed(rt, schema, "memory", p, _non_negative_bytes)
     env = _parse_env(r, rt, schema["env"], f"{p}.env")
+    security = _parse_security_context(r, rt, schema, p)
     if image is None or port is None:
         return None
     return api.RuntimeSpec(image=image, port=port, args=args, env=env, readiness_path=readiness or "/ready",
-                           cold_start_s=cold, cpu_milli=cpu or 0, host_memory_bytes=host_memory or 0)
+                           cold_start_s=cold, cpu_milli=cpu or 0, host_memory_bytes=host_memory or 0,
+                           security_context=security)
+
+
+def _parse_security_context(r: FieldReader, rt: Mapping[str, Any], runtime: Prop,
+                            path: str) -> api.SecurityContext | None:
+    """`spec.runtime.securityContext` (None when absent); the seccomp profile's CEL rule in Python."""
+    schema, p = runtime["securityContext"], f"{path}.securityContext"
+    sc = r.sub(rt, runtime, "securityContext", path)
+    if rt.get("securityContext") is None:
+        return None
+
+    def flag(key: str) -> bool | None:
+        return None if sc.get(key) is None else bool(r.read(sc, schema, key, p))
+
+    caps = r.sub(sc, schema, "capabilities", p)
+    seccomp = r.sub(sc, schema, "seccompProfile", p)
+    profile = local = None
+    if seccomp:
+        sp = f"{p}.seccompProfile"
+        if seccomp.get("type") is None:
+            r.error(f"{sp}.type", "Required value", "FieldValueRequired")
+        profile = r.read(seccomp, schema["seccompProfile"], "type", sp)
+        local = r.read(seccomp, schema["seccompProfile"], "localhostProfile", sp)
+        if profile is not None and (profile is api.SeccompProfileType.LOCALHOST) != (local is not None):
+            r.error(sp, "localhostProfile is required with type Localhost, and only then")
+    return api.SecurityContext(
+        run_as_user=r.read(sc, schema, "runAsUser", p), run_as_group=r.read(sc, schema, "runAsGroup", p),
+        run_as_non_root=flag("runAsNonRoot"), allow_privilege_escalation=flag("allowPrivilegeEscalation"),
+        read_only_root_filesystem=flag("readOnlyRootFilesystem"),
+        capabilities_add=tuple(r.read(caps, schema["capabilities"], "add", f"{p}.capabilities") or ()),
+        capabilities_drop=tuple(r.read(caps, schema["capabilities"], "drop", f"{p}.capabilities") or ()),
+        seccomp_profile=profile, seccomp_localhost_profile=local)
 
 
 def _parse_env(r: FieldReader, rt: Mapping[str, Any], prop: Prop, path: str) -> tuple[api.EnvVar, ...]:

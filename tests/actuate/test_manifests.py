@@ -238,3 +238,38 @@ def test_a_bad_model_cache_directory_is_refused_naming_the_field(value: object) 
     base = yaml.safe_load((ROOT / "policies" / "scaling.yaml").read_text())
     with pytest.raises(SpecError, match=r"scaling\.yaml: modelCacheHostPath"):
         parse_scaling_policy({**base, "modelCacheHostPath": value})
+
+
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "allowPrivilegeEscalation": False,
+              "readOnlyRootFilesystem": False, "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+              "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/vllm.json"}}
+
+
+def test_the_services_security_context_is_its_replicas_and_prefetch_pods_containers() -> None:
+    """spec.runtime.securityContext (what Pod Security's restricted level checks) is written as it was given into
+    the model server's container and the prefetch Pod's; unset, neither has one and the spec hash is unchanged."""
+    svc = service(spec__runtime__securityContext=RESTRICTED)
+    replica = replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING, node_selector={})
+    prefetch = prefetch_pod(svc, node="gpu-node-1")
+    for manifest in (replica, prefetch):
+        kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+        assert manifest["spec"]["containers"][0]["securityContext"] == RESTRICTED
+    plain = service()
+    assert "securityContext" not in pod()["spec"]["containers"][0]
+    assert "securityContext" not in prefetch_pod(plain, node="gpu-node-1")["spec"]["containers"][0]
+    assert spec_hash(svc.spec) != spec_hash(plain.spec)  # a changed securityContext rolls the replicas
+    assert spec_hash(plain.spec) == spec_hash(service(spec__runtime__securityContext=None).spec)
+
+
+@pytest.mark.parametrize(("given", "field", "problem"), [
+    ({"seccompProfile": {"type": "Localhost"}}, "spec.runtime.securityContext.seccompProfile",
+     "localhostProfile is required with type Localhost, and only then"),
+    ({"seccompProfile": {"localhostProfile": "p.json"}}, "spec.runtime.securityContext.seccompProfile.type",
+     "Required value"),
+    ({"runAsUser": -1}, "spec.runtime.securityContext.runAsUser", "must be greater than or equal to 0"),
+    ({"privileged": True}, "spec.runtime.securityContext.privileged", "unknown field"),
+], ids=["Localhost without its profile", "a profile without its type", "a negative UID", "a field not taken"])
+def test_a_bad_security_context_is_an_error_naming_the_field(given: dict[str, Any], field: str, problem: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        service(spec__runtime__securityContext=given)
+    assert any(e.path == field and problem in e.message for e in caught.value.errors), caught.value.errors

@@ -408,3 +408,54 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
         assert len(refusals()) == 1
     finally:
         await refusing.close()
+
+
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)  # Pod Security Admission is kube-apiserver's
+async def test_a_namespace_enforcing_pod_security_restricted_admits_replicas_with_the_services_security_context(
+        cluster: Cluster) -> None:
+    """Pod Security's restricted level: a service whose container runs non-root, without privilege escalation,
+    with every capability dropped and the RuntimeDefault seccomp profile (spec.runtime.securityContext), its node
+    cache mounted through the namespace's claim (modelCacheVolume: persistentVolume), gets its replica and
+    prefetch Pods admitted, and the replica serves; a service without a securityContext is refused there, said
+    in a FailedCreate Event that names the violations."""
+    kube = cluster.kube
+    make_namespace(cluster, "locked")
+    kube.merge_patch(NAMESPACES, "locked", {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+
+    def builder(name: str) -> InferenceServiceBuilder:
+        return (InferenceServiceBuilder(name, "locked").with_("spec.scaling.minReplicas", 1)
+                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.model.cacheKey", CACHE_KEY)
+                .with_("spec.scaling.prewarm.nodeCache", True))
+
+    reconciler = Reconciler(kube, Settings(volume_policies(cluster)))
+    try:
+        bare = kube.create(INFERENCE_SERVICES, builder("bare").build(), "locked")
+        await cycle(reconciler, bare, T0)
+        assert not kube.list(PODS, "locked", label_selector="infer-ctl.io/service=bare")
+        [note] = [e["note"] for e in kube.list(EVENTS, "locked") if e["reason"] == "FailedCreate"]
+        assert 'violates PodSecurity "restricted:latest"' in note and "runAsNonRoot" in note, note
+        body = kube.create(INFERENCE_SERVICES, builder("llm").with_("spec.runtime.securityContext", RESTRICTED)
+                           .build(), "locked")
+        first = await cycle(reconciler, body, T0 + timedelta(seconds=1))
+        assert first.actions.create_serving == 1
+        [pod] = kube.list(PODS, "locked", label_selector="infer-ctl.io/service=llm")
+        assert pod["spec"]["containers"][0]["securityContext"] == RESTRICTED
+        assert cache_volumes(pod)[0]["persistentVolumeClaim"]["claimName"] == "infer-ctl-model-cache"
+        wait_for("the replica to be ready", lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in ((kube.get(PODS, pod["metadata"]["name"], "locked") or {}).get("status") or {})
+            .get("conditions") or ()), timeout_s=60)
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+        await reconciler._prefetch(body, svc, [node], [], T0 + timedelta(seconds=2))
+        [copy] = [p for p in kube.list(PODS, "locked") if p["metadata"]["labels"].get("infer-ctl.io/role")
+                  == "prefetch"]
+        assert copy["spec"]["containers"][0]["securityContext"] == RESTRICTED
+    finally:
+        await reconciler.close()

@@ -68,6 +68,15 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
         coldStartSeconds=f([0, 180, 2.5], ["3m", True]),
         cpu=f(["4", "500m"], ["-1", "4 cores"]),
         memory=f(["32Gi"], ["32GB"]),
+        securityContext=f([{"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+                           {"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/vllm.json"}},
+                           {"readOnlyRootFilesystem": False, "capabilities": {"add": ["NET_BIND_SERVICE"]}}, {}],
+                          [{"runAsUser": -1}, {"runAsNonRoot": "true"}, {"capabilities": {"drop": ["ALL", "ALL"]}},
+                           {"seccompProfile": {"type": "Localhost"}},
+                           {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "p.json"}},
+                           {"seccompProfile": {"localhostProfile": "p.json"}},
+                           {"seccompProfile": {"type": "runtime-default"}}, {"privileged": True}, "restricted"]),
     )
     accelerator = obj_of(
         products=f([["H100-80GB"], ["H100-80GB", "L4"], []], [["L4", "L4"], [""], "L4", [1]]),
