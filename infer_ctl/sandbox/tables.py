@@ -1,10 +1,11 @@
 """Server-side printing (`meta.k8s.io/v1` Table), which `kubectl get` asks for with `Accept: ...;as=Table`.
 
-Columns as kube-apiserver prints them for the kinds people look at here (Pods, Nodes, ResourceClaims, Events:
-k8s.io/kubernetes pkg/printers/internalversion/printers.go, which the server runs with `Wide: true`, so a Table
-carries the wide columns too and kubectl hides those of priority 1), a CRD's `additionalPrinterColumns` for
-custom resources (JSONPath subset: `.a.b`, `[n]`, `[?(@.k=="v")]`), and NAME/AGE for the rest. Ages and times
-are printed as the server prints them (apimachinery's `duration.HumanDuration`: 45s, 3m20s, 12m, 5h30m, 2d4h).
+Columns as kube-apiserver prints them for the kinds people look at here (Pods, Nodes, ResourceClaims, Events,
+PersistentVolumes and their claims: k8s.io/kubernetes pkg/printers/internalversion/printers.go, which the server
+runs with `Wide: true`, so a Table carries the wide columns too and kubectl hides those of priority 1), a CRD's
+`additionalPrinterColumns` for custom resources (JSONPath subset: `.a.b`, `[n]`, `[?(@.k=="v")]`), and NAME/AGE for
+the rest. Ages and times are printed as the server prints them (apimachinery's `duration.HumanDuration`: 45s, 3m20s,
+12m, 5h30m, 2d4h).
 """
 
 from __future__ import annotations
@@ -104,6 +105,36 @@ def _claim(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
     return [obj["metadata"]["name"], state, devices, age(obj, now)]
 
 
+_ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def _access_modes(modes: Sequence[str] | None) -> str:
+    """printers.go's GetAccessModesAsString: the modes held, in that fixed order, abbreviated."""
+    return ",".join(short for mode, short in _ACCESS_MODES.items() if mode in (modes or ()))
+
+
+def _volume(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ref = spec.get("claimRef") or {}
+    claim = f"{ref.get('namespace')}/{ref.get('name')}" if ref else ""
+    return [obj["metadata"]["name"], str((spec.get("capacity") or {}).get("storage", "0")),
+            _access_modes(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy", ""),
+            status.get("phase", ""), claim, spec.get("storageClassName", ""),
+            spec.get("volumeAttributesClassName") or "<unset>", status.get("reason", ""), age(obj, now),
+            spec.get("volumeMode") or "<unset>"]
+
+
+def _volume_claim(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    capacity = modes = ""
+    if spec.get("volumeName"):  # printers.go: the status's, once a volume is named (0 while none is bound)
+        modes = _access_modes(status.get("accessModes"))
+        capacity = str((status.get("capacity") or {}).get("storage", "0"))
+    return [obj["metadata"]["name"], status.get("phase", ""), spec.get("volumeName", ""), capacity, modes,
+            spec.get("storageClassName", ""), spec.get("volumeAttributesClassName") or "<unset>", age(obj, now),
+            spec.get("volumeMode") or "<unset>"]
+
+
 def _event(obj: Mapping[str, Any], now: datetime.datetime) -> list[Any]:
     """printEvent: one row per core/v1 Event."""
     first = since(obj.get("firstTimestamp"), now) if obj.get("firstTimestamp") else since(obj.get("eventTime"), now)
@@ -159,6 +190,14 @@ _BUILTIN: dict[str, tuple[list[tuple[str, str, int]], Row]] = {
     "ResourceClaim": ([("Name", "string", 0), ("State", "string", 0), ("Devices", "string", 1),
                        ("Age", "string", 0)], _claim),
     "Event": ([(name, kind, priority) for name, kind, priority, _ in _EVENT_COLUMNS], _event),
+    "PersistentVolume": ([("Name", "string", 0), ("Capacity", "string", 0), ("Access Modes", "string", 0),
+                          ("Reclaim Policy", "string", 0), ("Status", "string", 0), ("Claim", "string", 0),
+                          ("StorageClass", "string", 0), ("VolumeAttributesClass", "string", 0),
+                          ("Reason", "string", 0), ("Age", "string", 0), ("VolumeMode", "string", 1)], _volume),
+    "PersistentVolumeClaim": ([("Name", "string", 0), ("Status", "string", 0), ("Volume", "string", 0),
+                               ("Capacity", "string", 0), ("Access Modes", "string", 0),
+                               ("StorageClass", "string", 0), ("VolumeAttributesClass", "string", 0),
+                               ("Age", "string", 0), ("VolumeMode", "string", 1)], _volume_claim),
 }
 
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_.]+)\s*==\s*[\"']([^\"']*)[\"']\)\]")
