@@ -124,6 +124,7 @@ from infer_ctl.kube.labels import (
     ROLE_PREFETCH,
 )
 from infer_ctl.sandbox import controllerpod
+from infer_ctl.sandbox.loops import run_on_changes
 from infer_ctl.sandbox.store import Obj, rfc3339
 from infer_ctl.sandbox.view import ClusterView
 
@@ -398,14 +399,7 @@ class NodeAgent:
         if self.publish:
             helpers.append(asyncio.create_task(self._keep_nodes(), name="node heartbeat"))
         try:
-            self._wake.set()
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                try:
-                    self.sync()
-                except Exception:
-                    log.exception("node agent sync failed; retrying on the next change")
+            await run_on_changes(self._wake, self.sync, "node agent sync")
         finally:
             for helper in helpers:
                 helper.cancel()

@@ -29,6 +29,7 @@ from typing import Any
 from infer_ctl.core.quantity import QuantityError, parse_quantity
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.sandbox.allocator import Allocator
+from infer_ctl.sandbox.loops import run_on_changes
 from infer_ctl.sandbox.store import ApiError, Event, Obj, Store, rfc3339
 
 log = logging.getLogger(__name__)
@@ -194,16 +195,8 @@ class Scheduler:
         self._wake.set()
 
     async def run(self) -> None:
-        self._wake.set()
-        while True:
-            await self._wake.wait()
-            await asyncio.sleep(0.005)  # gather a burst of creations into one cycle, as the scheduling queue does
-            self._wake.clear()
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("scheduling cycle failed; retrying on the next change")
-            await asyncio.sleep(0)
+        # a burst of creations gathered into one cycle, as the scheduling queue does
+        await run_on_changes(self._wake, self.cycle, "scheduling cycle", gather_s=0.005)
 
     # ------------------------------------------------------------------------------------------ cycle
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infer_ctl.core.quantity import QuantityError, parse_bytes
+from infer_ctl.sandbox.loops import run_on_changes
 from infer_ctl.sandbox.store import ApiError, Event, Obj, Store
 
 log = logging.getLogger(__name__)
@@ -77,15 +78,7 @@ class VolumeBinder:
             self._wake.set()
 
     async def run(self) -> None:
-        self._wake.set()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                self.sync()
-            except Exception:
-                log.exception("volume binding failed; retrying on the next change")
-            await asyncio.sleep(0)
+        await run_on_changes(self._wake, self.sync, "volume binding")
 
     def sync(self) -> int:
         """One pass over every claim and volume; returns how many objects it wrote."""
