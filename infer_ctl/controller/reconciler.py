@@ -1073,7 +1073,7 @@ class Reconciler:
             except KubeError as exc:
                 if not refuses_host_path(exc):
                     raise
-                await self._cache_refused_in(svc, exc, now)  # no copies here for a while
+                await self._cache_refused_in(svc, exc.message, now)  # no copies here for a while
                 return
             if created:
                 await self._event(body, "Prefetch", f"copying the model's weights to node {node} (the cached "
@@ -1255,26 +1255,27 @@ class Reconciler:
             bare = without_model_cache(pod)
             if not refuses_host_path(exc) or bare == pod:
                 raise
-            await self._cache_refused_in(svc, exc, now)
+            await self._cache_refused_in(svc, exc.message, now)
             annotations = bare["metadata"].get("annotations") or {}
             if ANNOTATION_CACHED in annotations:  # it loads from the network now, wherever the weights are
                 annotations[ANNOTATION_CACHED] = "false"
             return await self._create(PODS, bare, ns, svc.meta.uid)
 
-    async def _cache_refused_in(self, svc: api.InferenceService, exc: KubeError, now: datetime, *,
+    async def _cache_refused_in(self, svc: api.InferenceService, problem: str, now: datetime, *,
                                 volume: bool = False) -> None:
         """Pod Security refused a hostPath Pod (a replica's cache mount, or a prefetch Pod) in `svc`'s namespace,
-        or (`volume`) the API server the namespace's claim of a local PersistentVolume: no more cache mounts
-        there until CACHE_MOUNT_RECHECK_S has passed, said in a Warning Event."""
+        or (`volume`) the namespace's claim of a local PersistentVolume could not be had (`problem`: the API
+        server's refusal, or what is wrong with the volume there): no more cache mounts there until
+        CACHE_MOUNT_RECHECK_S has passed, said in a Warning Event."""
         ns = svc.meta.namespace
         if volume:
             reason, note = "ModelCacheVolumeFailed", (f"the node model cache's claim in namespace {ns} and its "
-                                                      f"local PersistentVolume could not be made ({exc.message})")
-            why = f"namespace {ns}: the node model cache's claim could not be made ({exc.message})"
+                                                      f"local PersistentVolume could not be made ({problem})")
+            why = f"namespace {ns}: the node model cache's claim could not be made ({problem})"
         else:
             reason, note = "ModelCacheMountRefused", (f"namespace {ns} refuses the node model cache's hostPath "
-                                                      f"mount ({exc.message})")
-            why = f"namespace {ns} refuses hostPath volumes ({exc.message})"
+                                                      f"mount ({problem})")
+            why = f"namespace {ns} refuses hostPath volumes ({problem})"
         self._cache_refused[ns] = (why, now.timestamp() + CACHE_MOUNT_RECHECK_S)
         await self._event(_ref(svc), reason,
                           f"{note}: its replicas start without it (loading from the network, no prefetch Pods), "
@@ -1315,16 +1316,17 @@ class Reconciler:
                 return
             path = str(((existing or {}).get("spec") or {}).get("local", {}).get("path") or "")
             if existing is not None and path != scaling.model_cache_host_path:
-                raise KubeError(409, "Conflict", f"volume {name} is of directory {path}, the policies' "
-                                                 f"modelCacheHostPath is {scaling.model_cache_host_path}: delete "
-                                                 f"the claim {MODEL_CACHE_CLAIM} in {ns} and the volume to have "
-                                                 "them made again")
+                await self._cache_refused_in(
+                    svc, f"volume {name} is of directory {path}, the policies' modelCacheHostPath is "
+                         f"{scaling.model_cache_host_path}: delete the claim {MODEL_CACHE_CLAIM} in {ns} and the "
+                         "volume to have them made again", now, volume=True)
+                return
             if existing is None:
                 await self._create_shared(PERSISTENT_VOLUMES, volume, None)
             if current is None:
                 await self._create_shared(PERSISTENT_VOLUME_CLAIMS, claim, ns)
         except KubeError as exc:
-            await self._cache_refused_in(svc, exc, now, volume=True)
+            await self._cache_refused_in(svc, exc.message, now, volume=True)
             return
         self._cache_volumes_checked.add(ns)
 
