@@ -93,10 +93,13 @@ class VolumeBinder:
             name = (claim.get("spec") or {}).get("volumeName")
             phase = (claim.get("status") or {}).get("phase")
             volume = volumes.get(str(name)) if name else None
-            if phase == "Bound":
+            if phase in ("Bound", "Lost"):
                 if name and volume is None:
                     writes += self._set_phase(claims_rt, claim, "Lost")
-                continue
+                    continue
+                if phase == "Bound":
+                    continue
+                # Lost, and its volume is back: bound to it again below, as kube-controller-manager does
             if volume is None or mismatch(claim, volume):
                 writes += self._set_phase(claims_rt, claim, "Pending")
                 continue

@@ -57,6 +57,18 @@ def test_a_claim_naming_its_volume_is_bound_both_ways_and_a_deleted_claim_leaves
     store.delete(store.type("", "v1", "persistentvolumeclaims"), "default", "cache")
     binder.sync()
     assert phase(store, "persistentvolumes", "v") == "Released"
+    # a claim whose volume is deleted is Lost (not Pending), and bound again when a volume of that name is back
+    create(store, claim("kept", "w"))
+    create(store, volume("w", claim="kept"), None)
+    binder.sync()
+    assert phase(store, "persistentvolumeclaims", "kept") == "Bound"
+    store.delete(store.type("", "v1", "persistentvolumes"), None, "w")
+    binder.sync()
+    binder.sync()
+    assert phase(store, "persistentvolumeclaims", "kept") == "Lost"
+    create(store, volume("w", claim="kept"), None)
+    binder.sync()
+    assert phase(store, "persistentvolumeclaims", "kept") == "Bound"
     # a new claim of that name does not bind to it (the volume's claimRef holds the old uid)
     create(store, claim())
     binder.sync()
