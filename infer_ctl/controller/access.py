@@ -76,9 +76,9 @@ ACCESS: tuple[Access, ...] = (
            "replicas: create, relabel serving/standby, remove; get: a name found taken on create"),
     Access("resource.k8s.io", "resourceclaims", ("get", "create", "delete"), Scope.MANAGED,
            "each replica's GPU claim; get: a name found taken on create"),
-    Access("", "persistentvolumeclaims", ("get", "create"), Scope.MANAGED,
+    Access("", "persistentvolumeclaims", ("get", "create", "delete"), Scope.MANAGED,
            "modelCacheVolume persistentVolume: the namespace's claim of its nodes' model caches; get: before each "
-           "round of Pod creations, that it is there and not being deleted"),
+           "round of Pod creations, that it is there and not being deleted; delete: one Lost (its volume deleted)"),
     Access("events.k8s.io", "events", ("create", "patch"), Scope.MANAGED,
            "the controller's Events; patch: a repeating Event's series count"),
     Access("", "events", ("create",), Scope.MANAGED, "kopf's own warnings as Events"),

@@ -1286,10 +1286,11 @@ class Reconciler:
         of its nodes' model caches, and the local PersistentVolume it is bound to (`model_cache_claim`), made when
         missing. One read (the claim) per round of creations once the namespace's volume was checked. Where a
         Pod made now could not be placed with the claim, it is made without the mount (`_cache_off`, for a
-        control period, no Event): a claim being deleted (its Pods still hold it), a volume left Released (its
-        claim deleted with an earlier namespace of that name: it binds no new claim, so it is deleted and made
-        again). Refused (RBAC, a quota), or a volume of another directory than the policies', the namespace's
-        Pods start without the mount for CACHE_MOUNT_RECHECK_S, said in a Warning Event."""
+        control period, no Event): a claim being deleted (its Pods still hold it), a claim Lost (its volume
+        deleted: the claim is deleted and both made again), a volume left Released (its claim deleted with an
+        earlier namespace of that name: it binds no new claim, so it is deleted and made again). Refused (RBAC,
+        a quota), or a volume of another directory than the policies', the namespace's Pods start without the
+        mount for CACHE_MOUNT_RECHECK_S, said in a Warning Event."""
         scaling = self.settings.policies.scaling
         ns = svc.meta.namespace
         now_s = now.timestamp()
@@ -1304,7 +1305,15 @@ class Reconciler:
                                            now_s + self.settings.period_s)
                 return
             phase = ((current or {}).get("status") or {}).get("phase")
-            if current is not None and phase != "Lost" and ns in self._cache_volumes_checked:
+            if current is not None and phase == "Lost":
+                # its volume was deleted: kube-controller-manager binds a Lost claim to no volume made again by
+                # name, so the claim is deleted and both are made again
+                log.info("%s: replacing the Lost model cache claim of %s", svc.meta.key, ns)
+                await self._k(self.kube.delete, PERSISTENT_VOLUME_CLAIMS, MODEL_CACHE_CLAIM, ns)
+                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's claim was Lost (its volume "
+                                           "deleted), being made again", now_s + self.settings.period_s)
+                return
+            if current is not None and ns in self._cache_volumes_checked:
                 return
             existing = await self._k(self.kube.get, PERSISTENT_VOLUMES, name)
             volume_phase = ((existing or {}).get("status") or {}).get("phase")

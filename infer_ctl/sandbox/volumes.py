@@ -7,7 +7,9 @@ the claim's StorageClass, with room for the claim's request and every access mod
 what kube-controller-manager writes: the volume's `claimRef` (with the claim's uid) and phase Bound, the claim's
 phase Bound with the volume's access modes and capacity, and `pv.kubernetes.io/bind-completed` on the claim. A
 volume whose bound claim is deleted goes Released (reclaim policy Retain: nothing deletes or recycles it here); a
-claim whose bound volume is deleted goes Lost; one that cannot bind stays Pending. Dynamic provisioning,
+claim whose bound volume is deleted goes Lost, and stays Lost when a volume of that name comes back bound ahead by
+name only (kube-controller-manager 1.37 on the real control plane: the claim Lost, the volume Available); one that
+cannot bind stays Pending. Dynamic provisioning,
 `WaitForFirstConsumer` and the protection finalizers are not emulated.
 
     binder = VolumeBinder(store)   # subscribes to the store
@@ -42,6 +44,12 @@ def _storage(obj: Mapping[str, Any], *path: str) -> int | None:
         return parse_bytes(str(value)) if value is not None else None
     except QuantityError:
         return None
+
+
+def _bound_to(volume: Mapping[str, Any] | None, claim: Mapping[str, Any]) -> bool:
+    """Whether `volume`'s claimRef names `claim` with its uid (a volume bound ahead by name only is not)."""
+    ref = ((volume or {}).get("spec") or {}).get("claimRef") or {}
+    return bool(ref.get("uid")) and ref.get("uid") == claim["metadata"].get("uid")
 
 
 def mismatch(claim: Mapping[str, Any], volume: Mapping[str, Any]) -> str:
@@ -97,9 +105,8 @@ class VolumeBinder:
                 if name and volume is None:
                     writes += self._set_phase(claims_rt, claim, "Lost")
                     continue
-                if phase == "Bound":
-                    continue
-                # Lost, and its volume is back: bound to it again below, as kube-controller-manager does
+                if phase == "Bound" or not _bound_to(volume, claim):
+                    continue  # Lost stays Lost unless the volume is back naming this claim by its uid
             if volume is None or mismatch(claim, volume):
                 writes += self._set_phase(claims_rt, claim, "Pending")
                 continue

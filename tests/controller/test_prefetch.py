@@ -366,6 +366,20 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
         again, _ = wait_for("a new claim bound", lambda: bound(kube, "default"))
         assert again["metadata"]["uid"] != claim["metadata"]["uid"]
         assert not reconciler._cache_off("default", again_s.timestamp())
+        # the volume deleted under its bound claim (on the real control plane past its protection finalizer): the
+        # claim goes Lost, which no volume made again by name binds; the controller deletes it and makes both again
+        kube.delete(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
+        kube.merge_patch(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default", {"metadata": {"finalizers": None}}) \
+            if kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default") else None
+        wait_for("the claim lost", lambda: ((kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
+                                             or {}).get("status") or {}).get("phase") == "Lost")
+        lost_s = again_s + timedelta(seconds=CACHE_MOUNT_RECHECK_S)
+        await reconciler._ensure_cache_claim(svc, lost_s)
+        assert "claim was Lost" in reconciler._cache_off("default", lost_s.timestamp())
+        wait_for("the lost claim gone", lambda: kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache",
+                                                         "default") is None)
+        await reconciler._ensure_cache_claim(svc, lost_s + timedelta(seconds=10))
+        wait_for("a claim bound after the lost one", lambda: bound(kube, "default"), timeout_s=60)
     finally:
         await reconciler.close()
     # policies naming another directory than the volume's: said, and the mount off there (no Pod mounts a volume
