@@ -353,9 +353,10 @@ class Reconciler:
         # warm hosts (namespace, claim) no Pod referenced when last seen: deleted when seen so a period later
         self._unreferenced: dict[tuple[str, str], float] = {}
         self._warm_namespaces: set[str] = set()  # namespaces a cycle ran in: their idle warm hosts are collected
-        # namespaces whose Pod Security level refused a replica's node model cache mount (a hostPath): the refusal,
-        # and when to try the mount again (the namespace may be relabelled); replicas start without it meanwhile
-        self._cache_refused: dict[str, tuple[str, float]] = {}
+        # namespaces whose Pods start without the node model cache mount for now: why (Pod Security refused the
+        # hostPath, the claim's volume could not be had, or a claim or volume being replaced), and until when (then
+        # the mount is tried again: the namespace may have been relabelled, the install granted the volumes)
+        self._cache_unmounted: dict[str, tuple[str, float]] = {}
         # modelCacheVolume persistentVolume: namespaces whose model cache volume was seen (or made) as it should be
         self._cache_volumes_checked: set[str] = set()
         # warm hosts this controller made that the cache may not show yet (with their pinned device as their
@@ -1234,7 +1235,7 @@ class Reconciler:
         holds the weights gives the cached tier no room."""
         if not self.settings.policies.scaling.model_cache_host_path:
             return "the node model cache is off in the policies (modelCacheHostPath: off)"
-        refused = self._cache_refused.get(namespace)
+        refused = self._cache_unmounted.get(namespace)
         if refused is not None and refused[1] > now_s:
             return refused[0]
         return ""
@@ -1276,7 +1277,7 @@ class Reconciler:
             reason, note = "ModelCacheMountRefused", (f"namespace {ns} refuses the node model cache's hostPath "
                                                       f"mount ({problem})")
             why = f"namespace {ns} refuses hostPath volumes ({problem})"
-        self._cache_refused[ns] = (why, now.timestamp() + CACHE_MOUNT_RECHECK_S)
+        self._cache_unmounted[ns] = (why, now.timestamp() + CACHE_MOUNT_RECHECK_S)
         await self._event(_ref(svc), reason,
                           f"{note}: its replicas start without it (loading from the network, no prefetch Pods), "
                           f"tried again in {CACHE_MOUNT_RECHECK_S / 60:.0f} min", "Warning", "Create", now)
@@ -1301,7 +1302,7 @@ class Reconciler:
         try:
             current = await self._k(self.kube.get, PERSISTENT_VOLUME_CLAIMS, MODEL_CACHE_CLAIM, ns)
             if current is not None and current["metadata"].get("deletionTimestamp"):
-                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's claim is being deleted",
+                self._cache_unmounted[ns] = (f"namespace {ns}: the node model cache's claim is being deleted",
                                            now_s + self.settings.period_s)
                 return
             phase = ((current or {}).get("status") or {}).get("phase")
@@ -1310,7 +1311,7 @@ class Reconciler:
                 # name, so the claim is deleted and both are made again
                 log.info("%s: replacing the Lost model cache claim of %s", svc.meta.key, ns)
                 await self._k(self.kube.delete, PERSISTENT_VOLUME_CLAIMS, MODEL_CACHE_CLAIM, ns)
-                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's claim was Lost (its volume "
+                self._cache_unmounted[ns] = (f"namespace {ns}: the node model cache's claim was Lost (its volume "
                                            "deleted), being made again", now_s + self.settings.period_s)
                 return
             if current is not None and ns in self._cache_volumes_checked:
@@ -1320,7 +1321,7 @@ class Reconciler:
             if existing is not None and volume_phase in ("Released", "Failed"):
                 log.info("%s: replacing the %s model cache volume %s", svc.meta.key, volume_phase, name)
                 await self._k(self.kube.delete, PERSISTENT_VOLUMES, name)
-                self._cache_refused[ns] = (f"namespace {ns}: the node model cache's volume {name} was "
+                self._cache_unmounted[ns] = (f"namespace {ns}: the node model cache's volume {name} was "
                                            f"{volume_phase}, being made again", now_s + self.settings.period_s)
                 return
             path = str(((existing or {}).get("spec") or {}).get("local", {}).get("path") or "")
