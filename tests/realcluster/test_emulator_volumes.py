@@ -10,8 +10,6 @@ import copy
 import itertools
 import json
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from infer_ctl.config.policies import load_policies
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.localcluster import LocalCluster
 from infer_ctl.sandbox.runtime import sandbox_in_thread
+from tests.realcluster.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 _namespaces = itertools.count()
@@ -34,14 +33,6 @@ def cells(output: str) -> list[dict[str, str]]:
     bounds = [*starts[1:], None]
     return [{name: row[start:end].strip() for name, start, end in zip(names, starts, bounds, strict=True)}
             for row in rows]
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_kubectl_shows_the_cache_volumes_bound_and_printed_alike_on_the_emulator_and_kube_apiserver(
@@ -73,9 +64,9 @@ def test_kubectl_shows_the_cache_volumes_bound_and_printed_alike_on_the_emulator
                 return kubectl("get", kind, name, *(("-n", namespace) if namespace else ()), "-o",
                                "jsonpath={.status.phase}")
 
-            wait_until(f"the cache claim bound on {side}", lambda: phase("pvc", MODEL_CACHE_CLAIM, ns) == "Bound")
-            wait_until(f"the free volume available on {side}", lambda: phase("pv", volumes[1]) == "Available")
-            wait_until(f"the waiting claim pending on {side}", lambda: phase("pvc", "waiting", ns) == "Pending")
+            wait_for(lambda: phase("pvc", MODEL_CACHE_CLAIM, ns) == "Bound", what=f"the cache claim bound on {side}")
+            wait_for(lambda: phase("pv", volumes[1]) == "Available", what=f"the free volume available on {side}")
+            wait_for(lambda: phase("pvc", "waiting", ns) == "Pending", what=f"the waiting claim pending on {side}")
             tables[side] = ([{k: v for k, v in row.items() if k != "AGE"}
                              for row in cells(kubectl("get", "pv", *volumes, "-o", "wide"))],
                             [{k: v for k, v in row.items() if k != "AGE"}
