@@ -95,8 +95,10 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
     # machine a second or more) after it was sent: the step may show a little before STEP_AT_S by that clock
     before = [n for t, n, *_ in history if t < STEP_AT_S - 2]
     assert before and max(before) <= 1, f"4 req/s needs one replica before the step:\n{table}"
+    # the first cycle after those that names the queue (by the run's clock, which starts late, it may come a
+    # little before STEP_AT_S: 7.9 s in a suite run here)
     led = next(((t, n, reason, message, rate) for t, n, reason, message, rate in history
-                if t >= STEP_AT_S and "requests in flight" in message), None)
+                if t >= STEP_AT_S - 2 and "requests in flight" in message), None)
     assert led is not None, f"the queue never led:\n{table}"
     t, n, reason, _, rate = led
     period = cluster.policies.scaling.control_period_s
