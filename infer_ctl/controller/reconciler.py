@@ -45,7 +45,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -280,6 +280,18 @@ class _Observed:
 
 
 _T = TypeVar("_T")
+_A = TypeVar("_A")
+_B = TypeVar("_B")
+
+
+async def _both(first: Awaitable[_A], second: Awaitable[_B]) -> tuple[_A, _B]:
+    """Both at once, each run to its end (one failing does not cancel the other halfway through its writes); the
+    first failure raised after both."""
+    a, b = await asyncio.gather(first, second, return_exceptions=True)
+    for result in (a, b):
+        if isinstance(result, BaseException):
+            raise result
+    return a, b  # type: ignore[return-value]
 
 
 async def _value(value: _T) -> _T:
@@ -480,17 +492,22 @@ class Reconciler:
         slo = self._slo(svc, memory, buckets, now_s)
         observed = _Observed(svc, generation, now, replicas, claims, rates, slo=slo)
         memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
-        observation = replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
-                              foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
-                              concurrency=concurrency.requests,
-                              prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
-                                                    for p in prefetches if not _finished(p)),
-                              prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
-                                                         if retry_s > now_s),
-                              node_cache_off=self._cache_off(ns, now_s),
-                              wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
-                              wakes=tuple(memory.wakes), attainment=measured_attainment(slo),
-                              recorded_aim=recorded_aim(body) if memory.state.aim.rung is None else None)
+        recorded = recorded_aim(body) if memory.state.aim.rung is None else None
+
+        async def observe(pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]) -> Observation:
+            return replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
+                           foreign=frozenset(labelled_foreign) | await self._foreign(memory, ns, uid),
+                           concurrency=concurrency.requests,
+                           prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
+                                                 for p in prefetches if not _finished(p)),
+                           prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
+                                                      if retry_s > now_s),
+                           node_cache_off=self._cache_off(ns, now_s),
+                           wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
+                           wakes=wakes, attainment=measured_attainment(slo), recorded_aim=recorded)
+
+        wakes = tuple(memory.wakes)
+        observation = await observe(pods, claims)
         memory.wakes.clear()
         observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
                                                       if r.state is api.ReplicaState.SLEEPING))
@@ -511,23 +528,20 @@ class Reconciler:
         # (as the pod garbage collector would)
         orphaned = frozenset(r.name for r in replicas if r.node and self.view.node_problem(r.node) == "deleted")
         addresses = {r.name: r.address for r in replicas}
-        woken_refused = await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
-        woken = frozenset(plan.actions.wake)
-        if woken_refused:
-            # A wake was refused (the warm host's device is taken): planned again from the same state, without
-            # it, so that this cycle creates replicas instead. The moves already written are repeated by the
-            # new plan (each write is idempotent); the first plan's new replicas were never written.
-            for placement in plan.placements:
-                if placement.claim is not None:
-                    self.view.unpin(ns, placement.claim.claim["metadata"]["name"])
-            for claim_name in new_hosts:
-                self.view.unpin(ns, claim_name)
+
+        async def replan(now_seen: bool) -> tuple[CyclePlan, dict[str, dict[str, Any]], dict[str, str]]:
+            """The plan again from the state before this cycle's, knowing which wakes were refused; on the Pods and
+            claims as they are now (`now_seen`: the first plan's new replicas were written) or as it began."""
+            again = replace(observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
+            if now_seen:
+                now_pods, _ = _replicas_and_prefetches(await self.view.owned(PODS, ns, sel), uid)
+                now_claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if _owned_by(c, uid))
+                again = await observe(now_pods, now_claims)
             memory.state = before
-            observation = replace(observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
-            plan, new_hosts, host_nodes = await self._plan(svc, observation, memory, now_s, sleepy=sleepy)
-            await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
-            woken |= frozenset(plan.actions.wake)
-        refused = await self._write_new(svc, plan, now, new_hosts, host_nodes)
+            return await self._plan(svc, again, memory, now_s, sleepy=sleepy)
+
+        plan, woken, refused = await self._write_plan(body, svc, memory, plan, (new_hosts, host_nodes), now,
+                                                      orphaned=orphaned, addresses=addresses, replan=replan)
         # (the Pods as this cycle began: the sleepers it woke still carry the asleep annotation there)
         self._ensure_asleep(svc, memory, replicas, pods, woken=woken)
         await self._collect_warm_hosts(ns, now_s)
@@ -541,6 +555,47 @@ class Reconciler:
         await self._metrics_transition(body, conditions, status, now)
         self._export(observed, plan)
         return CycleResult(status, plan.actions, plan.placements, plan.output)
+
+    async def _write_plan(self, body: Mapping[str, Any], svc: api.InferenceService,  # noqa: PLR0917
+                          memory: ServiceMemory, plan: CyclePlan,
+                          placed: tuple[dict[str, dict[str, Any]], dict[str, str]], now: datetime, *,
+                          orphaned: frozenset[str], addresses: Mapping[str, str],
+                          replan: Callable[[bool], Awaitable[tuple[CyclePlan, dict[str, dict[str, Any]],
+                                                                   dict[str, str]]]]
+                          ) -> tuple[CyclePlan, frozenset[str], str]:
+        """Write the plan (`placed`: the warm hosts it makes, their nodes): its moves, then its new replicas.
+        Returns the plan written (another when a wake was refused), the sleepers woken, and why the API server
+        refused a new replica ("" when it did not).
+
+        A plan that wakes sleepers (and puts lenders' replicas to sleep first) takes seconds to write: the weights
+        move over the bus. Its new replicas are created meanwhile, not after it: they load for as long either way,
+        and join traffic only once ready. A wake refused (the warm host's device is taken) has the plan made again
+        (`replan`), without it, so that this cycle creates a replica instead; the moves already written are
+        repeated by the new plan (each write is idempotent), and its new replicas are those the first plan's did
+        not already make (that plan is made on the Pods and claims as they are now)."""
+        ns = svc.meta.namespace
+        new_hosts, host_nodes = placed
+        moves = self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+        together = bool(plan.create) and bool(plan.actions.wake or plan.displace)
+        if together:
+            woken_refused, refused = await _both(moves, self._write_new(svc, plan, now, new_hosts, host_nodes))
+        else:
+            woken_refused, refused = await moves, ""
+        woken = frozenset(plan.actions.wake)
+        if not woken_refused:
+            if not together:
+                refused = await self._write_new(svc, plan, now, new_hosts, host_nodes)
+            return plan, woken, refused
+        if not together:  # the first plan's new replicas were never written: their devices are free again
+            for placement in plan.placements:
+                if placement.claim is not None:
+                    self.view.unpin(ns, placement.claim.claim["metadata"]["name"])
+            for claim_name in new_hosts:
+                self.view.unpin(ns, claim_name)
+        plan, new_hosts, host_nodes = await replan(together)
+        await self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
+        refused = await self._write_new(svc, plan, now, new_hosts, host_nodes) or refused
+        return plan, woken | frozenset(plan.actions.wake), refused
 
     def _burst_basis(self, svc: api.InferenceService, uid: str, plan: CyclePlan,
                      concurrency: Concurrency) -> ServiceBurstBasis | None:
