@@ -31,7 +31,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -138,12 +138,9 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         @kopf.timer(g, v, p, interval=burst_s, initial_delay=burst_s, id="burst-check",
                     registry=registry)
         async def burst_check(body: kopf.Body, **_: Any) -> None:
-            # between two cycles, a queue forming runs the cycle now (not while one runs: it reads the queue too)
             uid = str(body.get("metadata", {}).get("uid", ""))
             lock = config._locks.setdefault(uid, asyncio.Lock())
-            if lock.locked():
-                return
-            why = await reconciler.burst_check(body, datetime.now(UTC))
+            why = await check_between_cycles(lock, lambda: reconciler.burst_check(body, datetime.now(UTC)))
             if why:
                 meta = body.get("metadata", {})
                 log.debug("%s/%s: a cycle now: %s", meta.get("namespace"), meta.get("name"), why,
@@ -166,6 +163,17 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         config._logged.pop(str(meta.get("uid", "")), None)
 
     return registry
+
+
+async def check_between_cycles(lock: asyncio.Lock, check: Callable[[], Awaitable[str]]) -> str:
+    """The burst check of one service: why its cycle should run now, or "". Never while its cycle runs (the cycle
+    reads the queue too, and leaves the basis the check compares with): a check that comes then waits for the
+    cycle's end and looks at once, rather than a whole check interval later (a cycle that wakes sleepers takes
+    seconds, and a queue that outgrew it is seen as soon as it is over)."""
+    if lock.locked():
+        async with lock:
+            pass
+    return await check()
 
 
 def _scaling(status: Mapping[str, Any]) -> Mapping[str, Any]:
