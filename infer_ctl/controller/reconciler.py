@@ -493,6 +493,7 @@ class Reconciler:
         observed = _Observed(svc, generation, now, replicas, claims, rates, slo=slo)
         memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
         recorded = recorded_aim(body) if memory.state.aim.rung is None else None
+        wakes = tuple(memory.wakes)  # measured since the last cycle (a re-plan sees them too)
 
         async def observe(pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]) -> Observation:
             return replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
@@ -506,7 +507,6 @@ class Reconciler:
                            wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
                            wakes=wakes, attainment=measured_attainment(slo), recorded_aim=recorded)
 
-        wakes = tuple(memory.wakes)
         observation = await observe(pods, claims)
         memory.wakes.clear()
         observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
