@@ -779,7 +779,8 @@ class Reconciler:
                 memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
                 memory.scrape.histogram_select = _selected(svc, histogram, absent_matches=True)
                 memory.scrape.failed_select = _selected(svc, failed, absent_matches=True)
-                rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s)
+                created_s = {r.name: r.created.timestamp() for r in replicas if r.created is not None}
+                rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s, created_s)
                 if wants_concurrency:
                     concurrency = await self._with_held(svc, in_flight)
                 if histogram:

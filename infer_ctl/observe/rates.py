@@ -386,7 +386,10 @@ class ScrapeRates:
     Keeps the previous counter of each replica; the service's rate is the sum of the replicas' counter increase
     over the time between scrapes. A counter that went down was reset (the process restarted): its whole new
     value counts as the increase, as PromQL's rate() does. A replica seen for the first time contributes from
-    its second scrape on; a replica that cannot be scraped makes the sample missing (NaN) rather than low, and
+    its second scrape on, unless its Pod was created after the previous scrape (`created_s`): then its counters
+    began at zero since, and their whole values are the increase (a cycle that took seconds, or a cold start
+    shorter than the control period, would otherwise miss the new replicas' share of the traffic, and with many
+    new replicas most of it). A replica that cannot be scraped makes the sample missing (NaN) rather than low, and
     so does the very first scrape, which has nothing to compare with.
     """
 
@@ -408,16 +411,24 @@ class ScrapeRates:
     _last: dict[str, _Counter] = field(default_factory=dict)
     _last_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
     _last_failed: dict[str, float] = field(default_factory=dict)
+    _read_s: float | None = None  # the previous read's time
+    _fresh: frozenset[str] = frozenset()  # this read's replicas whose Pods were created after the previous read
 
-    async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float) -> RateSamples:
-        """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time."""
-        return (await self.read_with_concurrency(client, endpoints, now_s))[0]
+    async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float,
+                   created_s: Mapping[str, float] | None = None) -> RateSamples:
+        """`endpoints` maps a replica's name to its metrics URL; `now_s` is the scrape time; `created_s` the
+        creation time of the replicas' Pods, where known (the same clock as `now_s`)."""
+        return (await self.read_with_concurrency(client, endpoints, now_s, created_s))[0]
 
-    async def read_with_concurrency(self, client: httpx.AsyncClient, endpoints: Mapping[str, str],
-                                    now_s: float) -> tuple[RateSamples, Concurrency]:
+    async def read_with_concurrency(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float,
+                                    created_s: Mapping[str, float] | None = None) -> tuple[RateSamples, Concurrency]:
         """The rate, and from the same expositions the replicas' requests in flight (the sum of their
         `infer_ctl_inflight_requests`): NaN when a replica cannot be scraped or lacks the gauge, or when there is
         no replica to scrape. The two fail apart: a replica without the gauge still gives its counter."""
+        # A Pod's creationTimestamp has whole seconds: a Pod stamped in the previous read's second may have been
+        # created just before it, but not ready and serving by then (a model server starts in seconds).
+        self._fresh = frozenset() if self._read_s is None or created_s is None else frozenset(
+            r for r in endpoints if r in created_s and created_s[r] + 1.0 > self._read_s)
         totals: dict[str, float] = {}
         failed: list[str] = []
         reasons: list[Outage] = []
@@ -490,7 +501,7 @@ class ScrapeRates:
         """The failed requests' increase since the previous scrape (a counter that went down was reset)."""
         increase = 0.0
         for target, now in failures.items():
-            previous = self._last_failed.get(target)
+            previous = self._last_failed.get(target, 0.0 if target in self._fresh else None)
             if previous is not None:
                 increase += now if now < previous else now - previous
             self._last_failed[target] = now
@@ -500,10 +511,11 @@ class ScrapeRates:
 
     def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]]) -> Buckets:
         """The buckets' increase over the replicas since their previous scrape (a replica whose +Inf count went
-        down restarted: its whole new counts are the increase); empty while no replica has been seen twice."""
+        down restarted: its whole new counts are the increase, and so are a fresh replica's); empty while no
+        replica has been seen twice or is fresh."""
         increase: dict[float, float] = {}
         for replica, now in buckets.items():
-            previous = self._last_buckets.get(replica)
+            previous = self._last_buckets.get(replica, {} if replica in self._fresh else None)
             if previous is not None:
                 reset = now.get(math.inf, 0.0) < previous.get(math.inf, 0.0)
                 for bound, count in now.items():
@@ -515,18 +527,22 @@ class ScrapeRates:
         return Buckets(cumulative(increase) if math.inf in increase else (), "scrape")
 
     def _advance(self, totals: Mapping[str, float], now_s: float) -> float:
-        """Sum of the replicas' rates since their previous scrape; NaN while nothing is known yet (the very first
-        scrape, or no replica to scrape)."""
-        known = bool(self._last)
+        """Sum of the replicas' rates since their previous scrape (a fresh replica's since the previous read, from
+        zero); NaN while nothing is known yet (the very first scrape, no replica to scrape, or none seen before
+        while some are not fresh)."""
+        known = bool(self._last) or (bool(totals) and set(totals) <= self._fresh)
         rate = 0.0
         for replica, value in totals.items():
             previous = self._last.get(replica)
+            if previous is None and replica in self._fresh and self._read_s is not None:
+                previous = _Counter(self._read_s, 0.0)
             if previous is not None and now_s > previous.time_s:
                 increase = value if value < previous.value else value - previous.value
                 rate += increase / (now_s - previous.time_s)
             self._last[replica] = _Counter(now_s, value)
         for gone in set(self._last) - set(totals):
             del self._last[gone]
+        self._read_s = now_s
         return rate if known and totals else math.nan
 
 

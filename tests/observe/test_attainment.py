@@ -5,6 +5,7 @@ replica's restart)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import httpx
@@ -102,6 +103,51 @@ async def test_a_scrape_gives_the_increase_since_the_previous_one_across_a_resta
         endpoints["c"] = f"http://127.0.0.1:{free_port()}/metrics"
         await scrape.read_with_concurrency(client, endpoints, 30.0)
         assert not scrape.latency.pairs and scrape.latency.reason == Outage.REFUSED
+
+
+def served(registry: CollectorRegistry, pod: str, latencies: tuple[float, ...]) -> Counter:
+    """A model server that has answered requests with these latencies: its request counter and histogram."""
+    requests = Counter("infer_ctl_requests", "requests", registry=registry)
+    histogram = Histogram("infer_ctl_request_duration_seconds", "latency", ["pod"], buckets=(0.1, 0.3),
+                          registry=registry).labels(pod)
+    for seconds in latencies:
+        requests.inc()
+        histogram.observe(seconds)
+    return requests
+
+
+async def test_a_replica_created_since_the_previous_scrape_counts_from_zero_one_seen_late_from_its_next(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    """Between two cycles 12 s apart (a slow one), the service went from 1 replica to 3: `new` was created after
+    the first scrape, so all it answered is since then; `old` was created before it (loading then, or asleep) and
+    may have answered requests before the first scrape, so it counts from its second."""
+    first = CollectorRegistry()
+    a = served(first, "a", (0.05,) * 10)
+    endpoints = {"a": serve_metrics(first).url}
+    created_s = {"a": 0.0, "old": 90.0}
+    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS))
+    async with httpx.AsyncClient() as client:
+        assert (await scrape.read(client, endpoints, 100.4, created_s)).ok
+        a.inc(12)  # 12 more requests (their latencies are not the point here)
+        new, old = CollectorRegistry(), CollectorRegistry()
+        served(new, "new", (0.05,) * 36 + (0.2,) * 12)
+        served(old, "old", (0.05,) * 500)
+        endpoints |= {"new": serve_metrics(new).url, "old": serve_metrics(old).url}
+        # the Pod's creationTimestamp has whole seconds: created at 100.6, stamped 100
+        created_s["new"] = 100.0
+        rates = await scrape.read(client, endpoints, 112.4, created_s)
+        assert [t for t, _ in rates.samples] == [112.4]
+        assert rates.samples[-1][1] == pytest.approx((12 + 48) / 12)
+        assert scrape.latency.pairs == ((0.1, 36.0), (0.3, 48.0), (float("inf"), 48.0))
+        # without the Pods' creation times a replica seen for the first time counts from its next scrape
+        again = ScrapeRates()
+        await again.read(client, {"a": endpoints["a"]}, 100.4)
+        assert (await again.read(client, endpoints, 112.4)).samples == ((112.4, 0.0),)
+        # a fresh service: every replica created since the previous read, which saw none (all were loading)
+        empty = ScrapeRates()
+        assert math.isnan((await empty.read(client, {}, 100.4, created_s)).samples[-1][1])
+        fresh = await empty.read(client, {"new": endpoints["new"]}, 112.4, {"new": 101.0})
+        assert fresh.samples[-1][1] == pytest.approx(48 / 12)
 
 
 def front_door(registry: CollectorRegistry) -> tuple[Histogram, Counter]:
