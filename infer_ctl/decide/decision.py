@@ -124,6 +124,13 @@ class DecidePolicy:
     control_period_s: float = 10.0
     forecast_enabled: bool = True
     prewarm_lead_s: float | None = None  # None: measured cold start p90 + one control period
+    # how long the stabilization window holds a burst's size (the rate the burst guard saw arriving above the
+    # forecast: traffic that may come again) when that is longer than the decision's horizon; None: the horizon.
+    # With warm tiers the horizon shortens to the next tier's time, but a burst the forecast did not see is no less
+    # likely to come back, and a replica from a node cache still misses it for tens of seconds: the engine holds it
+    # as long as without the tiers, for a start from the network (`TierInputs.uncached_s`). A drain's or a panic's
+    # size, for requests already queued, is held for the horizon only.
+    burst_hold_s: float | None = None
     scale_to_zero: bool = False
     keep_alive_s: float | None = None  # None: learned from the idle-time histogram
     default_keep_alive_s: float = 600.0  # until enough idle periods have been seen
@@ -319,10 +326,13 @@ class _Tick(NamedTuple):
 
 
 class _Sizing(NamedTuple):
-    """The raw recommendation and why: the rate provisioned for, and its sustained part."""
+    """The raw recommendation and why: the rate provisioned for, its sustained part, and its recurring part (the
+    rate seen arriving, that may come again: the sustained part, or a burst's; not a drain's or a panic's, which
+    provision for requests already queued)."""
 
     demand: float
     sustained: float
+    recurring: float
     reason: Reason
     message: str
 
@@ -334,6 +344,7 @@ class _Recommendation(NamedTuple):
     total: int
     serving: int
     sustained: int  # the total without the sizing's transient parts: what the stabilization window remembers
+    recurring: int  # the total for the sizing's recurring part (`DecidePolicy.burst_hold_s`)
     demand: float
     reason: Reason
     message: str
@@ -341,7 +352,7 @@ class _Recommendation(NamedTuple):
     def revised(self, total: int, reason: Reason, message: str) -> _Recommendation:
         """The same recommendation with another total and reason (the constructor, not dataclasses.replace: this
         runs every tick for every service)."""
-        return _Recommendation(total, self.serving, self.sustained, self.demand, reason, message)
+        return _Recommendation(total, self.serving, self.sustained, self.recurring, self.demand, reason, message)
 
 
 def decide(inputs: DecideInputs, state: DecideState, policy: DecidePolicy) -> tuple[Decision, DecideState]:
@@ -422,7 +433,8 @@ def _size(tick: _Tick, state: DecideState, policy: DecidePolicy, summary: Foreca
     if fc is not None and summary is not None:
         sizing = _forecast_sizing(tick, summary, fc, demand)
     else:
-        sizing = _Sizing(demand, demand, Reason.OBSERVED, "no request rate observed (no forecast)" if tick.missing else
+        sizing = _Sizing(demand, demand, demand, Reason.OBSERVED,
+                         "no request rate observed (no forecast)" if tick.missing else
                          f"observed {tick.observed:.1f} rps (no forecast)")
     if not tick.missing and state.backlog_requests > max(1, tick.ready) * tick.cap * policy.control_period_s:
         sizing = _drain_sizing(tick, state, sizing, tick.cold_start_p90_s + policy.control_period_s)
@@ -434,8 +446,9 @@ def _forecast_sizing(tick: _Tick, summary: ForecastSummary, fc: Forecast, demand
     the observed one runs above the forecast's upper bound and that changes the count."""
     upper_peak = summary.peak_upper_rps
     demand = max(demand, upper_peak)
-    sizing = _Sizing(demand, demand, Reason.FORECAST, f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps "
-                                                      f"within {tick.horizon_s:.0f} s ({fc.method})")
+    sizing = _Sizing(demand, demand, demand, Reason.FORECAST,
+                     f"upper q{fc.quantile:.2f} forecast {upper_peak:.1f} rps within {tick.horizon_s:.0f} s "
+                     f"({fc.method})")
     upper_now = summary.upper_now_rps
     if tick.missing or tick.observed <= upper_now:
         return sizing
@@ -445,10 +458,10 @@ def _forecast_sizing(tick: _Tick, summary: ForecastSummary, fc: Forecast, demand
     # traffic, its noise within a replica's capacity) is still the forecast's decision
     if burst > upper_peak and math.ceil(burst / tick.cap - 1e-9) > math.ceil(upper_peak / tick.cap - 1e-9):
         heading = f" and rising towards {tick.arriving:.1f} rps" if tick.rising else ""
-        return _Sizing(burst, sustained, Reason.BURST,
+        return _Sizing(burst, sustained, burst, Reason.BURST,
                        f"observed {tick.observed:.1f} rps{heading}, above the forecast's upper bound "
                        f"{upper_now:.1f} rps: sized for {burst:.1f} rps now")
-    return _Sizing(demand, sustained, sizing.reason, sizing.message)
+    return _Sizing(demand, sustained, sustained, sizing.reason, sizing.message)
 
 
 def _drain_sizing(tick: _Tick, state: DecideState, sizing: _Sizing, within_s: float) -> _Sizing:
@@ -459,7 +472,7 @@ def _drain_sizing(tick: _Tick, state: DecideState, sizing: _Sizing, within_s: fl
     drain = tick.arriving + projected / within_s
     if drain <= sizing.demand:
         return sizing
-    return _Sizing(drain, sizing.sustained, Reason.BURST,
+    return _Sizing(drain, sizing.sustained, sizing.recurring, Reason.BURST,
                    f"about {state.backlog_requests:.0f} requests beyond the ready replicas' capacity, "
                    f"{projected:.0f} by the time new replicas are ready: sized for {tick.arriving:.1f} rps arriving "
                    f"plus draining them within {within_s:.0f} s")
@@ -499,7 +512,7 @@ def _concurrency_sizing(tick: _Tick, policy: DecidePolicy, growth_rps: float, si
         arriving = (0.0 if tick.missing else min(tick.observed, tick.serving * tick.cap)) + growth_rps
         demand = arriving + tick.spread
         if math.ceil(demand / tick.cap - 1e-9) > by_rate:
-            out = _Sizing(demand, sizing.sustained, Reason.BURST,
+            out = _Sizing(demand, sizing.sustained, max(sizing.recurring, demand), Reason.BURST,
                           f"{tick.concurrency:.0f} requests in flight, queued beyond the {tick.serving} serving "
                           f"replicas' SLO concurrency and growing {growth_rps:.1f}/s: at least {arriving:.1f} rps "
                           f"arriving ({seen}); sized for {demand:.1f} rps now")
@@ -507,7 +520,7 @@ def _concurrency_sizing(tick: _Tick, policy: DecidePolicy, growth_rps: float, si
     if policy.panic_on_concurrency and target is not None and not math.isnan(tick.concurrency):
         need = math.ceil(tick.concurrency / target - 1e-9)
         if need > max(by_rate, math.ceil(out.demand / tick.cap - 1e-9)):
-            out = _Sizing(tick.concurrency / target * tick.cap, sizing.sustained, Reason.BURST,
+            out = _Sizing(tick.concurrency / target * tick.cap, sizing.sustained, out.recurring, Reason.BURST,
                           f"{tick.concurrency:.0f} requests in flight, {target:.3g} per replica at the SLO: panic, "
                           f"sized for {need} replicas now ({seen}: {by_rate} by the rate)")
     return out
@@ -520,9 +533,12 @@ def _recommend(tick: _Tick, policy: DecidePolicy, sizing: _Sizing) -> _Recommend
     serving = max(tick.need_now, math.ceil(sizing.demand / tick.cap - 1e-9))
     standby = policy.standby_replicas
     sustained = max(tick.need_now, math.ceil(sizing.sustained / tick.cap - 1e-9), policy.min_replicas) + standby
+    recurring = min(max(serving, policy.min_replicas) + standby,
+                    max(sustained, math.ceil(sizing.recurring / tick.cap - 1e-9) + standby))
     if serving >= policy.min_replicas:
-        return _Recommendation(serving + standby, serving, sustained, sizing.demand, sizing.reason, sizing.message)
-    return _Recommendation(policy.min_replicas + standby, policy.min_replicas, sustained, sizing.demand,
+        return _Recommendation(serving + standby, serving, sustained, recurring, sizing.demand, sizing.reason,
+                               sizing.message)
+    return _Recommendation(policy.min_replicas + standby, policy.min_replicas, sustained, recurring, sizing.demand,
                            Reason.AT_MIN,
                            f"{serving} wanted, held at the minimum {policy.min_replicas} ({sizing.message})")
 
@@ -572,7 +588,7 @@ def _from_zero(tick: _Tick, expected_requests: float, wanted: _Recommendation) -
 
 
 def _to_zero(message: str) -> _Recommendation:
-    return _Recommendation(0, 0, 0, 0.0, Reason.SCALE_TO_ZERO, message)
+    return _Recommendation(0, 0, 0, 0, 0.0, Reason.SCALE_TO_ZERO, message)
 
 
 def _floor(policy: DecidePolicy, wanted: _Recommendation) -> _Recommendation:
@@ -619,7 +635,8 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
             keep_alive: float | None, *, wanted: _Recommendation | None) -> tuple[Decision, DecideState]:
     """The decision within [minReplicas, maxReplicas], and the state for the next tick: the recommendation the
     stabilization window remembers (the sustained one of `wanted`, the total before stabilization; the decided
-    total when None) and, for a transient part above it, until when that holds (the horizon)."""
+    total when None) and, for a transient part above it, until when that holds (the horizon; a burst's recurring
+    part, `policy.burst_hold_s` when longer)."""
     total, reason, message = _bound(policy, final)
     # Only the preset's warm spares leave traffic: replicas held above the need (stabilization, missing metrics,
     # loading, consolidation, a clip to the minimum) keep serving, they are not demoted to standby.
@@ -634,7 +651,10 @@ def _finish(state: DecideState, tick: _Tick, policy: DecidePolicy, final: _Recom
     recommendations = (*((t, n) for t, n in state.recommendations if t > window_start), (now, rec))
     transient = (*((until, n) for until, n in state.transient if until > now),
                  *(((now + tick.horizon_s, min(wanted.total, policy.max_replicas)),)
-                   if wanted is not None and wanted.total > rec else ()))
+                   if wanted is not None and wanted.total > rec else ()),
+                 *(((now + policy.burst_hold_s, min(wanted.recurring, policy.max_replicas)),)
+                   if wanted is not None and wanted.recurring > rec and policy.burst_hold_s is not None
+                   and policy.burst_hold_s > tick.horizon_s else ()))
     return decision, DecideState(recommendations, state.idle_since_s, state.idle_histogram, state.learned_keep_alive,
                                  state.backlog_requests, state.backlog_at_s, transient, state.last_in_flight)
 

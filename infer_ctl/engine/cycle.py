@@ -891,7 +891,8 @@ def slow_tiers(observation: Observation, policies: CyclePolicies, policy: Servic
         cached = max(cached, min(wake, cold))  # unused: only the order of the times matters
     times = TierTimes(wake_s=min(wake, cached), cached_s=cached, cold_s=max(cached, cold))
     return TierInputs(frozenset(allowed), times, Room(sleeping=room_sleeping, cached=room_cached, in_place=in_place,
-                                                     awake_elsewhere=elsewhere, lent=lent, asleep=asleep)), others
+                                                     awake_elsewhere=elsewhere, lent=lent, asleep=asleep),
+                      uncached_s=cold_starts.uncached_p90_s(products, hint)), others
 
 
 def weight_bytes(model: api.ModelSpec) -> int:

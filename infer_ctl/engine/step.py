@@ -109,6 +109,9 @@ class TierInputs:
     allowed: frozenset[Tier]
     times: TierTimes
     room: Room
+    # a start that loads from the network (`ColdStarts.uncached_p90_s`), however fast the tiers are: how long a burst
+    # above the forecast is held (`DecidePolicy.burst_hold_s`, with a control period); None: the cold start measured
+    uncached_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +336,11 @@ def step(inputs: EngineInputs, state: EngineState, config: EngineConfig) -> tupl
         else:
             tier_horizons = horizons(times, policy.control_period_s, inputs.tiers.allowed)
         horizon = max(horizon, *tier_horizons.values())
-        policy = replace(policy, prewarm_lead_s=tier_horizons[Tier.STANDBY])
+        # a burst above the forecast is held as long as without the tiers (`DecidePolicy.burst_hold_s`): for a
+        # start from the network, even where every start so far was a cached one
+        uncached = inputs.tiers.uncached_s if inputs.tiers.uncached_s is not None else inputs.cold_start_p90_s
+        policy = replace(policy, prewarm_lead_s=tier_horizons[Tier.STANDBY],
+                         burst_hold_s=max(horizon, horizon_s(policy, uncached)))
     forecast: Forecast | None = None
     memo = state.forecast_memo
     if policy.forecast_enabled and state.origin_s is not None:

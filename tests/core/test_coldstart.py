@@ -27,6 +27,16 @@ def test_the_planning_horizon_is_the_slowest_of_the_candidate_accelerators() -> 
     assert cs.worst_p90_s(["H100-80GB", "L40S"]) == 400.0
 
 
+
+def test_a_start_from_the_network_is_measured_on_uncached_starts_only() -> None:
+    cached_only = ColdStarts().add_all([("H100-80GB", True, 150.0)] * 3)
+    assert cached_only.worst_p90_s(["H100-80GB"], 360.0) == 150.0  # the horizon: every start so far was cached
+    assert cached_only.uncached_p90_s(["H100-80GB"], 360.0) == 360.0  # a start from the network: the hint
+    assert cached_only.uncached_p90_s(["H100-80GB"]) == DEFAULT_COLD_START_S
+    both = cached_only.add_all([("H100-80GB", False, 400.0)] * 3 + [("L40S", False, 200.0)] * 3)
+    assert both.uncached_p90_s(["H100-80GB", "L40S"], 360.0) == 400.0  # measured, the slowest candidate
+    assert both.uncached_p90_s(["L40S"], 360.0) == 200.0
+
 @given(st.lists(st.one_of(st.floats(min_value=-10, max_value=1e5), st.sampled_from([math.nan, math.inf])),
                 max_size=200))
 def test_the_window_is_bounded_and_bad_samples_are_dropped(values: list[float]) -> None:

@@ -68,9 +68,10 @@ def replicas(**counts: int) -> tuple[ReplicaView, ...]:
 
 
 def rec(total: int, reason: Reason = Reason.FORECAST, *, serving: int | None = None, sustained: int | None = None,
-        message: str = "m") -> _Recommendation:
-    return _Recommendation(total, total if serving is None else serving, total if sustained is None else sustained,
-                           total * CAP, reason, message)
+        recurring: int | None = None, message: str = "m") -> _Recommendation:
+    sustained = total if sustained is None else sustained
+    return _Recommendation(total, total if serving is None else serving, sustained,
+                           sustained if recurring is None else recurring, total * CAP, reason, message)
 
 
 # --- the horizon and reading the tick ---------------------------------------------------------------------
@@ -192,39 +193,46 @@ def summary(mean_now: float, upper_now: float, peak_upper: float, peak_mean: flo
 @pytest.mark.parametrize(
     ("read", "summ", "backlog", "expected"),
     [
-        pytest.param(tick(25.0), None, 0.0, (25.0, 25.0, Reason.OBSERVED), id="without a forecast: the observed rate"),
-        pytest.param(tick(math.nan), None, 0.0, (0.0, 0.0, Reason.OBSERVED),
+        pytest.param(tick(25.0), None, 0.0, (25.0, 25.0, 25.0, Reason.OBSERVED),
+                     id="without a forecast: the observed rate"),
+        pytest.param(tick(math.nan), None, 0.0, (0.0, 0.0, 0.0, Reason.OBSERVED),
                      id="without a forecast and without a rate: nothing"),
-        pytest.param(tick(25.0), summary(25.0, 30.0, 80.0), 0.0, (80.0, 80.0, Reason.FORECAST),
+        pytest.param(tick(25.0), summary(25.0, 30.0, 80.0), 0.0, (80.0, 80.0, 80.0, Reason.FORECAST),
                      id="the forecast's upper peak within the horizon"),
-        pytest.param(tick(math.nan), summary(25.0, 30.0, 80.0), 0.0, (80.0, 80.0, Reason.FORECAST),
+        pytest.param(tick(math.nan), summary(25.0, 30.0, 80.0), 0.0, (80.0, 80.0, 80.0, Reason.FORECAST),
                      id="a missing rate still provisions for the forecast"),
-        pytest.param(tick(60.0, spread=5.0), summary(25.0, 30.0, 40.0), 0.0, (65.0, 65.0, Reason.BURST),
+        pytest.param(tick(60.0, spread=5.0), summary(25.0, 30.0, 40.0), 0.0, (65.0, 65.0, 65.0, Reason.BURST),
                      id="a rate above the forecast's upper bound: the burst guard sizes for it plus the spread"),
         pytest.param(tick(60.0, arriving=90.0, spread=5.0), summary(25.0, 30.0, 40.0), 0.0,
-                     (95.0, 65.0, Reason.BURST),
-                     id="a rising rate sizes for its lead, but only the observed rate is sustained"),
-        pytest.param(tick(50.1, spread=0.05), summary(50.0, 50.05, 50.05), 0.0, (50.1, 50.15, Reason.FORECAST),
+                     (95.0, 65.0, 95.0, Reason.BURST),
+                     id="a rising rate sizes for its lead, but only the observed rate is sustained (the lead may "
+                        "come again)"),
+        pytest.param(tick(50.1, spread=0.05), summary(50.0, 50.05, 50.05), 0.0, (50.1, 50.15, 50.15, Reason.FORECAST),
                      id="a rate a hair above a tight upper bound that changes no count stays the forecast's"),
-        pytest.param(tick(50.0, ready=2), None, 500.0, (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, Reason.BURST),
+        pytest.param(tick(50.0, ready=2), None, 500.0,
+                     (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, 50.0, Reason.BURST),
                      id="a backlog beyond one period of the ready capacity drains within the horizon"),
         pytest.param(tick(50.0, ready=2, horizon=30.0, cold_start=120.0), None, 500.0,
-                     (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, Reason.BURST),
+                     (50.0 + (500.0 + 30.0 * 120.0) / 130.0, 50.0, 50.0, Reason.BURST),
                      id="a horizon shorter than a start (a prewarm lead, a warm tier's) drains within the start time "
                         "plus one period: the requests piling up until then are not drained faster"),
-        pytest.param(tick(50.0, ready=2), None, 199.0, (50.0, 50.0, Reason.OBSERVED),
+        pytest.param(tick(50.0, ready=2), None, 199.0, (50.0, 50.0, 50.0, Reason.OBSERVED),
                      id="a backlog within one period of the ready capacity is not drained"),
-        pytest.param(tick(50.0, ready=2), summary(50.0, 60.0, 500.0), 500.0, (500.0, 500.0, Reason.FORECAST),
+        pytest.param(tick(50.0, ready=2), summary(50.0, 60.0, 500.0), 500.0, (500.0, 500.0, 500.0, Reason.FORECAST),
                      id="draining that the forecast's peak already covers keeps the forecast's reason"),
-        pytest.param(tick(math.nan, ready=2), None, 5000.0, (0.0, 0.0, Reason.OBSERVED),
+        pytest.param(tick(math.nan, ready=2), None, 5000.0, (0.0, 0.0, 0.0, Reason.OBSERVED),
                      id="no draining while the rate is missing"),
+        pytest.param(tick(60.0, ready=2, arriving=90.0, spread=5.0), summary(25.0, 30.0, 40.0), 5000.0,
+                     (90.0 + (5000.0 + 70.0 * 120.0) / 130.0, 65.0, 95.0, Reason.BURST),
+                     id="a rise with a backlog: the lead may come again, the requests queued are drained once"),
     ],
 )
 def test_size(read: _Tick, summ: ForecastSummary | None, backlog: float,
-              expected: tuple[float, float, Reason]) -> None:
+              expected: tuple[float, float, float, Reason]) -> None:
     fc = flat(0.0, 0.0) if summ is not None else None
     sizing = _size(read, DecideState(backlog_requests=backlog), policy(), summ, fc)
-    assert (sizing.demand, sizing.sustained, sizing.reason) == pytest.approx(expected), sizing.message
+    assert (sizing.demand, sizing.sustained, sizing.recurring, sizing.reason) == pytest.approx(expected), \
+        sizing.message
 
 
 # --- the recommendation, the minimum, scale to zero ------------------------------------------------------
@@ -233,21 +241,26 @@ def test_size(read: _Tick, summ: ForecastSummary | None, backlog: float,
 @pytest.mark.parametrize(
     ("read", "sizing", "pol", "expected"),
     [
-        pytest.param(tick(25.0), _Sizing(25.0, 25.0, Reason.OBSERVED, "m"), policy(), (3, 3, 3, Reason.OBSERVED),
-                     id="serving replicas for the demand, whole"),
-        pytest.param(tick(25.0), _Sizing(80.0, 25.0, Reason.BURST, "m"), policy(standby_replicas=2),
-                     (10, 8, 5, Reason.BURST), id="the preset's standby comes on top of serving and of sustained"),
-        pytest.param(tick(45.0), _Sizing(20.0, 20.0, Reason.FORECAST, "m"), policy(), (5, 5, 5, Reason.FORECAST),
-                     id="never fewer than the observed rate needs now"),
-        pytest.param(tick(5.0), _Sizing(5.0, 5.0, Reason.OBSERVED, "m"), policy(min_replicas=3),
-                     (3, 3, 3, Reason.AT_MIN), id="below minReplicas the serving replicas are held at it and say so"),
-        pytest.param(tick(math.nan), _Sizing(0.0, 0.0, Reason.OBSERVED, ""), policy(min_replicas=0),
-                     (0, 0, 0, Reason.OBSERVED), id="minReplicas 0 and no demand: nothing"),
+        pytest.param(tick(25.0), _Sizing(25.0, 25.0, 25.0, Reason.OBSERVED, "m"), policy(),
+                     (3, 3, 3, 3, Reason.OBSERVED), id="serving replicas for the demand, whole"),
+        pytest.param(tick(25.0), _Sizing(80.0, 25.0, 80.0, Reason.BURST, "m"), policy(standby_replicas=2),
+                     (10, 8, 5, 10, Reason.BURST),
+                     id="the preset's standby comes on top of serving, of sustained and of recurring"),
+        pytest.param(tick(25.0), _Sizing(80.0, 25.0, 40.0, Reason.BURST, "m"), policy(),
+                     (8, 8, 3, 4, Reason.BURST), id="a drain on top of a burst: only the burst recurs"),
+        pytest.param(tick(45.0), _Sizing(20.0, 20.0, 20.0, Reason.FORECAST, "m"), policy(),
+                     (5, 5, 5, 5, Reason.FORECAST), id="never fewer than the observed rate needs now"),
+        pytest.param(tick(5.0), _Sizing(5.0, 5.0, 5.0, Reason.OBSERVED, "m"), policy(min_replicas=3),
+                     (3, 3, 3, 3, Reason.AT_MIN),
+                     id="below minReplicas the serving replicas are held at it and say so"),
+        pytest.param(tick(math.nan), _Sizing(0.0, 0.0, 0.0, Reason.OBSERVED, ""), policy(min_replicas=0),
+                     (0, 0, 0, 0, Reason.OBSERVED), id="minReplicas 0 and no demand: nothing"),
     ],
 )
-def test_recommend(read: _Tick, sizing: _Sizing, pol: DecidePolicy, expected: tuple[int, int, int, Reason]) -> None:
+def test_recommend(read: _Tick, sizing: _Sizing, pol: DecidePolicy,
+                   expected: tuple[int, int, int, int, Reason]) -> None:
     wanted = _recommend(read, pol, sizing)
-    assert (wanted.total, wanted.serving, wanted.sustained, wanted.reason) == expected
+    assert (wanted.total, wanted.serving, wanted.sustained, wanted.recurring, wanted.reason) == expected
     assert wanted.demand == sizing.demand
 
 
@@ -401,3 +414,26 @@ def test_finish_remembers(final: _Recommendation, wanted: _Recommendation | None
     assert after.recommendations == ((NOW - 100.0, 4), remembered)
     assert after.transient == transient
     assert (after.backlog_requests, after.backlog_at_s) == (12.0, NOW)
+
+
+@pytest.mark.parametrize(
+    ("burst_hold_s", "wanted", "transient"),
+    [
+        pytest.param(370.0, rec(9, Reason.BURST, sustained=5, recurring=9), ((NOW + 130.0, 9), (NOW + 370.0, 9)),
+                     id="a burst's size is held for burst_hold_s when that is longer than the horizon"),
+        pytest.param(370.0, rec(12, Reason.BURST, sustained=5, recurring=9), ((NOW + 130.0, 12), (NOW + 370.0, 9)),
+                     id="a drain on top of it only for the horizon"),
+        pytest.param(370.0, rec(30, Reason.BURST, sustained=5, recurring=25), ((NOW + 130.0, 20), (NOW + 370.0, 20)),
+                     id="within maxReplicas"),
+        pytest.param(370.0, rec(9, Reason.BURST, sustained=5, recurring=5), ((NOW + 130.0, 9),),
+                     id="nothing recurs beyond the sustained part: nothing more is held"),
+        pytest.param(60.0, rec(9, Reason.BURST, sustained=5, recurring=9), ((NOW + 130.0, 9),),
+                     id="a burst_hold_s shorter than the horizon changes nothing"),
+        pytest.param(None, rec(9, Reason.BURST, sustained=5, recurring=9), ((NOW + 130.0, 9),),
+                     id="without burst_hold_s (no warm tiers) the horizon holds it"),
+    ],
+)
+def test_finish_holds_a_burst_for_burst_hold_s(burst_hold_s: float | None, wanted: _Recommendation,
+                                             transient: tuple[tuple[float, int], ...]) -> None:
+    _, after = _finish(DecideState(), tick(), policy(burst_hold_s=burst_hold_s), wanted, None, wanted=wanted)
+    assert after.transient == transient
