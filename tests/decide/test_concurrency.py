@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -155,6 +155,21 @@ def test_the_replicas_the_queue_started_are_kept_for_the_horizon_then_follow_the
     assert all(d.total == 6 for d in led[1:1 + horizon_ticks]), [(d.total, d.reason) for d in led]
     assert led[1 + horizon_ticks].total == 4 and led[1 + horizon_ticks].reason is Reason.SCALE_DOWN
 
+
+
+def test_with_a_burst_hold_the_queue_s_growth_is_held_for_it_and_a_panic_s_size_for_the_horizon() -> None:
+    """With warm tiers the engine holds a burst longer than the horizon (`burst_hold_s`): a queue's growth is
+    traffic arriving (held for it); what a panic sizes for beyond it is the requests already queued (held for the
+    horizon only, as without the tiers)."""
+    growth = run([Tick(120.0, 25.0), Tick(120.0, 805.0)] + [Tick(120.0, 805.0, serving=6)] * 20,
+                 policy=replace(POLICY, burst_hold_s=150.0))
+    assert [d.total for d in growth[1:16]] == [6] * 15 and growth[17].total == 4, [d.total for d in growth]
+    panic = replace(POLICY, burst_hold_s=150.0, panic_on_concurrency=True)
+    led = run([Tick(120.0, 25.0), Tick(120.0, 805.0)] + [Tick(120.0, 30.0, serving=30)] * 20, policy=panic)
+    horizon_ticks = math.ceil(led[1].horizon_s / PERIOD_S)
+    assert led[1].total == 30 and all(d.total == 30 for d in led[1:1 + horizon_ticks]), [d.total for d in led]
+    # past the horizon the panic's 30 go; the queue's growth (6) is what the burst hold keeps
+    assert {d.total for d in led[2 + horizon_ticks:16]} == {6}, [d.total for d in led]
 
 def test_a_request_waiting_at_zero_replicas_wakes_the_service() -> None:
     policy = DecidePolicy(CAP, min_replicas=0, max_replicas=5, scale_to_zero=True, keep_alive_s=60.0,
