@@ -69,9 +69,7 @@ class ColdStarts:
         """A start that loads the weights from the network, on any of `accelerators`: the measured uncached starts,
         else the hint (else the default), never the cached ones (a cluster whose every start hit a node cache has
         not measured one). E.g. cached starts of 150 s measured, none uncached, a hint of 360 s: 360 s."""
-        table = dict(self.samples)
-        values = [_p50_p90(table[(a, False)])[1] for a in accelerators
-                  if len(table.get((a, False), ())) >= self.min_samples]
+        values = [e.p90_s for a in accelerators if (e := self.estimate(a, False)).source == "measured"]
         if values:
             return max(values)
         return hint_s if hint_s is not None else DEFAULT_COLD_START_S

@@ -412,7 +412,6 @@ class ScrapeRates:
     _last_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
     _last_failed: dict[str, float] = field(default_factory=dict)
     _read_s: float | None = None  # the previous read's time
-    _fresh: frozenset[str] = frozenset()  # this read's replicas whose Pods were created after the previous read
 
     async def read(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float,
                    created_s: Mapping[str, float] | None = None) -> RateSamples:
@@ -427,7 +426,8 @@ class ScrapeRates:
         no replica to scrape. The two fail apart: a replica without the gauge still gives its counter."""
         # A Pod's creationTimestamp has whole seconds: a Pod stamped in the previous read's second may have been
         # created just before it, but not ready and serving by then (a model server starts in seconds).
-        self._fresh = frozenset() if self._read_s is None or created_s is None else frozenset(
+        # The replicas whose Pods were created after the previous read: their counters began at zero since.
+        fresh = frozenset() if self._read_s is None or created_s is None else frozenset(
             r for r in endpoints if r in created_s and created_s[r] + 1.0 > self._read_s)
         totals: dict[str, float] = {}
         failed: list[str] = []
@@ -458,14 +458,14 @@ class ScrapeRates:
                                                                      self.failed_select(sample.name, sample.labels))]
                 if failed_samples:  # nor one without the counter
                     failures[replica] = sum(failed_samples)
-        rate = self._advance(totals, now_s)
+        rate = self._advance(totals, now_s, fresh)
         gateway_error = await self._read_gateway(client, buckets, failures) if self.gateway is not None else None
         if failed:
             self.latency = Buckets((), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
         elif gateway_error is not None:
             self.latency = Buckets((), "scrape", gateway_error[0], gateway_error[1])
         else:
-            self.latency = replace(self._advance_buckets(buckets), failed=self._advance_failed(failures))
+            self.latency = replace(self._advance_buckets(buckets, fresh), failed=self._advance_failed(failures, fresh))
         if failed:
             error = "cannot scrape " + ", ".join(failed)
             return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
@@ -497,11 +497,11 @@ class ScrapeRates:
                                         if gateway.failed(sample.name, sample.labels))
         return None
 
-    def _advance_failed(self, failures: Mapping[str, float]) -> float:
+    def _advance_failed(self, failures: Mapping[str, float], fresh: frozenset[str] = frozenset()) -> float:
         """The failed requests' increase since the previous scrape (a counter that went down was reset)."""
         increase = 0.0
         for target, now in failures.items():
-            previous = self._last_failed.get(target, 0.0 if target in self._fresh else None)
+            previous = self._last_failed.get(target, 0.0 if target in fresh else None)
             if previous is not None:
                 increase += now if now < previous else now - previous
             self._last_failed[target] = now
@@ -509,13 +509,14 @@ class ScrapeRates:
             del self._last_failed[gone]
         return increase
 
-    def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]]) -> Buckets:
+    def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]],
+                         fresh: frozenset[str] = frozenset()) -> Buckets:
         """The buckets' increase over the replicas since their previous scrape (a replica whose +Inf count went
         down restarted: its whole new counts are the increase, and so are a fresh replica's); empty while no
         replica has been seen twice or is fresh."""
         increase: dict[float, float] = {}
         for replica, now in buckets.items():
-            previous = self._last_buckets.get(replica, {} if replica in self._fresh else None)
+            previous = self._last_buckets.get(replica, {} if replica in fresh else None)
             if previous is not None:
                 reset = now.get(math.inf, 0.0) < previous.get(math.inf, 0.0)
                 for bound, count in now.items():
@@ -526,15 +527,15 @@ class ScrapeRates:
             del self._last_buckets[gone]
         return Buckets(cumulative(increase) if math.inf in increase else (), "scrape")
 
-    def _advance(self, totals: Mapping[str, float], now_s: float) -> float:
+    def _advance(self, totals: Mapping[str, float], now_s: float, fresh: frozenset[str] = frozenset()) -> float:
         """Sum of the replicas' rates since their previous scrape (a fresh replica's since the previous read, from
         zero); NaN while nothing is known yet (the very first scrape, no replica to scrape, or none seen before
         while some are not fresh)."""
-        known = bool(self._last) or (bool(totals) and set(totals) <= self._fresh)
+        known = bool(self._last) or (bool(totals) and set(totals) <= fresh)
         rate = 0.0
         for replica, value in totals.items():
             previous = self._last.get(replica)
-            if previous is None and replica in self._fresh and self._read_s is not None:
+            if previous is None and replica in fresh and self._read_s is not None:
                 previous = _Counter(self._read_s, 0.0)
             if previous is not None and now_s > previous.time_s:
                 increase = value if value < previous.value else value - previous.value
