@@ -2,7 +2,7 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_autoscaling [--azure PATH] [--bank PATH] [--cold-starts 120,360]
         [--azure-scale 5] [--bank-scale 200] [--bank-days N] [--plot-dir DIR] [--scenarios azure,bank,step,fleet]
-        [--fleet-services 24] [--fleet-hours 6]
+        [--fleet-services 24] [--fleet-hours 6] [--jobs N]
 
 Scenarios: the Azure LLM code trace (57 minutes, bursty; rate x `--azure-scale`), bank_calls (8 months of
 5-minute arrivals, daily and weekly seasonality; rate x `--bank-scale`, a peak of about 300 requests/s), and the
@@ -38,6 +38,13 @@ infer-ctl+tiers must also be no worse than infer-ctl.
 `--fleet-hours` on one cluster of finite GPUs (sized as `bench_fleet --nodes auto`), every policy over the whole
 fleet, the same targets on the fleet's SLO attainment (`infer_ctl.sim.bench_fleet` prints the recipe and more
 columns).
+
+`--jobs N` runs each table's simulations (every policy on every seed, or over the fleet) in N worker processes:
+they are independent, so the figures are the same as with 1 (the default: one after another, in this process)
+but for the wall times, the `wall s` column's and the header's. The references (the constant fleet, the rules
+tuned in hindsight) still run here, one after another. Most of a full run is bank_calls' simulations, 8 months
+per policy: `--jobs 2` on two idle cores takes about half the time, a table no less than its slowest simulation
+(one of infer-ctl's).
 """
 
 from __future__ import annotations
@@ -71,11 +78,12 @@ from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.service import default_settings
 from infer_ctl.sim.suite import (
     POLICY_NAMES,
+    PolicyRun,
     ScenarioSettings,
     initial_replicas,
     parse_policy_names,
     parse_presets,
-    run_policies,
+    run_grid,
     with_preset,
 )
 from infer_ctl.sim.trace import Trace, load_trace, step_profile
@@ -317,7 +325,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "one the targets are judged on, the others are extra rows named infer-ctl/<preset>",
     )
     ap.add_argument("--bank-presets", default="balanced", help="the same for bank_calls")
-    return ap.parse_args(argv)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes for a scenario's simulations (its policies over its seeds), run at once; "
+                    "the figures are the same as with 1, but for the wall times")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, not {args.jobs}")
+    return args
 
 
 # A scenario: name, trace, rate scale, tick (s), scored from (s).
@@ -344,26 +358,21 @@ def _scenarios(args: argparse.Namespace) -> list[Scenario]:
 
 
 def _run_seeds(scenario: Scenario, settings: ScenarioSettings, presets: list[Preset], seeds: list[int],
-               start: str, *, names: Sequence[str] = POLICY_NAMES) -> list[list[SimResult]]:
+               start: str, *, names: Sequence[str] = POLICY_NAMES, jobs: int = 1) -> list[list[SimResult]]:
     """Every policy on each seed, and infer-ctl on each further preset as a row `infer-ctl/<preset>` before the
-    oracle's (the oracle last, always)."""
+    oracle's (the oracle last, always). The simulations are independent: with `jobs` > 1 they run in that many
+    worker processes, all of them at once (`suite.run_grid`: bank_calls has one seed of many policies, the short
+    scenarios several seeds), in the table's order, which starts each seed with infer-ctl's runs, the slowest."""
     _, trace, scale, tick, warmup_s = scenario
     names = (*(n for n in names if n != "oracle"), "oracle")
-    per_seed = [
-        run_policies(
-            trace, names, settings, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start,
-            seed=seed,
-        )
-        for seed in seeds
-    ]
+    runs = [PolicyRun(name, settings, seed) for seed in seeds for name in names]
+    runs += [PolicyRun("infer-ctl", with_preset(settings, preset), seed) for preset in presets[1:] for seed in seeds]
+    results = run_grid(trace, runs, tick_s=tick, rate_scale=scale, score_from_s=warmup_s, start=start, jobs=jobs)
+    per_seed = [results[i * len(names):(i + 1) * len(names)] for i in range(len(seeds))]
+    extra = iter(results[len(seeds) * len(names):])
     for preset in presets[1:]:
-        tuned = with_preset(settings, preset)
-        for seed, seed_results in zip(seeds, per_seed, strict=True):
-            extra = run_policies(
-                trace, ("infer-ctl",), tuned, tick_s=tick, rate_scale=scale, score_from_s=warmup_s,
-                start=start, seed=seed,
-            )[0]
-            seed_results.insert(-1, replace(extra, policy=f"infer-ctl/{preset.value}"))
+        for seed_results in per_seed:
+            seed_results.insert(-1, replace(next(extra), policy=f"infer-ctl/{preset.value}"))
     return per_seed
 
 
@@ -404,7 +413,8 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
     presets = parse_presets(args.bank_presets if name == "bank" else args.presets)
     settings = with_preset(default_settings(cold), presets[0])
     t0 = time.perf_counter()
-    per_seed = _run_seeds(scenario, settings, presets, seeds, start, names=parse_policy_names(args.policies))
+    per_seed = _run_seeds(scenario, settings, presets, seeds, start, names=parse_policy_names(args.policies),
+                          jobs=args.jobs)
     results, lowest = aggregate(per_seed)
     met = sum(1 for rs in per_seed for r in rs if r.policy == "infer-ctl" and r.slo_attainment >= 0.99)
     arrivals = arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0]))
@@ -471,7 +481,7 @@ def _run_fleet(args: argparse.Namespace) -> None:
     demand = fleet_oracle_demand(services, args.fleet_tick_s)
     cluster = ClusterSpec(auto_nodes(float(demand.max()), 8, 1.25))
     results = fleet_policies(parse_policy_names(args.fleet_policies), cluster,
-                             SimConfig(tick_s=args.fleet_tick_s), {preset: services})
+                             SimConfig(tick_s=args.fleet_tick_s), {preset: services}, jobs=args.jobs)
     print(f"fleet: {len(recipe)} services over {args.fleet_hours:g} h (bench_fleet's recipe, seed 0; each service "
           f"starting warm with no history; tick {args.fleet_tick_s:g} s; wall {time.perf_counter() - t0:.0f} s)")
     print(f"  cluster: {cluster.describe()} (1.25 x the oracle's peak of {float(demand.max()):.0f} GPUs)")

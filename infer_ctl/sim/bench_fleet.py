@@ -53,10 +53,12 @@ seconds.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -115,7 +117,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "simulator's scheduler rule, as every other policy's (best fit, for comparison)")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
-    return ap.parse_args(argv)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes for the policies' runs over the fleet, run at once; the figures are the "
+                    "same as with 1, but for the wall times")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, not {args.jobs}")
+    return args
 
 
 def auto_nodes(demand_peak_gpus: float, gpus_per_node: int, headroom: float) -> int:
@@ -243,23 +251,43 @@ def _progress(name: str) -> Callable[[float], None]:
     return cb
 
 
+def _run_one(label: str, name: str, fleet: tuple[FleetService, ...], *, cluster: ClusterSpec, config: SimConfig,
+             physics: TierPhysics, placement: bool, progress: Callable[[float], None] | None = None) -> FleetResult:
+    """One policy over the fleet, its row named `label`; top-level, for a worker process to run it."""
+    r = run_fleet(fleet, name, cluster, config, progress=progress, physics=physics, placement=placement)
+    return r if label == r.policy else replace(r, policy=label)
+
+
 def run_policies(names: Sequence[str], cluster: ClusterSpec, config: SimConfig,
                  fleets: dict[Preset, tuple[FleetService, ...]], physics: TierPhysics = DEFAULT_PHYSICS, *,
-                 placement: bool = True) -> list[FleetResult]:
+                 placement: bool = True, jobs: int = 1) -> list[FleetResult]:
     """Every policy over the fleet (infer-ctl's replicas placed by the controller's placement unless `placement`
     is False); infer-ctl once per preset (`fleets`: the fleet's services on each preset, the
     first preset's row named infer-ctl, the others infer-ctl/<preset>); the peers on the first preset's fleet
-    (the preset changes nothing of theirs)."""
+    (the preset changes nothing of theirs). `jobs` > 1 runs them in as many worker processes, in this order, with
+    the same figures but for the wall times (each run depends on its inputs alone); a run's progress is then only
+    its line when done."""
+    if jobs < 1:
+        raise ValueError(f"jobs: {jobs} must be >= 1")
     presets = list(fleets)
-    out: list[FleetResult] = []
+    runs: list[tuple[str, str, tuple[FleetService, ...]]] = []  # label, policy, fleet
     for name in names:
-        runs = [(name, fleets[presets[0]])] if name != "infer-ctl" else [
-            ("infer-ctl" if i == 0 else f"infer-ctl/{p.value}", fleets[p]) for i, p in enumerate(presets)]
-        for label, fleet in runs:
-            r = run_fleet(fleet, name, cluster, config, progress=_progress(label), physics=physics,
-                          placement=placement)
-            out.append(r if label == r.policy else replace(r, policy=label))
-            print(f"\r  {label}: done in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
+        runs += [(name, name, fleets[presets[0]])] if name != "infer-ctl" else [
+            ("infer-ctl" if i == 0 else f"infer-ctl/{p.value}", name, fleets[p]) for i, p in enumerate(presets)]
+    one = functools.partial(_run_one, cluster=cluster, config=config, physics=physics, placement=placement)
+
+    def results() -> Iterator[FleetResult]:
+        if jobs == 1 or len(runs) < 2:
+            for label, name, fleet in runs:
+                yield one(label, name, fleet, progress=_progress(label))
+            return
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs))) as pool:
+            yield from pool.map(one, *zip(*runs, strict=True))  # in order; the runs not started cancelled on a failure
+
+    out: list[FleetResult] = []
+    for (label, _, _), r in zip(runs, results(), strict=True):
+        out.append(r)
+        print(f"\r  {label}: done in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
     return out
 
 
@@ -311,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_pool:
         print(f"  warm pool (warmPoolGPUs): {args.warm_pool} warm hosts with no model awake for whole-GPU sleepers")
     results = run_policies(names, cluster, config, by_preset, TierPhysics(pool_gpus=args.warm_pool),
-                           placement=args.placement == "controller")
+                           placement=args.placement == "controller", jobs=args.jobs)
     oracle = next((r for r in results if r.policy == "oracle"), None)
     print("\n".join(table(results, oracle.gpu_hours if oracle is not None and oracle.gpu_hours > 0 else None)))
     if args.lenders:

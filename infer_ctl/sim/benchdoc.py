@@ -99,11 +99,17 @@ def _tick_runs(args: argparse.Namespace) -> list[Run]:
     return [Run("1,000 services", ("infer_ctl.sim.bench_tick",))]
 
 
+def _jobs(args: argparse.Namespace) -> tuple[str, ...]:
+    """`--jobs N` for the benchmarks that take it (bench_autoscaling, bench_fleet), when more than one: the command
+    shown is the command run, and one job is their default."""
+    return ("--jobs", str(args.jobs)) if args.jobs > 1 else ()
+
+
 def _autoscaling_runs(args: argparse.Namespace) -> list[Run]:
     traces = Path(args.traces_dir)
     return [Run("every scenario", ("infer_ctl.sim.bench_autoscaling",
                                    "--azure", str(traces / "AzureLLMInferenceTrace_code.csv"),
-                                   "--bank", str(traces / "bank_calls_5min.csv")))]
+                                   "--bank", str(traces / "bank_calls_5min.csv"), *_jobs(args)))]
 
 
 def _sim_tick_runs(args: argparse.Namespace) -> list[Run]:
@@ -112,11 +118,12 @@ def _sim_tick_runs(args: argparse.Namespace) -> list[Run]:
     runs = [Run(f"the Azure code trace and the step, tick {tick} s",
                 ("infer_ctl.sim.bench_autoscaling", "--azure", azure, "--scenarios", "azure,step",
                  "--cold-starts", "120", "--starts", "warm", "--presets", "balanced", "--azure-warmup-s", "0",
-                 "--hindsight", "", "--policies", "infer-ctl,infer-ctl+tiers,hpa,kpa", "--trace-tick-s", tick))
+                 "--hindsight", "", "--policies", "infer-ctl,infer-ctl+tiers,hpa,kpa", "--trace-tick-s", tick,
+                 *_jobs(args)))
             for tick in ("1", "2", "5")]
     runs += [Run(f"the fleet, tick {tick} s",
                  ("infer_ctl.sim.bench_fleet", "--azure", azure, "--bank", bank,
-                  "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--tick-s", tick))
+                  "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--tick-s", tick, *_jobs(args)))
              for tick in ("1", "2", "5")]
     return runs
 
@@ -126,7 +133,7 @@ def _lent_gpu_runs(args: argparse.Namespace) -> list[Run]:
     data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
     return [Run(f"4 lenders of 4 GPUs, sleeping pools of {pool}",
                 ("infer_ctl.sim.bench_fleet", *data, "--lenders", "4", "--lender-replicas", "4", "--pool", str(pool),
-                 "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--per-service"))
+                 "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--per-service", *_jobs(args)))
             for pool in (0, 2)]
 
 
@@ -135,7 +142,8 @@ def _warm_pool_runs(args: argparse.Namespace) -> list[Run]:
     data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
     return [Run(f"a warm pool of {gpus} GPUs, sleeping pools of 2",
                 ("infer_ctl.sim.bench_fleet", *data, "--pool", "2", "--warm-pool", str(gpus),
-                 "--policies", "infer-ctl,infer-ctl+tiers,fma-pool,oracle", "--overloads", "--per-service"))
+                 "--policies", "infer-ctl,infer-ctl+tiers,fma-pool,oracle", "--overloads", "--per-service",
+                 *_jobs(args)))
             for gpus in (0, 8, 16)]
 
 
@@ -145,7 +153,7 @@ def _memory_share_runs(args: argparse.Namespace) -> list[Run]:
     return [Run("the one-GPU services on 24 GiB memory shares",
                 ("infer_ctl.sim.bench_fleet", *data, "--shared-gib", "24", "--policies",
                  "infer-ctl,infer-ctl+tiers,infer-ctl+sleep,infer-ctl+cache,infer-ctl+aim,hpa,kpa,keda,ray-serve,"
-                 "aibrix-apa,fma-pool,kserve-cache,oracle", "--overloads", "--per-service"))]
+                 "aibrix-apa,fma-pool,kserve-cache,oracle", "--overloads", "--per-service", *_jobs(args)))]
 
 
 def _loadgen_runs(args: argparse.Namespace) -> list[Run]:
@@ -417,8 +425,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--traces-dir", default="../shared/data/traces")
     ap.add_argument("--openb-seeds", default="42-51", help="seeds of the openb section (e.g. 42-51 or 42,43)")
     ap.add_argument("--variant-seeds", default="42-51", help="seeds of the openb-variants section")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes for the benchmarks that take --jobs (bench_autoscaling and bench_fleet: "
+                    "the autoscaling, sim-tick and fleet sections); their figures are the same, their wall times "
+                    "shorter on several cores")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing, write nothing")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, not {args.jobs}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

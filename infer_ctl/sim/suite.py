@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -222,6 +224,73 @@ def _forecast_probe(state: Any) -> float:
     return float(fc.upper_rps[0])
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyRun:
+    """One simulation of `run_grid`: the policy `name` (`POLICY_NAMES`) on `settings`, over the trace's arrivals
+    drawn with `seed` (its cold starts too)."""
+
+    name: str
+    settings: ScenarioSettings
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Simulation:
+    """A `PolicyRun` with its arrivals, configuration and initial replicas: all a worker process needs, nothing
+    but data (the policy is built where it runs)."""
+
+    name: str
+    settings: ScenarioSettings
+    arrivals: FloatArray
+    config: SimConfig
+    initial: int
+
+
+def _run_one(sim: _Simulation, progress: Callable[[float], None] | None = None) -> SimResult:
+    """One simulation; top-level, for a worker process to run it."""
+    policy = build_policy(sim.name, sim.settings, sim.arrivals, sim.config.tick_s)
+    return simulate(sim.arrivals, policy, sim.settings.model, sim.config, initial_replicas=sim.initial,
+                    progress=progress, forecast_probe=_forecast_probe if isinstance(policy, InferCtl) else None)
+
+
+def run_grid(
+    trace: Trace,
+    runs: Sequence[PolicyRun],
+    *,
+    tick_s: float,
+    rate_scale: float = 1.0,
+    score_from_s: float = 0.0,
+    start: str = "warm",
+    progress: Callable[[str, float], None] | None = None,
+    jobs: int = 1,
+) -> list[SimResult]:
+    """Each run over the trace, the results in the order of `runs`; each from the initial replicas its seed's
+    arrivals call for on its service (`initial_replicas`: the same for every policy of a scenario).
+
+    `jobs` > 1 runs them in as many worker processes (`ProcessPoolExecutor`), in the order given (the longest
+    first balances the workers best). The results are the same as one after another but for their `wall_s`: each
+    simulation depends on its inputs alone (its seed's arrivals, drawn here once per seed, and `SimConfig.seed`).
+    `progress(name, fraction)` then hears of each run once, with 1.0, as the results come in (in order): a
+    callback cannot reach into a worker."""
+    if jobs < 1:
+        raise ValueError(f"jobs: {jobs} must be >= 1")
+    arrivals = {seed: arrivals_per_tick(trace, tick_s, rate_scale, np.random.default_rng(seed))
+                for seed in dict.fromkeys(r.seed for r in runs)}
+    sims = [_Simulation(r.name, r.settings, arrivals[r.seed],
+                        SimConfig(tick_s=tick_s, seed=r.seed, score_from_s=score_from_s),
+                        initial_replicas(arrivals[r.seed], tick_s, r.settings.model, start)) for r in runs]
+    if jobs == 1 or len(sims) < 2:
+        return [_run_one(s, None if progress is None else functools.partial(progress, s.name)) for s in sims]
+    results = []
+    with ProcessPoolExecutor(max_workers=min(jobs, len(sims))) as pool:
+        # map yields in the order submitted, and cancels the runs not started when one fails
+        for sim, result in zip(sims, pool.map(_run_one, sims), strict=True):
+            if progress is not None:
+                progress(sim.name, 1.0)
+            results.append(result)
+    return results
+
+
 def run_policies(
     trace: Trace,
     names: Sequence[str],
@@ -233,28 +302,9 @@ def run_policies(
     score_from_s: float = 0.0,
     start: str = "warm",
     progress: Callable[[str, float], None] | None = None,
+    jobs: int = 1,
 ) -> list[SimResult]:
-    """Run each policy over the trace, every one from the same initial replicas (`initial_replicas`)."""
-    arrivals = arrivals_per_tick(trace, tick_s, rate_scale, np.random.default_rng(seed))
-    initial = initial_replicas(arrivals, tick_s, settings.model, start)
-    results = []
-    for name in names:
-        policy = build_policy(name, settings, arrivals, tick_s)
-        cb = None
-        if progress is not None:
-
-            def cb(frac: float, _name: str = name) -> None:
-                progress(_name, frac)
-
-        results.append(
-            simulate(
-                arrivals,
-                policy,
-                settings.model,
-                SimConfig(tick_s=tick_s, seed=seed, score_from_s=score_from_s),
-                initial_replicas=initial,
-                progress=cb,
-                forecast_probe=_forecast_probe if isinstance(policy, InferCtl) else None,
-            )
-        )
-    return results
+    """Run each policy over the trace, every one from the same initial replicas (`initial_replicas`); `jobs` > 1
+    in as many worker processes (`run_grid`)."""
+    return run_grid(trace, [PolicyRun(name, settings, seed) for name in names], tick_s=tick_s,
+                    rate_scale=rate_scale, score_from_s=score_from_s, start=start, progress=progress, jobs=jobs)
