@@ -81,6 +81,7 @@ from infer_ctl.sim.suite import (
     PolicyRun,
     ScenarioSettings,
     initial_replicas,
+    jobs_option,
     parse_policy_names,
     parse_presets,
     run_grid,
@@ -325,13 +326,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "one the targets are judged on, the others are extra rows named infer-ctl/<preset>",
     )
     ap.add_argument("--bank-presets", default="balanced", help="the same for bank_calls")
-    ap.add_argument("--jobs", type=int, default=1,
+    ap.add_argument("--jobs", type=jobs_option, default=1,
                     help="worker processes for a scenario's simulations (its policies over its seeds), run at once; "
                     "the figures are the same as with 1, but for the wall times")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be >= 1, not {args.jobs}")
-    return args
+    return ap.parse_args(argv)
 
 
 # A scenario: name, trace, rate scale, tick (s), scored from (s).

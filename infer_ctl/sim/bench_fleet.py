@@ -78,7 +78,14 @@ from infer_ctl.sim.fleet import (
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
+from infer_ctl.sim.suite import (
+    ScenarioSettings,
+    jobs_option,
+    parse_policy_names,
+    parse_presets,
+    with_preset,
+    with_prewarm,
+)
 from infer_ctl.sim.trace import load_trace
 from infer_ctl.sim.warm import DEFAULT_PHYSICS, TierPhysics
 
@@ -117,13 +124,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "simulator's scheduler rule, as every other policy's (best fit, for comparison)")
     ap.add_argument("--warm-pool", type=int, default=0,
                     help="warmPoolGPUs: warm hosts with no model awake the cluster may hold for whole-GPU sleepers")
-    ap.add_argument("--jobs", type=int, default=1,
+    ap.add_argument("--jobs", type=jobs_option, default=1,
                     help="worker processes for the policies' runs over the fleet, run at once; the figures are the "
                     "same as with 1, but for the wall times")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be >= 1, not {args.jobs}")
-    return args
+    return ap.parse_args(argv)
 
 
 def auto_nodes(demand_peak_gpus: float, gpus_per_node: int, headroom: float) -> int:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from infer_ctl.sim.suite import jobs_option
+
 OPENB_POLICIES = "random,dotprod,clustering,packing,bestfit,fgd,infer-ctl"
 # The openb pod lists besides the default one (shared/data/openb/REFERENCE.md): CPU-only share, GPU-sharing
 # share, GPU-model constraints and multi-GPU share varied.
@@ -425,15 +427,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--traces-dir", default="../shared/data/traces")
     ap.add_argument("--openb-seeds", default="42-51", help="seeds of the openb section (e.g. 42-51 or 42,43)")
     ap.add_argument("--variant-seeds", default="42-51", help="seeds of the openb-variants section")
-    ap.add_argument("--jobs", type=int, default=1,
+    ap.add_argument("--jobs", type=jobs_option, default=1,
                     help="worker processes for the benchmarks that take --jobs (bench_autoscaling and bench_fleet: "
                     "the autoscaling, sim-tick and fleet sections); their figures are the same, their wall times "
                     "shorter on several cores")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing, write nothing")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be >= 1, not {args.jobs}")
-    return args
+    return ap.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

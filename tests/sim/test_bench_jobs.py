@@ -75,7 +75,7 @@ def test_jobs_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         run_policies(TRACE, ("hpa",), default_settings(120.0), tick_s=5.0, jobs=0)
     with pytest.raises(SystemExit):
         main(["--scenarios", "step", "--jobs", "0"])
-    assert "--jobs must be >= 1, not 0" in capsys.readouterr().err
+    assert "argument --jobs: must be >= 1, not 0" in capsys.readouterr().err
 
 
 def test_a_failing_run_in_a_worker_fails_the_grid() -> None:
