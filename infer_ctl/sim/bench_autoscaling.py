@@ -67,6 +67,7 @@ from infer_ctl.sim.bench_fleet import table as fleet_table
 from infer_ctl.sim.calibrate import objective_report
 from infer_ctl.sim.fleet import ClusterSpec, build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.options import jobs_option
 from infer_ctl.sim.plot import plot_results
 from infer_ctl.sim.reference import (
     HindsightBest,
@@ -81,7 +82,6 @@ from infer_ctl.sim.suite import (
     PolicyRun,
     ScenarioSettings,
     initial_replicas,
-    jobs_option,
     parse_policy_names,
     parse_presets,
     run_grid,

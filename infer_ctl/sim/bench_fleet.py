@@ -76,16 +76,10 @@ from infer_ctl.sim.fleet import (
     service_settings,
 )
 from infer_ctl.sim.model import ServiceModel
+from infer_ctl.sim.options import jobs_option
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import (
-    ScenarioSettings,
-    jobs_option,
-    parse_policy_names,
-    parse_presets,
-    with_preset,
-    with_prewarm,
-)
+from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
 from infer_ctl.sim.trace import load_trace
 from infer_ctl.sim.warm import DEFAULT_PHYSICS, TierPhysics
 

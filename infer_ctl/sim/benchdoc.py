@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infer_ctl.sim.suite import jobs_option
+from infer_ctl.sim.options import jobs_option
 
 OPENB_POLICIES = "random,dotprod,clustering,packing,bestfit,fgd,infer-ctl"
 # The openb pod lists besides the default one (shared/data/openb/REFERENCE.md): CPU-only share, GPU-sharing

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import math
@@ -223,18 +222,6 @@ def _forecast_probe(state: Any) -> float:
     if fc is None:
         return math.nan
     return float(fc.upper_rps[0])
-
-
-def jobs_option(value: str) -> int:
-    """The `type` of the benchmarks' `--jobs` option (bench_autoscaling, bench_fleet, benchdoc): worker processes,
-    at least one."""
-    try:
-        jobs = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of worker processes, not {value!r}") from None
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {jobs}")
-    return jobs
 
 
 @dataclass(frozen=True, slots=True)
