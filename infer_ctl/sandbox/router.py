@@ -18,7 +18,9 @@ Gateway metrics (one registry for every door, served by `Router.serve_metrics`):
 `infer_ctl_gateway_requests_total{namespace,service,code}`, the histogram
 `infer_ctl_gateway_request_duration_seconds{namespace,service}` of the requests answered 2xx, from their arrival
 at the door to their answer (time held for an endpoint included: what a client waits; the others are in the
-counter by code, which is how the controller's measured attainment counts them as misses), and the gauges
+counter by code, which is how the controller's measured attainment counts them as misses; a request whose client
+closed the connection before its answer, held or forwarded, is dropped then, its request to a replica closed, and
+counted as 499, nginx's "client closed request"), and the gauges
 `infer_ctl_gateway_queue_depth{namespace,service}` (requests held for an endpoint) and
 `infer_ctl_gateway_inflight{namespace,service}` (requests forwarded to a replica and not yet answered; held ones
 are not in it, so the two add up to the requests at the door).
@@ -54,6 +56,7 @@ INFLIGHT_METRIC = "infer_ctl_gateway_inflight"
 DURATION_METRIC = "infer_ctl_gateway_request_duration_seconds"
 _CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
 RETRY_AFTER_S = 1
+CLIENT_CLOSED = 499  # nginx's code for a request whose client closed the connection before the answer
 # A model server that is asleep (or going to sleep) answers 503 with ASLEEP_HEADER before doing any work: the front
 # door sends the request to another ready endpoint, at most MAX_RETRIES times.
 MAX_RETRIES = 3
@@ -149,6 +152,7 @@ class FrontDoor:
     held: int = 0
     forwarded: int = 0
     retried: int = 0  # requests sent to another endpoint after one answered that it sleeps
+    abandoned: int = 0  # requests whose client closed the connection before their answer (counted as 499)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when the Pods change
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _runner: aiohttp.web.AppRunner | None = None
@@ -160,7 +164,9 @@ class FrontDoor:
     async def start(self) -> None:
         app = aiohttp.web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.forward)
-        self._runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that goes away cancels its request here (`forward`), rather than leaving
+        # it held, or forwarded, for an answer nobody reads (and a read of its body failing with a traceback)
+        self._runner = aiohttp.web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
@@ -185,7 +191,17 @@ class FrontDoor:
 
     async def forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         arrived = time.monotonic()
-        response = await self._forward(request)
+        try:
+            response = await self._forward(request)
+        except asyncio.CancelledError:
+            # The client closed its connection (its timeout, as loadgen's 10 s): aiohttp cancels this handler
+            # (`handler_cancellation`), wherever it waits. Held, it leaves the queue; forwarded, the request to the
+            # replica is closed, as a proxy closes the upstream request of a downstream that went away. Counted as
+            # nginx logs it, 499 "client closed request": a miss in the measured attainment (not 2xx).
+            self.abandoned += 1
+            if self.metrics is not None:
+                self.metrics.count(self.namespace, self.service, CLIENT_CLOSED, time.monotonic() - arrived)
+            raise
         if self.metrics is not None:
             self.metrics.count(self.namespace, self.service, response.status, time.monotonic() - arrived)
         return response

@@ -8,6 +8,7 @@ still measurable against bytes / bandwidth."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sys
 import time
@@ -472,6 +473,51 @@ async def test_the_front_door_answers_503_with_retry_after_when_no_replica_serve
         answer, answer_s = await timed(http.post(f"{url}/v1/completions", json={}))
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
         assert 0.5 <= answer_s < 0.5 + 0.5
+
+
+def closed_by_client(text: str, service: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("infer_ctl_gateway_requests_total{") and f'service="{service}"' in line
+               and 'code="499"' in line)
+
+
+async def test_a_request_whose_client_goes_away_leaves_the_front_door_at_once_counted_as_499(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A client that gives up (its timeout) while its request is held for an endpoint, or while a replica works on
+    it: the request leaves the queue, or its request to the replica is closed, then and there, not when an
+    endpoint comes or the answer does; counted as 499 (a miss), never logged as a server error."""
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.router.hold_s = 5.0
+        url = await install_service(box, "llm")
+        create(box, replica("sleeper"))  # on its way (a sleeping standby), never serving: requests are held
+        await until(box, ready_pod(box, "sleeper"), what="the sleeper")
+        door = box.router.doors[("default", "llm")]
+        async with httpx.AsyncClient(timeout=0.3) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                await impatient.post(f"{url}/v1/completions", json={"prompt": "held"})
+        async with asyncio.timeout(1.0):  # well within the 5 s it could be held
+            while door.held or closed_by_client((await http.get(box.router.metrics_url)).text, "llm") < 1:
+                await asyncio.sleep(0.02)
+        assert door.forwarded == 0 and door.abandoned == 1
+
+        serving = replica("r0", asleep=False, model_bytes=0, cold_start_s=0.2)
+        serving["metadata"]["labels"]["infer-ctl.io/role"] = "serving"
+        create(box, serving)
+        await until(box, ready_pod(box, "r0"), what="the serving replica")
+        # 2,000 x the reference tokens at 5 ms: 10 s at the replica, far past the client's 0.3 s
+        async with httpx.AsyncClient(timeout=0.3) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                await impatient.post(f"{url}/v1/completions", json={"max_tokens": 256 * 2000})
+        async with asyncio.timeout(1.0):
+            while door.forwarded or gateway(box, (await http.get(box.router.metrics_url)).text,
+                                            "infer_ctl_gateway_inflight", "llm"):
+                await asyncio.sleep(0.02)
+        metrics = (await http.get(box.router.metrics_url)).text
+        assert closed_by_client(metrics, "llm") == 2 and door.abandoned == 2
+        assert gateway(box, metrics, "infer_ctl_gateway_queue_depth", "llm") == 0
+        answer = await http.post(f"{url}/v1/completions", json={})  # the door still serves
+        assert answer.status_code == 200 and answer.json()["pod"] == "r0"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_the_front_door_holds_a_request_for_a_service_at_zero_until_its_wake_brings_a_replica() -> None:
