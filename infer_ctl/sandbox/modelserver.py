@@ -3,8 +3,10 @@
 It behaves like an inference server where the controller can see it: it listens at once, but answers
 readiness only after a real cold start (a sleep, shorter when the node has the model cached); each request
 takes the accelerator's service time while holding one of `concurrency` slots (more wait in a queue, beyond
-`max-queue` they get 429); `/metrics` has `infer_ctl_requests_total{namespace,service,pod}` and the latency
-histogram `infer_ctl_request_duration_seconds`; SIGTERM drains in-flight requests and exits.
+`max-queue` they get 429; a request whose client closes the connection before its answer is aborted, its slot or
+place freed, and counted with code 499, as vLLM aborts a disconnected client's request); `/metrics` has
+`infer_ctl_requests_total{namespace,service,pod}` and the latency histogram `infer_ctl_request_duration_seconds`;
+SIGTERM drains in-flight requests and exits.
 
 The HTTP/1.1 server is hand-written on asyncio streams (keep-alive, Content-Length bodies) rather than aiohttp:
 the node agent starts one process per Pod and 100 Pods must be ready in seconds on two cores, so the process
@@ -47,7 +49,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -152,16 +155,25 @@ class ModelServer:
     # ------------------------------------------------------------------------------------------ HTTP
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ahead = b""  # the first byte of a next request, read while watching for the client's close
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = ahead + await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, _ = [*lines[0].split(" ", 2), "", ""][:3]
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
                 path, _, query = target.partition("?")
-                status, content_type, payload, extra = await self.route(method, path, parse_qs(query), body)
+                route = self.route(method, path, parse_qs(query), body)
+                if method == "POST" and path.startswith("/v1/"):
+                    answer, ahead = await self._unless_closed(reader, route)
+                    if answer is None:
+                        break
+                    status, content_type, payload, extra = answer
+                else:
+                    status, content_type, payload, extra = await route
+                    ahead = b""
                 keep = headers.get("connection", "").lower() != "close" and not self.draining
                 head_out = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
                 writer.write(f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\nContent-Type: {content_type}\r\n"
@@ -174,6 +186,34 @@ class ModelServer:
             pass
         finally:
             writer.close()
+
+    async def _unless_closed(self, reader: asyncio.StreamReader, request: Coroutine[Any, Any, Answer]
+                             ) -> tuple[Answer | None, bytes]:
+        """A request's answer, unless its client closes the connection first: then the request is aborted (its
+        slot, or its place in the queue, freed, and counted as 499), as vLLM's server aborts the request of a
+        client that disconnected, rather than spent on an answer nobody reads (a front door whose client timed
+        out closes its request here). Returns the answer (None: aborted) and the byte of a next request read
+        meanwhile (b"" if none: clients do not pipeline, but one may)."""
+        work = asyncio.ensure_future(request)
+        watch = asyncio.ensure_future(reader.read(1))
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and watch.done() and (watch.exception() is not None or watch.result() == b""):
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                self.requests.labels(**self.labels, code="499").inc()
+                return None, b""
+            answer = await work
+            if not watch.done():
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+            ahead = watch.result() if watch.done() and not watch.cancelled() and watch.exception() is None else b""
+            return answer, ahead
+        finally:
+            for task in (work, watch):
+                task.cancel()
 
     async def route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Answer:
         if method == "GET" and path == "/metrics":

@@ -124,6 +124,25 @@ async def test_a_sleeping_model_wakes_in_its_weight_bytes_over_the_host_to_devic
         assert level2.status_code == 400 and "level 1 only" in level2.json()["message"]
 
 
+async def test_a_request_whose_client_closes_the_connection_is_aborted_and_frees_its_slot_at_once() -> None:
+    # one slot; 2,000 x the reference tokens at 5 ms: 10 s of work, for a client that waits 0.3 s
+    async with model_server("--concurrency", "1", "--service-time-ms", "5") as url, \
+            httpx.AsyncClient(base_url=url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=0.3) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                await impatient.post("/v1/completions", json={"max_tokens": 256 * 2000})
+        # the next request has the slot at once, not after the 10 s nobody waits for
+        answer, answer_s = await timed(http.post("/v1/completions", json={}))
+        assert answer.status_code == 200 and answer_s < 1.0, answer_s
+        metrics = (await http.get("/metrics")).text
+        codes = {line.split('code="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith("infer_ctl_requests_total{")}
+        assert codes.get("499") == 1 and codes.get("200") == 1, codes
+        assert sample(metrics, "infer_ctl_queue_depth") == 0
+        # keep-alive still works for a client that stays: two on one connection
+        assert [(await http.post("/v1/completions", json={})).status_code for _ in range(2)] == [200, 200]
+
+
 async def test_a_request_to_a_sleeping_model_is_refused_at_once_and_one_during_a_wake_is_held_until_it_ends() -> None:
     # 1 GB at 1 GB/s: a 1 s wake
     async with model_server("--start-asleep", "--model-bytes", str(GB), "--h2d-gbps", "1",
