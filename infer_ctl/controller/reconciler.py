@@ -641,12 +641,14 @@ class Reconciler:
             snapshot = await self.view.current()
             devices: dict[str, Device] = {}
             if sleepy:
-                claims, pods, nodes = await self.view.cached(RESOURCE_CLAIMS, PODS, NODES)
+                claims, pods, nodes, services = await self.view.cached(RESOURCE_CLAIMS, PODS, NODES,
+                                                                        INFERENCE_SERVICES)
                 claims = claims + self._unseen_hosts(claims)
                 warm, devices = warm_hosts(svc, self.settings.policies.catalog, snapshot, claims=claims, pods=pods,
                                            nodes=nodes,
                                            host_fraction=self.settings.policies.scaling.host_memory_fraction,
-                                           pool_gpus=self.settings.policies.scaling.warm_pool_gpus)
+                                           pool_gpus=self.settings.policies.scaling.warm_pool_gpus,
+                                           services=services)
                 observation = replace(observation, warm_hosts=warm)
             # The forecast and decision are CPU work (a refit takes up to seconds): off the event loop.
             plan, memory.state = await asyncio.to_thread(

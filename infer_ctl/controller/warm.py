@@ -48,7 +48,7 @@ from infer_ctl.core.quantity import parse_bytes
 from infer_ctl.engine.cycle import LentReplica, WarmDevice, WarmHosts, makes_warm_hosts
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import replica_request, warm_host_name
-from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES
+from infer_ctl.kube.labels import ANNOTATION_HOST_MEMORY_BYTES, ANNOTATION_MODEL_BYTES, LABEL_SERVICE
 from infer_ctl.kube.pods import replica_pod
 from infer_ctl.place.claims import pinned_claim
 from infer_ctl.place.framework import Placement
@@ -90,10 +90,10 @@ def pod_gone(pod: Mapping[str, Any]) -> bool:
 def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot: Snapshot, *,
                claims: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
                nodes: Sequence[Mapping[str, Any]], host_fraction: float,
-               pool_gpus: int = 0) -> tuple[WarmHosts, dict[str, Device]]:
+               pool_gpus: int = 0, services: Sequence[Mapping[str, Any]] = ()) -> tuple[WarmHosts, dict[str, Device]]:
     """The warm hosts (and free GPUs) `svc`'s sleepers could use, and the device of each by claim name (for the
-    claim of a new one). `claims`, `pods`, `nodes`: the caches (any namespace); `pool_gpus`: the warm pool's size
-    (`warmPoolGPUs`)."""
+    claim of a new one). `claims`, `pods`, `nodes`, `services` (InferenceServices: the lenders' bounds on their
+    yields, `yield_bounds`): the caches (any namespace); `pool_gpus`: the warm pool's size (`warmPoolGPUs`)."""
     ns, spec = svc.meta.namespace, svc.spec
     by_id = {d.id: d for d in snapshot.inventory.devices}
     products = {a.name for a in candidate_products(spec, catalog)}
@@ -143,8 +143,24 @@ def warm_hosts(svc: api.InferenceService, catalog: AcceleratorCatalog, snapshot:
     wanted = {d.node for d in devices}
     budgets = {str(n["metadata"]["name"]): node_host_budget(n, host_fraction) for n in nodes
                if (n.get("metadata") or {}).get("name") in wanted}
+    room = {name: max(0, bound - usage.yielded_by.get(name, 0)) for name, bound in yield_bounds(ns, services).items()}
     return WarmHosts(tuple(devices), budgets, {n: usage.used.get(n, 0) for n in budgets}, pool_gpus=pool_gpus,
-                     idle_elsewhere=elsewhere), candidates
+                     idle_elsewhere=elsewhere, yield_room=room), candidates
+
+
+def yield_bounds(namespace: str, services: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The services of `namespace` that yield to sleepers and bound it (`spec.scaling.prewarm.maxYielded`), by
+    name: the most of their replicas asleep at once because they yielded. (The CRD's schema has checked the
+    field: a whole number, with yieldToSleepers true.)"""
+    out: dict[str, int] = {}
+    for body in services:
+        meta = body.get("metadata") or {}
+        prewarm = (((body.get("spec") or {}).get("scaling") or {}).get("prewarm") or {})
+        bound = prewarm.get("maxYielded")
+        if meta.get("namespace") == namespace and prewarm.get("yieldToSleepers") is True and \
+                isinstance(bound, int) and not isinstance(bound, bool) and bound >= 0:
+            out[str(meta.get("name", ""))] = bound
+    return out
 
 
 @dataclass
@@ -154,6 +170,7 @@ class _Usage:
     lent: dict[str, list[LentReplica]] = field(default_factory=lambda: defaultdict(list))  # per warm host
     sleepers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
     yielded: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per warm host
+    yielded_by: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # the same, per lending service
     # warm hosts with a replica that takes less than the whole device awake (a `Shared` service's): not the
     # warm pool's
     shared: set[str] = field(default_factory=set)
@@ -182,6 +199,8 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
             if local:
                 out.sleepers[host] += 1
                 out.yielded[host] += bool(annotations.get(ANNOTATION_YIELDED_AT))
+                if annotations.get(ANNOTATION_YIELDED_AT):
+                    out.yielded_by[str((meta.get("labels") or {}).get(LABEL_SERVICE, ""))] += 1
         elif local:
             device_bytes = _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations, ANNOTATION_MODEL_BYTES)
             out.awake[host] += device_bytes
@@ -190,7 +209,8 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
             if annotations.get(ANNOTATION_YIELDS) == "true" and replica_pod(pod).state in (
                     api.ReplicaState.SERVING, api.ReplicaState.STANDBY):
                 out.lent[host].append(LentReplica(str(meta.get("name", "")), device_bytes,
-                                                  _bytes(annotations, ANNOTATION_MODEL_BYTES)))
+                                                  _bytes(annotations, ANNOTATION_MODEL_BYTES),
+                                                  str((meta.get("labels") or {}).get(LABEL_SERVICE, ""))))
     return out
 
 

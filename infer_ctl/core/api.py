@@ -196,6 +196,8 @@ class PrewarmSpec:
     # (yield the GPU) when one of those wakes; it waits for that GPU (taking no free one meanwhile) and wakes them
     # again once it is free
     yield_to_sleepers: bool = False
+    # of a service that yields: the most of its replicas asleep at once because they yielded their GPU (None: all)
+    max_yielded: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,7 +421,10 @@ SCALING_SCHEMA = Prop(
             "quantile": Prop("number", "Upper quantile of the forecast to provision for. Default from the preset.",
                              minimum=0.5, maximum=0.999),
         }),
-        "prewarm": Prop("object", "Starting replicas before the traffic needs them.", properties={
+        "prewarm": Prop("object", "Starting replicas before the traffic needs them.", rules=(
+            Rule("!has(self.maxYielded) || (has(self.yieldToSleepers) && self.yieldToSleepers)",
+                 "maxYielded needs yieldToSleepers: true"),
+        ), properties={
             "lead": _auto_or_duration("How far ahead to provision: auto (the measured cold-start p90 plus one "
                                       "control period) or a duration such as 5m."),
             "standbyReplicas": _replicas("Warm replicas kept loaded but out of traffic, ready to take a burst at "
@@ -447,6 +452,12 @@ SCALING_SCHEMA = Prop(
                                     "while (batch, offline, lower priority). One whole GPU per replica "
                                     "(accelerator.count 1, sharing Exclusive).",
                                     default=False),
+            "maxYielded": _replicas("For a service that yields to sleepers: the most of its replicas asleep at "
+                                    "once because they yielded their GPU to another service's wake, as a "
+                                    "PodDisruptionBudget's maxUnavailable bounds evictions: a wake that would put "
+                                    "one more to sleep takes another lent GPU, or is refused and a replica is "
+                                    "started instead. Unset: every replica may yield. Needs yieldToSleepers: "
+                                    "true."),
         }),
         "scaleToZero": Prop("object", "Removing every replica when idle, and waking on the first request.",
                             properties={

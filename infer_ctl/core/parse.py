@@ -365,6 +365,11 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         r.error(f"{p}.prewarm.yieldToSleepers", f"must be a boolean, got {type(lends).__name__} {lends!r}",
                 "FieldValueTypeInvalid")
         lends = False
+    max_yielded = r.read(w, schema["prewarm"], "maxYielded", f"{p}.prewarm")
+    if max_yielded is not None and not lends:
+        r.error(f"{p}.prewarm.maxYielded", f"bounds the replicas a service that yields to sleepers puts to sleep "
+                f"for other services' wakes: needs prewarm.yieldToSleepers: true, got maxYielded {max_yielded} "
+                "without it", "FieldValueInvalid")
 
     z = r.sub(s, schema, "scaleToZero", p)
     stz = api.ScaleToZeroSpec(
@@ -385,7 +390,7 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
         prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache,
                                 sleep=sleep, sleeping_replicas=sleeping or 0,
-                                yield_to_sleepers=lends), scale_to_zero=stz,
+                                yield_to_sleepers=lends, max_yielded=max_yielded), scale_to_zero=stz,
         scale_down_stabilization_s=None if stabilization is None else float(stabilization),
     )
 

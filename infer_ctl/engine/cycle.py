@@ -152,6 +152,7 @@ class LentReplica:
     name: str
     device_bytes: int  # the device memory it holds awake (counted in its device's `awake_bytes`)
     weight_bytes: int  # the host memory it takes asleep
+    lender: str = ""  # the service it belongs to (its key in `WarmHosts.yield_room`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,9 @@ class WarmHosts:
     # namespace that `devices` leaves out (a device this service's model cannot use)
     pool_gpus: int = 0
     idle_elsewhere: int = 0
+    # per lending service that bounds its yields (`prewarm.maxYielded`): how many more of its replicas may yield
+    # now (its bound less those asleep because they yielded); a lender absent here may yield all of its replicas
+    yield_room: Mapping[str, int] = field(default_factory=dict)
 
     def pool(self) -> tuple[int, frozenset[str]]:
         """The warm pool now: new hosts it may still have made, and its idle hosts beyond its size (`surplus`: all
@@ -553,6 +557,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
     displace = tuple(ledger.displaced) if ledger is not None else ()
     message = _warm_notes(message, output, spec, policy, (serving, standby, sleeping), fallback, displace,
                           len(held_back), observation.node_cache_off if policy.node_cache else "")
+    message += _bound_note(ledger, actions.create_serving)
     message = _lending_notes(message, give_back, output.decision.here, stranded)
     if aim.note and aim.since_s == now_s:
         message = f"{message}; {aim.note}"
@@ -589,6 +594,15 @@ def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSp
         message = (f"{message}; {held_back} replica(s) asleep, their GPU yielded to another service's sleeper "
                    "(counted, not made up elsewhere, until it is given back)")
     return message
+
+
+def _bound_note(ledger: _WarmLedger | None, created: int) -> str:
+    """What the decision's message adds when lenders' bounds on their yields (`maxYielded`) kept wakes from
+    happening ("" when none did)."""
+    if ledger is None or not ledger.bounded:
+        return ""
+    return (f"; no wake on the GPUs of {', '.join(sorted(ledger.bounded))}: as many of its replicas asleep for other "
+            "services as it allows (maxYielded)" + (f"; {created} new replica(s) instead" if created else ""))
 
 
 def _yielded(replicas: Sequence[ObservedReplica], ledger: _WarmLedger | None, now_s: float,
@@ -989,6 +1003,10 @@ class _WarmLedger:
         self.lent = {c: [x for x in d.lent if x.name not in own] for c, d in self.devices.items()
                      if not self.lends and d.lent}
         self.lent_bytes = {c: sum(x.device_bytes for x in lent) for c, lent in self.lent.items()}
+        # how many more replicas each lender that bounds its yields may put to sleep (`WarmHosts.yield_room`), and
+        # the lenders whose bound kept a wake from happening (named in the decision's message)
+        self.yield_room = dict(warm.yield_room)
+        self.bounded: set[str] = set()
         # devices another service lends (or yielded and waits to get back): this service's sleepers there wake
         # only for load already here, so they are its burst pool's room, never the forecast's
         # and every warm host, for a service whose replica takes a GPU whole (it makes no warm host of its own):
@@ -1034,21 +1052,32 @@ class _WarmLedger:
         """Take the device memory of the sleeper's wake, putting lent replicas on its device to sleep when that is
         what frees it (each takes its weights' host memory on the node); False, and nothing taken, when even
         that would not, or when the device is lent (another service's replica awake there, or asleep waiting for
-        it) and the decision is not on load already here."""
+        it) and the decision is not on load already here, or when the lenders there have as many replicas asleep
+        for others as they allow (`maxYielded`: `bounded` then names them)."""
         device = self.devices.get(self.host_of.get(name, ""))
         if device is None or (device.claim in self.lent_devices and not self.may_displace):
             return False
         need, free = self.need(device), self.device_free[device.claim]
         lent = self.lent.get(device.claim, []) if self.may_displace else []
         taken: list[LentReplica] = []
+        room = dict(self.yield_room)
+        bound: set[str] = set()
         for x in lent:
             if free >= need:
                 break
+            if x.lender in room:  # a lender whose yields are bounded (`maxYielded`), and at its bound: kept awake
+                if room[x.lender] <= 0:
+                    bound.add(x.lender)
+                    continue
+                room[x.lender] -= 1
             taken.append(x)
             free += x.device_bytes
         host = sum(x.weight_bytes for x in taken)
         if free < need or (taken and self.host_free.get(device.node, 0) < host):
+            if free < need:
+                self.bounded |= bound
             return False
+        self.yield_room = room
         for x in taken:
             lent.remove(x)
             self.displaced.append(x.name)

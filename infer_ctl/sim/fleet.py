@@ -814,6 +814,8 @@ class _FleetSim:
         self.warm = WarmHosts(book, c.spec.host_memory_bytes, physics, c.device_bytes)
         self.warm.lenders = {run.index for run in runs if lends(run)}
         self.warm.service_names = {run.index: run.spec_name for run in runs}
+        self.warm.max_yielded = {run.index: bound for run in runs
+                                 if lends(run) and (bound := run.spec.scaling.prewarm.max_yielded) is not None}
         self.warm.ready = lambda key: (r := self.runs[key[0]].replicas.replicas.get(key[1])) is not None \
             and r.state in (ReplicaState.SERVING, ReplicaState.STANDBY)
 

@@ -25,6 +25,7 @@ room first, a new host on the node with the most free GPUs).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -129,6 +130,8 @@ class WarmHosts:
         self.ready: Callable[[Key], bool] = lambda _key: True
         self.service_names: dict[int, str] = {}
         self.yielded: dict[Key, float] = {}
+        # the lenders that bound their yields (`prewarm.maxYielded`), by service index
+        self.max_yielded: dict[int, int] = {}
 
     # -- what infer-ctl is told (the controller's `infer_ctl.controller.warm.warm_hosts`)
 
@@ -140,7 +143,8 @@ class WarmHosts:
         names = self._node_names()
         hosts = [h for h in self.hosts.values() if h.gpus == 1 and h.memory_bytes >= model_bytes]
         devices = [WarmDevice(h.name, names[h.node], product, h.memory_bytes, True, h.awake_bytes,
-                              lent=tuple(LentReplica(self.lent_name(k), h.need[k], h.members[k])
+                              lent=tuple(LentReplica(self.lent_name(k), h.need[k], h.members[k],
+                                                     self.service_names.get(k[0], str(k[0])))
                                          for k in sorted(h.awake) if k[0] in self.lenders and self.ready(k)),
                               sleepers=len(h.members) - len(h.awake),
                               yielded=sum(k in self.yielded for k in h.members),
@@ -159,7 +163,13 @@ class WarmHosts:
                     devices.append(WarmDevice(name, names[node], product, self.device_memory, False))
         return ObservedWarmHosts(tuple(devices), {names[n]: self.budget for n in sorted(nodes)},
                                  {names[n]: self.used[n] for n in sorted(nodes)},
-                                 pool_gpus=self.physics.pool_gpus)
+                                 pool_gpus=self.physics.pool_gpus, yield_room=self.yield_room())
+
+    def yield_room(self) -> dict[str, int]:
+        """Per lender that bounds its yields, by name: how many more of its replicas may yield now (its bound less
+        its replicas asleep because they yielded), as the controller counts them (`controller.warm.warm_hosts`)."""
+        asleep = Counter(k[0] for k in self.yielded)
+        return {self.service_names.get(i, str(i)): max(0, bound - asleep[i]) for i, bound in self.max_yielded.items()}
 
     def lent_name(self, key: Key) -> str:
         """A lent replica's name as other services' cycles see it (`LentReplica.name`, `CyclePlan.displace`)."""

@@ -12,17 +12,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infer_ctl.actuate.manifests import Role, replica_pod, sleeper_annotations, warm_host_labels
+from infer_ctl.actuate.manifests import (
+    ANNOTATION_ASLEEP,
+    ANNOTATION_WARM_HOST,
+    ANNOTATION_YIELDED_AT,
+    Role,
+    replica_pod,
+    sleeper_annotations,
+    warm_host_labels,
+)
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.controller.snapshot import Snapshot
-from infer_ctl.controller.warm import free_gpus, warm_hosts
+from infer_ctl.controller.warm import free_gpus, warm_hosts, yield_bounds
 from infer_ctl.core import api
 from infer_ctl.engine.gangs import GangReservation
 from infer_ctl.engine.placement import GPU_TOLERATIONS
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient, Resource
 from infer_ctl.kube.gangs import GangDemand
 from infer_ctl.kube.inferenceservice import check_spec
+from infer_ctl.kube.labels import ANNOTATION_MODEL_BYTES, LABEL_SERVICE
 from infer_ctl.place.frag import observed_mix
 from infer_ctl.place.inventory import Inventory
 from infer_ctl.place.request import Request, Sharing
@@ -123,6 +132,38 @@ def test_an_exclusive_service_is_offered_no_free_gpu_only_the_warm_hosts_that_ex
     hosts, devices = warm_hosts(parsed(sleepy()), load_policies(ROOT / "policies").catalog, snapshot, claims=[],
                                 pods=[], nodes=nodes, host_fraction=0.5)
     assert hosts.devices == () and devices == {}
+
+
+def test_a_lender_s_room_to_yield_is_its_bound_less_its_replicas_asleep_because_they_yielded() -> None:
+    def lender(name: str, namespace: str = "default", **prewarm: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace},
+                "spec": {"scaling": {"prewarm": {"yieldToSleepers": True, **prewarm}}}}
+
+    services = [lender("batch", maxYielded=2), lender("offline"),  # no bound: absent, may yield all
+                lender("batch", "other", maxYielded=1),  # another namespace's
+                {"metadata": {"name": "chat", "namespace": "default"},
+                 "spec": {"scaling": {"prewarm": {"maxYielded": 3}}}}]  # not a lender (the schema refuses it)
+    assert yield_bounds("default", services) == {"batch": 2}
+
+    def replica(name: str, service: str, host: str, **annotations: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "default", "labels": {LABEL_SERVICE: service},
+                             "annotations": {ANNOTATION_WARM_HOST: host, ANNOTATION_MODEL_BYTES: str(16 * 2**30),
+                                             **annotations}}}
+
+    yielded_at = {ANNOTATION_ASLEEP: "true", ANNOTATION_YIELDED_AT: "2026-12-07T00:00:00Z"}
+    pods = [replica("batch-r0", "batch", "warm-a", **yielded_at), replica("batch-r1", "batch", "warm-b"),
+            replica("offline-r0", "offline", "warm-c", **yielded_at),
+            replica("chat-r0", "chat", "warm-a"), replica("chat-r1", "chat", "warm-b", **{ANNOTATION_ASLEEP: "true"})]
+    inventory = h100_cluster({"a": 4})
+    state = ClusterState.from_inventory(inventory)
+    snapshot = Snapshot(0.0, inventory, state, observed_mix(inventory), np.arange(1, dtype=np.int64), {}, ())
+    hosts, _ = warm_hosts(parsed(sleepy()), load_policies(ROOT / "policies").catalog, snapshot, claims=[],
+                          pods=pods, nodes=[], host_fraction=0.5, services=services)
+    assert hosts.yield_room == {"batch": 1}  # 2 allowed, 1 asleep for another service
+    hosts, _ = warm_hosts(parsed(sleepy()), load_policies(ROOT / "policies").catalog, snapshot, claims=[],
+                          pods=[*pods, replica("batch-r2", "batch", "warm-d", **yielded_at)], nodes=[],
+                          host_fraction=0.5, services=services)
+    assert hosts.yield_room == {"batch": 0}
 
 
 # ------------------------------------------------------------------------------------------------ collection
@@ -227,3 +268,4 @@ async def test_a_controller_with_no_service_left_collects_the_idle_warm_hosts_of
         await asyncio.to_thread(wait_for, "the idle warm host to be collected",
                                 lambda: not live(cluster.kube, "warm-d", "default"), 30)
     assert live(cluster.kube, "warm-x", "elsewhere")  # not a namespace it manages
+

@@ -15,6 +15,7 @@ and host memory ledgers, the controller's cycles in real time; on the emulator a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,56 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
     assert took < COLD_START_S, f"{took:.1f} s from the burst to chat's sleepers serving:\n{chat_table}"
     print(f"\nfrom chat's burst to its 2 sleepers serving on GPUs batch yielded: {took:.1f} s "
           f"(cold start {COLD_START_S:g} s)")
+
+
+@pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)
+async def test_a_lender_that_bounds_its_yields_keeps_the_rest_of_its_replicas_serving_through_a_burst(
+        cluster: Cluster) -> None:
+    """batch lets one of its two replicas yield at a time (`maxYielded: 1`): chat's burst wakes one sleeper on a
+    lent GPU and batch keeps serving on the other; chat's decision says why it woke no more (the replica it wants
+    instead waits for a GPU: the node's three are taken)."""
+    batch = service("batch", "16Gi", minReplicas=2, maxReplicas=2, prewarm={"yieldToSleepers": True,
+                                                                               "maxYielded": 1})
+    chat = service("chat", "20Gi", minReplicas=1, maxReplicas=3, prewarm={"sleep": True, "sleepingReplicas": 2},
+                   scaleDownStabilizationSeconds=600)
+    chat["spec"]["slo"] = {"latencyP95Ms": 300}
+    kube, reconciler = setup(cluster, batch, chat)
+    chat_url, batch_url = front_door(kube, "chat"), front_door(kube, "batch")
+    trickle = loadgen(batch_url, "4@900s")
+    most_yielded = [0]
+
+    def yielded() -> set[str]:
+        names = {p["metadata"]["name"] for p in pods(kube, "batch")
+                 if (p["metadata"].get("annotations") or {}).get(ANNOTATION_YIELDED_AT)}
+        most_yielded[0] = max(most_yielded[0], len(names))
+        return names
+
+    try:
+        with Cycles(kube, reconciler, ("batch", "chat")) as cycles:
+            lent = await cycles.until("batch's 2 replicas serving", lambda: (s := serving(kube, "batch"))
+                                      and len(s) == 2 and s, 3 * COLD_START_S + 30, "batch")
+            sleepers = await cycles.until("chat's 2 sleepers", lambda: (s := asleep(kube, "chat")) and len(s) == 2
+                                          and s, 3 * COLD_START_S + 30, "chat")
+            burst = loadgen(chat_url, "28@60s")  # 3 replicas' worth
+            try:
+                await cycles.until("the burst at the front door",
+                                   lambda: at_the_door(cluster.sandbox.router.metrics_url, "chat") >= 3, 30, "chat")
+                woken = await cycles.until("one of chat's sleepers serving", lambda: (
+                    w := sleepers & serving(kube, "chat")) and yielded() and w, 30, "chat")
+                # the third replica chat wants finds no GPU: batch still serves on the other
+                for _ in range(10):  # a while into the burst, as the cycles go on
+                    assert len(yielded()) == 1 and len(serving(kube, "batch")) == 1, cycles.table("batch")
+                    await asyncio.sleep(1.0)
+                assert len(woken) == 1 and len(serving(kube, "chat")) == 2, cycles.table("chat")
+                assert serving(kube, "batch") < lent
+            finally:
+                stop(burst)
+    finally:
+        stop(trickle)
+        await reconciler.close()
+    chat_table = cycles.table("chat")
+    assert most_yielded[0] == 1, chat_table
+    assert any("no wake on the GPUs of batch: as many of its replicas asleep for other services as it allows "
+               "(maxYielded)" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
+    notes = [e for e in kube.list(EVENTS, "default") if e.get("reason") == "Yielded"]
+    assert len(notes) == 1, notes

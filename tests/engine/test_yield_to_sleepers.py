@@ -40,9 +40,9 @@ BATCH_WEIGHTS = 16 * GIB
 
 
 def lent(claim: str, replica: str, node: str = "h100-0", *, sleepers: int = 0, yielded: int = 0) -> WarmDevice:
-    """A warm host whose whole device a yielding service's replica holds awake."""
+    """A warm host whose whole device a yielding service's replica (of `batch`) holds awake."""
     return WarmDevice(claim, node, "H100-80GB", GPU, awake_bytes=GPU,
-                      lent=(LentReplica(replica, GPU, BATCH_WEIGHTS),), sleepers=sleepers, yielded=yielded)
+                      lent=(LentReplica(replica, GPU, BATCH_WEIGHTS, "batch"),), sleepers=sleepers, yielded=yielded)
 
 
 def borrower(**fields: object) -> api.InferenceService:
@@ -109,6 +109,26 @@ def test_a_burst_clipped_to_max_replicas_still_displaces() -> None:
     p = plan(obs, held_warm(2))
     assert p.output.decision.reason == "AtMaxReplicas" and p.output.decision.urgent
     assert p.displace == ("batch-r0",) and p.actions.wake == ("llm-r1",), p.message
+
+
+@pytest.mark.parametrize("room", [0, 1])
+def test_a_burst_puts_no_more_of_a_lenders_replicas_to_sleep_than_its_bound_allows(room: int) -> None:
+    # batch bounds its yields (`maxYielded`), `room` more of them now: a wake beyond it is refused, and the burst
+    # gets a new replica instead
+    obs = replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), asleep("llm-r2", "warm-b"),
+                          rate=28.0),
+                  warm_hosts=replace(hosts(lent("warm-a", "batch-r0", sleepers=1), lent("warm-b", "batch-r1",
+                                                                                          sleepers=1)),
+                                     yield_room={"batch": room}))
+    p = plan(obs, held_warm(3))
+    assert len(p.displace) == room and len(p.actions.wake) == room, p.message
+    assert p.actions.create_serving == 2 - room, p.message
+    assert (f"no wake on the GPUs of batch: as many of its replicas asleep for other services as it allows "
+            f"(maxYielded); {2 - room} new replica(s) instead") in p.message
+    # a lender with no bound yields both
+    free = plan(replace(obs, warm_hosts=replace(obs.warm_hosts, yield_room={"other": 0})), held_warm(3))
+    assert sorted(free.displace) == ["batch-r0", "batch-r1"] and free.actions.create_serving == 0, free.message
+    assert "maxYielded" not in free.message
 
 
 def test_a_sleeper_on_a_free_device_wakes_before_one_that_would_displace() -> None:
@@ -265,10 +285,10 @@ def test_sleepers_left_alone_on_a_gpu_whose_lender_went_are_removed_first_and_th
 @settings(max_examples=200, deadline=None)
 @given(lenders=st.lists(st.tuples(st.sampled_from([0, 0, 1, 2, 3]), st.booleans()), min_size=1, max_size=5),
        sleepers=st.integers(1, 5), rate=st.floats(0.0, 80.0), budget_gib=st.integers(0, 200),
-       used_gib=st.integers(0, 40), lends=st.booleans())
+       used_gib=st.integers(0, 40), lends=st.booleans(), room=st.none() | st.integers(0, 3))
 def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
         *, lenders: list[tuple[int, bool]], sleepers: int, rate: float, budget_gib: int, used_gib: int,
-        lends: bool) -> None:
+        lends: bool, room: int | None) -> None:
     # device i: held by a lent replica (awake) or by another awake model, or free, or borrowed (llm awake there,
     # the lender asleep waiting for it); each may hold a sleeper of llm
     devices, replicas = [], [ready("llm-r0")]
@@ -288,6 +308,8 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
             sleepers -= 1
     svc = exclusive(spec__scaling__prewarm={"yieldToSleepers": lends, "sleepingReplicas": 2})
     warm = hosts(*devices, budget=budget_gib * GIB, used=used_gib * GIB)
+    if room is not None:  # batch bounds its yields (`maxYielded`): `room` more now
+        warm = replace(warm, yield_room={"batch": room})
     p = plan(replace(observe(svc, *replicas, rate=rate), warm_hosts=warm), held_warm(2))
     by_claim = {d.claim: d for d in devices}
     host_of = {r.name: r.warm_host for r in replicas}
@@ -296,6 +318,7 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
     displaced = set(p.displace)
     lent_names = {x.name for d in devices for x in d.lent}
     assert displaced <= lent_names
+    assert room is None or len(displaced) <= room, p.message
     for claim, d in by_claim.items():
         wakes = sum(host_of.get(n) == claim for n in p.actions.wake)
         lent_left = sum(x.device_bytes for x in d.lent if x.name not in displaced)
@@ -311,6 +334,20 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
     if p.actions.sleep:
         assert not p.output.decision.urgent
         assert serving_after >= min(p.output.decision.here, sum(r.state is S.SERVING for r in replicas)), p.message
+
+
+def test_max_yielded_needs_yield_to_sleepers_and_a_whole_number() -> None:
+    bounded = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm", {"yieldToSleepers": True,
+                                                                              "maxYielded": 2}).build()
+    assert parse_inference_service(bounded).spec.scaling.prewarm.max_yielded == 2
+    assert lender().spec.scaling.prewarm.max_yielded is None  # unset: every replica may yield
+    for prewarm, problem in (({"maxYielded": 2}, "needs prewarm.yieldToSleepers: true"),
+                             ({"yieldToSleepers": True, "maxYielded": -1}, "must be greater than or equal to 0"),
+                             ({"yieldToSleepers": True, "maxYielded": "all"}, "integer")):
+        doc = InferenceServiceBuilder("batch").with_("spec.scaling.prewarm", prewarm).build()
+        with pytest.raises(SpecError, match=r"spec\.scaling\.prewarm\.maxYielded") as caught:
+            parse_inference_service(doc)
+        assert problem in str(caught.value), str(caught.value)
 
 
 @pytest.mark.parametrize(("field", "value", "problem"), [

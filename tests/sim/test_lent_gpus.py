@@ -34,7 +34,7 @@ def service(name: str, arrivals: np.ndarray, seed: int, bounds: tuple[int, int],
     return FleetService(name, arrivals, with_prewarm(settings, **prewarm), seed)
 
 
-def run_lending() -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
+def run_lending(**lender: Any) -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
     ticks = 720  # an hour
     rng = np.random.default_rng(7)
     # batch: steady, 2 replicas' worth; chat: quiet (one replica), a burst of 3 replicas' worth at 20-25 min
@@ -42,7 +42,7 @@ def run_lending() -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
     rate = np.full(ticks, 3.0)
     rate[240:300] = 22.0
     chat = rng.poisson(rate * TICK).astype(np.float64)
-    services = [service("batch", batch, 1, (2, 2), yieldToSleepers=True),
+    services = [service("batch", batch, 1, (2, 2), yieldToSleepers=True, **lender),
                 service("chat", chat, 2, (1, 4), sleepingReplicas=2)]
     policies = [build_policy("infer-ctl", services[0].settings, batch, TICK),
                 build_policy("infer-ctl+tiers", services[1].settings, chat, TICK)]
@@ -81,6 +81,18 @@ def test_a_burst_wakes_sleepers_on_gpus_a_lending_service_serves_on_and_it_gets_
     # every GPU held is charged, and none twice
     assert np.all(result.gpus_held <= 6)
     assert result.gpu_hours == pytest.approx(result.gpus_held.sum() * TICK / 3600.0)
+
+
+def test_a_lender_that_bounds_its_yields_never_has_more_of_its_replicas_asleep_for_others() -> None:
+    # batch (2 replicas) lets one yield at a time (`maxYielded: 1`): chat's burst wakes one sleeper on a lent GPU
+    # and starts a replica for the rest
+    _, cycles = run_lending(maxYielded=1)
+    batch, chat = cycles["batch"], cycles["chat"]
+    assert any(p.displace for _, p in chat) and all(len(p.displace) <= 1 for _, p in chat)
+    assert max(sum(r.yielded_s is not None for r in o.replicas) for o, _ in batch) == 1
+    # the unbounded lender of the test above had both asleep at once
+    _, unbounded = run_lending()
+    assert max(sum(r.yielded_s is not None for r in o.replicas) for o, _ in unbounded["batch"]) == 2
 
 
 @st.composite
