@@ -2,7 +2,8 @@
 
     .venv/bin/python -m infer_ctl.sim.bench_fleet [--services 24] [--hours 6] [--recipe-seed 0] [--nodes auto]
         [--gpus-per-node 8] [--headroom 1.25] [--policies all] [--presets balanced] [--per-service]
-        [--lenders 0 --lender-replicas 4 --pool 0] [--warm-pool 0] [--shared-gib 0] [--overloads]
+        [--lenders 0 --lender-replicas 4 --lender-max-yielded N --pool 0] [--warm-pool 0] [--shared-gib 0]
+        [--overloads]
         [--placement controller|scheduler]
 
 The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
@@ -36,7 +37,9 @@ one whole GPU at a steady 80 % of their capacity (Poisson), and `spec.scaling.pr
 infer-ctl their replicas run on warm hosts and yield them to other services' wakes (`infer_ctl.sim.fleet`, as the
 controller runs them); the peers run them as any service. `--pool K` gives every one-GPU service of the recipe a
 sleeping pool of K (`spec.scaling.prewarm.sleepingReplicas`; its replicas take a GPU whole, so its sleepers wait
-only on lent GPUs). The table then adds a line per policy for the lenders and for the others.
+only on lent GPUs); `--lender-max-yielded M` lets at most M of each lender's replicas be asleep at once for
+other services' wakes (`spec.scaling.prewarm.maxYielded`). The table then adds a line per policy for the lenders
+and for the others.
 
 Memory shares (`--shared-gib G`): the recipe's one-GPU services run `Shared`, each replica a memory share of G GiB
 of an H100-80GB (79.6 GiB in the catalog; 24 packs three on a device), for every policy; a device held for shares
@@ -108,6 +111,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "capacity by the length of the overload they arrived in")
     ap.add_argument("--lenders", type=int, default=0, help="batch services that lend their GPUs (yieldToSleepers)")
     ap.add_argument("--lender-replicas", type=int, default=4, help="each lender's replicas")
+    ap.add_argument("--lender-max-yielded", type=int, default=None,
+                    help="each lender's maxYielded: the most of its replicas asleep at once for other services' "
+                         "wakes (unset: all)")
     ap.add_argument("--pool", type=int, default=0, help="sleepingReplicas of every one-GPU service of the recipe")
     ap.add_argument("--shared-gib", type=float, default=0.0,
                     help="the recipe's one-GPU services run Shared, each replica a memory share of this many GiB "
@@ -121,7 +127,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=jobs_option, default=1,
                     help="worker processes for the policies' runs over the fleet, run at once; the figures are the "
                     "same as with 1, but for the wall times")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.lender_max_yielded is not None and (args.lender_max_yielded < 0 or not args.lenders):
+        ap.error(f"argument --lender-max-yielded: a whole number >= 0 for the lenders (--lenders N), got "
+                 f"{args.lender_max_yielded} with --lenders {args.lenders}")
+    return args
 
 
 def auto_nodes(demand_peak_gpus: float, gpus_per_node: int, headroom: float) -> int:
@@ -158,14 +168,17 @@ def group_table(results: Sequence[FleetResult], lenders: frozenset[str]) -> list
 
 
 def lender_services(n: int, replicas: int, horizon_s: float, tick_s: float, *, seed: int,
-                    settings: Callable[[str, ServiceModel], ScenarioSettings]) -> tuple[FleetService, ...]:
+                    settings: Callable[[str, ServiceModel], ScenarioSettings],
+                    max_yielded: int | None = None) -> tuple[FleetService, ...]:
     """`n` batch services of `replicas` one-GPU replicas (their bounds) at 80 % of their capacity, steady
-    (Poisson), that yield their GPUs to other services' sleepers."""
+    (Poisson), that yield their GPUs to other services' sleepers (at most `max_yielded` of them asleep at once
+    for others, `maxYielded`; None: all)."""
     out = []
     ticks = round(horizon_s / tick_s)
+    bound = {} if max_yielded is None else {"maxYielded": max_yielded}
     for i in range(n):
         model = ServiceModel(min_replicas=replicas, max_replicas=replicas)
-        lender = with_prewarm(settings(f"batch-{i:02d}", model), yieldToSleepers=True)
+        lender = with_prewarm(settings(f"batch-{i:02d}", model), yieldToSleepers=True, **bound)
         rate = 0.8 * replicas * model.target_rps_per_replica
         arrivals = np.random.default_rng([seed, 1000 + i]).poisson(np.full(ticks, rate * tick_s)).astype(np.float64)
         out.append(FleetService(f"batch-{i:02d}", arrivals, lender, 10_000 * (seed + 1) + i))
@@ -306,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet = with_pool(build_fleet(recipe, azure, bank, horizon_s=horizon_s, tick_s=args.tick_s,
                                       settings=settings), args.pool)
         return fleet + lender_services(args.lenders, args.lender_replicas, horizon_s, args.tick_s,
-                                       seed=args.recipe_seed, settings=settings)
+                                       seed=args.recipe_seed, settings=settings, max_yielded=args.lender_max_yielded)
 
     by_preset = {p: settings_for(p) for p in presets}
     services = by_preset[presets[0]]
@@ -329,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {line.describe()}")
     if args.lenders:
         print(f"  + {args.lenders} batch services of {args.lender_replicas} one-GPU replicas at 80 % of their "
-              f"capacity, lending their GPUs (yieldToSleepers); one-GPU services' sleeping pool: {args.pool}")
+              f"capacity, lending their GPUs (yieldToSleepers"
+              + ("" if args.lender_max_yielded is None else f", at most {args.lender_max_yielded} of each asleep "
+                 "for others at once: maxYielded") + f"); one-GPU services' sleeping pool: {args.pool}")
     print(f"cluster: {cluster.describe()} ({how})")
     print(f"  reference: the oracle's per-service hindsight sizing would hold at most {peak:.0f} GPUs at once "
           f"({float(demand.sum()) * args.tick_s / 3600.0:.1f} GPU-h) with no GPU limit; here it runs on the "

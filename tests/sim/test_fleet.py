@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import Preset, ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
-from infer_ctl.sim.bench_fleet import auto_nodes, main, overloads
+from infer_ctl.sim.bench_fleet import auto_nodes, lender_services, main, overloads
 from infer_ctl.sim.fleet import (
     Allocation,
     ClusterSpec,
@@ -32,7 +32,7 @@ from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Oracle
 from infer_ctl.sim.reference import fleet_oracle_demand
 from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas, with_preset
+from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service, with_preset
 from infer_ctl.sim.trace import Trace
 
 TICK = 5.0
@@ -486,6 +486,21 @@ def test_the_benchmark_adds_lending_batch_services_and_pools_and_prints_each_gro
     table = [line.split() for line in out.splitlines() if line.strip().startswith(("infer-ctl ", "hpa "))
              and line.split()[1] not in ("lenders", "others")]
     assert len(table) == 2 and all(row[4].endswith("/4") for row in table)  # 2 services + 2 lenders
+
+
+def test_the_lenders_bound_on_their_yields_reaches_their_specs_and_is_checked(
+        traces: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    services = lender_services(2, 3, 600.0, 5.0, seed=0, settings=service_settings, max_yielded=1)
+    assert {scenario_service(s.settings).spec.scaling.prewarm.max_yielded for s in services} == {1}
+    assert {scenario_service(s.settings).spec.scaling.prewarm.max_yielded
+            for s in lender_services(1, 3, 600.0, 5.0, seed=0, settings=service_settings)} == {None}
+    assert main([*traces, "--services", "2", "--hours", "1", "--policies", "oracle", "--lenders", "1",
+                 "--lender-replicas", "2", "--lender-max-yielded", "1"]) == 0
+    assert "at most 1 of each asleep for others at once: maxYielded" in capsys.readouterr().out
+    for bad in (["--lender-max-yielded", "-1", "--lenders", "1"], ["--lender-max-yielded", "1"]):
+        with pytest.raises(SystemExit):
+            main([*traces, *bad])
+        assert "argument --lender-max-yielded: a whole number >= 0 for the lenders" in capsys.readouterr().err
 
 
 def test_requests_beyond_capacity_are_counted_by_the_length_of_their_overload() -> None:
