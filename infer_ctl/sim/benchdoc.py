@@ -133,10 +133,15 @@ def _sim_tick_runs(args: argparse.Namespace) -> list[Run]:
 def _lent_gpu_runs(args: argparse.Namespace) -> list[Run]:
     traces = Path(args.traces_dir)
     data = ("--azure", str(traces / "AzureLLMInferenceTrace_code.csv"), "--bank", str(traces / "bank_calls_5min.csv"))
-    return [Run(f"4 lenders of 4 GPUs, sleeping pools of {pool}",
+    runs = [Run(f"4 lenders of 4 GPUs, sleeping pools of {pool}",
                 ("infer_ctl.sim.bench_fleet", *data, "--lenders", "4", "--lender-replicas", "4", "--pool", str(pool),
                  "--policies", "infer-ctl,infer-ctl+tiers,hpa,oracle", "--per-service", *_jobs(args)))
             for pool in (0, 2)]
+    return [*runs, Run("4 lenders of 4 GPUs, at most 1 of each asleep for others at once (maxYielded), sleeping "
+                       "pools of 2",
+                       ("infer_ctl.sim.bench_fleet", *data, "--lenders", "4", "--lender-replicas", "4",
+                        "--lender-max-yielded", "1", "--pool", "2", "--policies", "infer-ctl,infer-ctl+tiers",
+                        "--per-service", *_jobs(args)))]
 
 
 def _warm_pool_runs(args: argparse.Namespace) -> list[Run]:
@@ -257,8 +262,10 @@ SECTIONS: tuple[Section, ...] = (
         "lent-gpus", "Lent GPUs in a fleet: sleepers on the GPUs of services that yield to them",
         "bench_fleet's 24 services plus 4 steady batch services of 4 one-GPU replicas that lend their GPUs "
         "(`yieldToSleepers`), without and with sleeping pools of 2 for the one-GPU services "
-        "(`infer_ctl/sim/bench_fleet.py --lenders`): the lenders' and the others' attainment and GPU-hours (a warm "
-        "host's GPU charged to the services awake on it, else to those whose sleepers wait there).",
+        "(`infer_ctl/sim/bench_fleet.py --lenders`), and with pools of 2 and at most one of each lender's replicas "
+        "asleep for others at once (`maxYielded: 1`, `--lender-max-yielded`): the lenders' and the others' "
+        "attainment and GPU-hours (a warm host's GPU charged to the services awake on it, else to those whose "
+        "sleepers wait there).",
         _lent_gpu_runs),
     Section(
         "warm-pool", "A warm pool in a fleet: whole GPUs held idle for every service's sleepers",
