@@ -198,8 +198,8 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
             out.used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)
             if local:
                 out.sleepers[host] += 1
-                out.yielded[host] += bool(annotations.get(ANNOTATION_YIELDED_AT))
                 if annotations.get(ANNOTATION_YIELDED_AT):
+                    out.yielded[host] += 1
                     out.yielded_by[str((meta.get("labels") or {}).get(LABEL_SERVICE, ""))] += 1
         elif local:
             device_bytes = _bytes(annotations, ANNOTATION_DEVICE_BYTES) or _bytes(annotations, ANNOTATION_MODEL_BYTES)
