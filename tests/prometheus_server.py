@@ -4,21 +4,17 @@ stopped."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from infer_ctl.sandbox.ports import free_port
 from infer_ctl.sandbox.prometheus import LocalPrometheus, find_prometheus
 
+__all__ = ["free_port", "prometheus"]
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import urllib.request
@@ -39,6 +38,7 @@ from typing import Any
 import yaml
 
 from infer_ctl.kube.client import KubeClient, KubeError, Resource
+from infer_ctl.sandbox.ports import free_port
 
 IMAGE_REPOSITORY = "ghcr.io/infer-ctl/infer-ctl"
 CONFIG_MAPS = Resource("v1", "configmaps", "ConfigMap")
@@ -52,11 +52,6 @@ def is_controller_image(image: str) -> bool:
     last = name.rpartition("/")[2]
     return (name.rpartition(":")[0] if ":" in last else name) == IMAGE_REPOSITORY
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def entrypoint() -> list[str]:

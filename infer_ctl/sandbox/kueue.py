@@ -55,9 +55,9 @@ from infer_ctl.sandbox.localcluster import (
     LocalCluster,
     LocalClusterError,
     die_with_parent,
-    free_port,
     kube_binaries,
 )
+from infer_ctl.sandbox.ports import free_port
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -48,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from infer_ctl.sandbox.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +112,6 @@ def kube_binaries(*, build: bool = True) -> Path:
                                 f"{result.returncode}; its output is above)")
     return Path(result.stdout.strip().splitlines()[-1])
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
+
+from infer_ctl.sandbox.ports import free_port
 
 
 class PrometheusError(RuntimeError):
@@ -25,12 +26,6 @@ class PrometheusError(RuntimeError):
 def find_prometheus() -> str | None:
     return shutil.which("prometheus")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LocalPrometheus:
@@ -44,7 +39,7 @@ class LocalPrometheus:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.scrape_interval_s = scrape_interval_s
         self.targets_file = self.workdir / "targets.json"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._targets: tuple[str, ...] | None = None

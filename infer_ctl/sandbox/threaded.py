@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -55,3 +56,15 @@ class LoopThread:
             self._thread.join(timeout=30)
         self.loop.close()
 
+
+
+def wait_started(ready: threading.Event, running: Future[object], what: str, timeout_s: float = 30.0) -> None:
+    """Wait until `ready` is set by the coroutine behind `running`. A coroutine that fails before it is ready
+    raises its own error here, at once, not a timeout that hides it."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.wait(0.1):
+        if running.done():
+            running.result()  # its exception, if it failed
+            raise RuntimeError(f"{what} ended before it was ready")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} was not ready within {timeout_s:g} s")

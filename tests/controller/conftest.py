@@ -39,7 +39,7 @@ from infer_ctl.sandbox.install import install_controller
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
 from infer_ctl.sandbox.runtime import Sandbox, sandbox_in_thread
-from infer_ctl.sandbox.threaded import LoopThread
+from infer_ctl.sandbox.threaded import LoopThread, wait_started
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +221,7 @@ def running_controller(cluster: Cluster, settings: Settings | None = None, *, ku
     operator = OperatorConfig(settings or Settings(cluster.policies),
                               kubeconfig=str(kubeconfig or cluster.controller_kubeconfig()), **config)
     future = asyncio.run_coroutine_threadsafe(run(operator, stop_flag=stop, ready_flag=ready), thread.loop)
-    assert ready.wait(30), "kopf did not start"
+    wait_started(ready, future, "kopf")
     try:
         yield stop
     finally:

@@ -5,7 +5,6 @@ its own /metrics."""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infer_ctl.controller.operator import active_peer
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, KOPF_PEERINGS, PODS, RESOURCE_CLAIMS
+from infer_ctl.sandbox.ports import free_port
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster, running_controller
 from tests.controller.test_operator import wait_for
@@ -28,11 +28,6 @@ from tests.controller.test_warm_hosts import live, warm_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cycles(port: int) -> float:

@@ -8,7 +8,6 @@ import io
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from infer_ctl.sandbox.ports import free_port
 from loadgen.cli import EXIT_ERROR_RATIO, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
 from loadgen.report import SUMMARY_KEYS
 
@@ -42,11 +42,6 @@ def loadgen(*argv: str) -> Result:
     code = main(list(argv), out=out, err=err)
     return Result(code, out.getvalue(), err.getvalue())
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_constant_rate_is_met_within_one_percent_and_the_json_has_the_documented_keys(upstream) -> None:  # type: ignore[no-untyped-def]

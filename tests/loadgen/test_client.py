@@ -4,12 +4,12 @@ run, against real servers on 127.0.0.1; what goes out, what comes back, and how 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
+from infer_ctl.sandbox.ports import free_port
 from loadgen.body import parse_template
 from loadgen.client import TRANSPORTS, ClientConfig, Sender, classify, make_sender
 
@@ -59,11 +59,6 @@ async def raw_server() -> AsyncIterator[Callable[[RawHandler], Awaitable[str]]]:
         s.close()
         await s.wait_closed()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @each_client

@@ -26,7 +26,7 @@ from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import KubeClient, KubeError
 from infer_ctl.sandbox.install import install_controller, manage_namespace
 from infer_ctl.sandbox.localcluster import LocalCluster, copy_logs
-from infer_ctl.sandbox.threaded import LoopThread
+from infer_ctl.sandbox.threaded import LoopThread, wait_started
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -111,7 +111,7 @@ def running_controller(kubeconfig: Path, **config: Any) -> Iterator[threading.Ev
     stop, ready = threading.Event(), threading.Event()
     settings = OperatorConfig(Settings(load_policies(ROOT / "policies")), kubeconfig=str(kubeconfig), **config)
     future = asyncio.run_coroutine_threadsafe(run(settings, stop_flag=stop, ready_flag=ready), thread.loop)
-    assert ready.wait(30), "kopf did not start"
+    wait_started(ready, future, "kopf")
     try:
         yield stop
     finally:

@@ -21,7 +21,7 @@ from infer_ctl.config.policies import load_policies
 from infer_ctl.controller.operator import OperatorConfig, quiet_handler_successes, run
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.sandbox.runtime import sandbox_in_thread
-from infer_ctl.sandbox.threaded import LoopThread
+from infer_ctl.sandbox.threaded import LoopThread, wait_started
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_the_controller_logs_each_decision_once_and_no_handler_successes(
         config = OperatorConfig(Settings(policies), kubeconfig=str(kubeconfig), namespaces=("default",))
         future = asyncio.run_coroutine_threadsafe(run(config, stop_flag=stop, ready_flag=ready), thread.loop)
         try:
-            assert ready.wait(30), "kopf did not start"
+            wait_started(ready, future, "kopf")
             http.post(SERVICES, json=InferenceServiceBuilder("llm").build())
 
             wait_until("the first cycle's status", lambda: (http.get(f"{SERVICES}/llm").json().get("status")
