@@ -79,6 +79,7 @@ from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
 from infer_ctl.sim.service import default_settings
 from infer_ctl.sim.suite import (
     POLICY_NAMES,
+    START_PROTOCOLS,
     PolicyRun,
     ScenarioSettings,
     initial_replicas,
@@ -329,7 +330,55 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=jobs_option, default=1,
                     help="worker processes for a scenario's simulations (its policies over its seeds), run at once; "
                     "the figures are the same as with 1, but for the wall times")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    problem = _bad_option(args)
+    if problem:
+        ap.error(problem)  # before any trace is read or any simulation runs
+    return args
+
+
+SCENARIO_NAMES = ("azure", "bank", "step", "fleet")
+
+
+def _bad_option(args: argparse.Namespace) -> str | None:
+    """What is wrong with a list option, named as its flag, or None."""
+    def listed(text: str) -> list[str]:
+        return [s.strip() for s in text.split(",") if s.strip()]
+
+    def unknown(flag: str, given: list[str], allowed: Sequence[str], *, empty_ok: bool = False) -> str | None:
+        if not given and not empty_ok:
+            return f"{flag}: none given; expected one or more of {', '.join(allowed)}"
+        bad = [g for g in given if g not in allowed]
+        return f"{flag}: unknown {', '.join(map(repr, bad))}; expected {', '.join(allowed)}" if bad else None
+
+    hindsight_names = ("azure", "azure-after-warmup", "step")
+    checks = [unknown("--scenarios", listed(args.scenarios), SCENARIO_NAMES),
+              unknown("--starts", listed(args.starts), START_PROTOCOLS),
+              unknown("--hindsight", listed(args.hindsight), hindsight_names, empty_ok=True)]
+    for flag, text in (("--cold-starts", args.cold_starts),):
+        try:
+            values = [float(v) for v in listed(text)]
+        except ValueError:
+            checks.append(f"{flag}: {text!r} is not a comma-separated list of seconds")
+            continue
+        if not values or any(v <= 0 for v in values):
+            checks.append(f"{flag}: {text!r}: each cold start must be > 0 s")
+    for flag, text in (("--seeds", args.seeds), ("--bank-seeds", args.bank_seeds)):
+        try:
+            parse_seeds(text)
+        except ValueError:
+            checks.append(f"{flag}: {text!r} is not seeds such as 0-4 or 0,3,7")
+    for flag, text in (("--policies", args.policies), ("--fleet-policies", args.fleet_policies)):
+        try:
+            parse_policy_names(text)
+        except ValueError as exc:
+            checks.append(f"{flag}: {exc}")
+    for flag, text in (("--presets", args.presets), ("--bank-presets", args.bank_presets)):
+        bad = [p for p in listed(text) if p not in {preset.value for preset in Preset}]
+        if bad or not listed(text):
+            checks.append(f"{flag}: unknown {', '.join(map(repr, bad)) or '(none given)'}; expected "
+                          f"{', '.join(preset.value for preset in Preset)}")
+    return next((c for c in checks if c), None)
 
 
 # A scenario: name, trace, rate scale, tick (s), scored from (s).
@@ -338,7 +387,7 @@ Scenario = tuple[str, Trace, float, float, float]
 
 def _scenarios(args: argparse.Namespace) -> list[Scenario]:
     """The scenarios `--scenarios` names, in the order azure (and azure-after-warmup), bank, step."""
-    wanted = set(args.scenarios.split(","))
+    wanted = {s.strip() for s in args.scenarios.split(",")}
     scenarios: list[Scenario] = []
     if "azure" in wanted:
         azure = load_trace(args.azure, "azure-llm")
@@ -499,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     if plot_dir:
         plot_dir.mkdir(parents=True, exist_ok=True)
     scenarios = _scenarios(args)
-    starts = [s for s in args.starts.split(",") if s]
+    starts = [s.strip() for s in args.starts.split(",") if s.strip()]
     for scenario in scenarios:
         name, trace, scale, tick, warmup_s = scenario
         seeds = parse_seeds(args.bank_seeds if name == "bank" else args.seeds)
@@ -510,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",")):
             _run_scenario(args, scenario, start=start, cold=cold, constant=constant, hindsight=hindsight,
                           plot_dir=plot_dir)
-    if "fleet" in args.scenarios.split(","):
+    if "fleet" in {s.strip() for s in args.scenarios.split(",")}:
         _run_fleet(args)
     return 0
 

@@ -70,3 +70,20 @@ def test_the_trace_scenarios_run_at_the_tick_asked_for(capsys: pytest.CaptureFix
             "--policies", "infer-ctl", "--hindsight", "", "--trace-tick-s", "2"]
     assert main(argv) == 0
     assert re.search(r"^step: step-50-500-2 x1, [0-9.]+ days, tick 2 s,", capsys.readouterr().out, re.MULTILINE)
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--starts", "cold", "--starts: unknown 'cold'; expected warm, first-minute-mean"),
+    ("--scenarios", "azure,stepp", "--scenarios: unknown 'stepp'"),
+    ("--policies", "infer-ctl,hap", "--policies: unknown policy hap"),
+    ("--cold-starts", "120,-5", "--cold-starts: '120,-5': each cold start must be > 0 s"),
+    ("--seeds", "0-x", "--seeds: '0-x' is not seeds"),
+    ("--presets", "fast", "--presets: unknown 'fast'"),
+    ("--hindsight", "bank", "--hindsight: unknown 'bank'"),
+])
+def test_a_bad_option_is_a_usage_error_that_names_it_before_any_trace_is_read(
+        option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--azure", "/nonexistent/azure.csv", "--bank", "/nonexistent/bank.csv", option, value])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
