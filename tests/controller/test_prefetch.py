@@ -36,7 +36,7 @@ from infer_ctl.kube.pods import parse_time
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
-from tests.controller.test_reconciler import T0, caught_up, condition, cycle, wait_for
+from tests.controller.test_reconciler import T0, caught_up, condition, cycle, describe_pods, wait_for
 from tests.controller.test_warm_hosts import make_namespace
 
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
@@ -252,8 +252,11 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
             kube.delete(PODS, pod["metadata"]["name"], "default")
         # a deleted replica stays, terminating, until its node agent lets it go: the next reconciler must not
         # find the last one's Pod (it would not make its own, and the check below would read the old mounts)
-        wait_for("the replicas to be gone", lambda: not kube.list(PODS, "default",
-                                                                  label_selector="infer-ctl.io/service=llm"))
+        wait_for("the replicas to be gone", lambda: not kube.list(PODS, "default", label_selector=LLM_REPLICAS),
+                 explain=lambda: describe_pods(kube, "default", LLM_REPLICAS))
+
+
+LLM_REPLICAS = "infer-ctl.io/service=llm"
 
 
 def volume_policies(cluster: Cluster) -> Policies:

@@ -9,7 +9,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,15 @@ import yaml
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core.quantity import parse_quantity
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeClient
+from infer_ctl.kube.client import (
+    EVENTS,
+    INFERENCE_SERVICES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    KubeClient,
+    Resource,
+)
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import ROOT, Cluster
 
@@ -29,15 +37,34 @@ T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 def apply(kube: KubeClient, builder: InferenceServiceBuilder) -> dict[str, Any]:
     return kube.create(INFERENCE_SERVICES, builder.build(), "default")
 
+CORE_EVENTS = Resource("v1", "events", "Event")
 
-def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+
+def wait_for(what: str, check: Any, timeout_s: float = 30.0, explain: Callable[[], str] | None = None) -> Any:
+    """Poll `check` until it is truthy; on a timeout, `explain()` (what stood in the way) joins the error."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.1)  # the sandbox's scheduler and node agent run on their own loop: poll its API
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"; {explain()}" if explain is not None else ""))
+
+
+def describe_pods(kube: KubeClient, namespace: str, selector: str) -> str:
+    """The Pods a wait is about, as `kubectl describe` would sum them up: phase, node, deletion, conditions, and
+    the Events about them (the node agent's Started and Killing): where a stuck deletion or start stands."""
+    events = kube.list(CORE_EVENTS, namespace)  # the node agent's, as kubelet writes them
+    lines = []
+    for pod in kube.list(PODS, namespace, label_selector=selector):
+        meta, status = pod["metadata"], pod.get("status") or {}
+        conditions = ", ".join(f"{c.get('type')}={c.get('status')}" for c in status.get("conditions") or [])
+        about = [f"{e.get('reason')}: {e.get('message')}" for e in events
+                 if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
+        lines.append(f"{meta['name']} phase={status.get('phase')} node={(pod.get('spec') or {}).get('nodeName')} "
+                     f"deletionTimestamp={meta.get('deletionTimestamp')} "
+                     f"grace={meta.get('deletionGracePeriodSeconds')} [{conditions}] events: {about}")
+    return "pods: " + ("; ".join(lines) or "none")
 
 
 async def caught_up(reconciler: Reconciler, timeout_s: float = 30.0) -> None:
