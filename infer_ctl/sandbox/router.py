@@ -156,6 +156,7 @@ class FrontDoor:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when the Pods change
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _runner: aiohttp.web.AppRunner | None = None
+    _stopping: bool = False  # its own shutdown cancels the requests it holds: not their clients' doing
 
     @property
     def url(self) -> str:
@@ -173,6 +174,7 @@ class FrontDoor:
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -197,7 +199,10 @@ class FrontDoor:
             # The client closed its connection (its timeout, as loadgen's 10 s): aiohttp cancels this handler
             # (`handler_cancellation`), wherever it waits. Held, it leaves the queue; forwarded, the request to the
             # replica is closed, as a proxy closes the upstream request of a downstream that went away. Counted as
-            # nginx logs it, 499 "client closed request": a miss in the measured attainment (not 2xx).
+            # nginx logs it, 499 "client closed request": a miss in the measured attainment (not 2xx). Cancelled by
+            # the door's own shutdown instead, it is no client's doing, and not counted.
+            if self._stopping:
+                raise
             self.abandoned += 1
             if self.metrics is not None:
                 self.metrics.count(self.namespace, self.service, CLIENT_CLOSED, time.monotonic() - arrived)

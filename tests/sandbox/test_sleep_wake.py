@@ -539,6 +539,24 @@ async def test_a_request_whose_client_goes_away_leaves_the_front_door_at_once_co
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
+async def test_a_request_held_when_the_front_door_stops_is_not_counted_as_its_client_s_doing() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.router.hold_s = 30.0
+        url = await install_service(box, "llm")
+        create(box, replica("sleeper"))  # on its way, never serving: the request is held
+        await until(box, ready_pod(box, "sleeper"), what="the sleeper")
+        door = box.router.doors[("default", "llm")]
+        held = asyncio.ensure_future(http.post(f"{url}/v1/completions", json={"prompt": "held"}))
+        async with asyncio.timeout(5):
+            while not door.held:
+                await asyncio.sleep(0.02)
+        await door.stop()
+        with pytest.raises(httpx.HTTPError):  # its connection closed with no answer
+            await held
+        assert door.abandoned == 0
+        assert closed_by_client((await http.get(box.router.metrics_url)).text, "llm") == 0
+
+
 async def test_the_front_door_holds_a_request_for_a_service_at_zero_until_its_wake_brings_a_replica() -> None:
     async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
         url = await install_service(box, "lazy", scale_to_zero=True)
