@@ -16,7 +16,6 @@ from infer_ctl.sandbox.prometheus import LocalPrometheus, find_prometheus
 __all__ = ["free_port", "prometheus"]
 
 
-
 @contextmanager
 def prometheus(tmp: Path, *, scrape_targets: Sequence[str] = (), scrape_interval_s: float = 1.0,
                history: str | None = None) -> Iterator[str]:

@@ -53,7 +53,6 @@ def is_controller_image(image: str) -> bool:
     return (name.rpartition(":")[0] if ":" in last else name) == IMAGE_REPOSITORY
 
 
-
 def entrypoint() -> list[str]:
     """The image's ENTRYPOINT, `infer-ctl`: the console script next to this interpreter, else the module."""
     script = Path(sys.executable).with_name("infer-ctl")

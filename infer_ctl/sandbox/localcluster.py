@@ -113,7 +113,6 @@ def kube_binaries(*, build: bool = True) -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 
 _RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LOWEST = 10_000  # below: well-known and registered services' ports
+_LOWEST = 10_000  # below: the well-known ports and the fixed ones local services commonly take (9090, 8080)
 _TRIES = 200
 
 

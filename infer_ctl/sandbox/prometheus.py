@@ -27,7 +27,6 @@ def find_prometheus() -> str | None:
     return shutil.which("prometheus")
 
 
-
 class LocalPrometheus:
     def __init__(self, workdir: Path | None = None, *, scrape_interval_s: float = 1.0,
                  executable: str | None = None) -> None:

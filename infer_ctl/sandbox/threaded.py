@@ -57,7 +57,6 @@ class LoopThread:
         self.loop.close()
 
 
-
 def wait_started(ready: threading.Event, running: Future[object], what: str, timeout_s: float = 30.0) -> None:
     """Wait until `ready` is set by the coroutine behind `running`. A coroutine that fails before it is ready
     raises its own error here, at once, not a timeout that hides it."""

@@ -355,14 +355,13 @@ def _bad_option(args: argparse.Namespace) -> str | None:
     checks = [unknown("--scenarios", listed(args.scenarios), SCENARIO_NAMES),
               unknown("--starts", listed(args.starts), START_PROTOCOLS),
               unknown("--hindsight", listed(args.hindsight), hindsight_names, empty_ok=True)]
-    for flag, text in (("--cold-starts", args.cold_starts),):
-        try:
-            values = [float(v) for v in listed(text)]
-        except ValueError:
-            checks.append(f"{flag}: {text!r} is not a comma-separated list of seconds")
-            continue
-        if not values or any(v <= 0 for v in values):
-            checks.append(f"{flag}: {text!r}: each cold start must be > 0 s")
+    try:
+        cold_starts = [float(v) for v in listed(args.cold_starts)]
+    except ValueError:
+        checks.append(f"--cold-starts: {args.cold_starts!r} is not a comma-separated list of seconds")
+    else:
+        if not cold_starts or any(v <= 0 for v in cold_starts):
+            checks.append(f"--cold-starts: {args.cold_starts!r}: each cold start must be > 0 s")
     for flag, text in (("--seeds", args.seeds), ("--bank-seeds", args.bank_seeds)):
         try:
             parse_seeds(text)
@@ -556,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             arrivals_per_tick(trace, tick, scale, np.random.default_rng(seeds[0])), default_settings().model, tick,
             warmup_s,
         )
-        for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",")):
+        for start, cold in ((s, float(c)) for s in starts for c in args.cold_starts.split(",") if c.strip()):
             _run_scenario(args, scenario, start=start, cold=cold, constant=constant, hindsight=hindsight,
                           plot_dir=plot_dir)
     if "fleet" in {s.strip() for s in args.scenarios.split(",")}:

@@ -29,7 +29,6 @@ from tests.controller.test_warm_hosts import live, warm_host
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def cycles(port: int) -> float:
     """How many control cycles this controller has run (its reconcile histogram's count)."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text

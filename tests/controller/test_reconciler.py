@@ -32,12 +32,11 @@ from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import ROOT, Cluster
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+CORE_EVENTS = Resource("v1", "events", "Event")  # kubelet's (the node agent's), not events.k8s.io's
 
 
 def apply(kube: KubeClient, builder: InferenceServiceBuilder) -> dict[str, Any]:
     return kube.create(INFERENCE_SERVICES, builder.build(), "default")
-
-CORE_EVENTS = Resource("v1", "events", "Event")
 
 
 def wait_for(what: str, check: Any, timeout_s: float = 30.0, explain: Callable[[], str] | None = None) -> Any:

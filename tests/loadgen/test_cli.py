@@ -43,7 +43,6 @@ def loadgen(*argv: str) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
-
 def test_a_constant_rate_is_met_within_one_percent_and_the_json_has_the_documented_keys(upstream) -> None:  # type: ignore[no-untyped-def]
     r = loadgen(upstream.url("/ok"), "--shape", "200@2s", "--json", "--seed", "1")
     assert r.code == EXIT_OK, r.err

@@ -60,7 +60,6 @@ async def raw_server() -> AsyncIterator[Callable[[RawHandler], Awaitable[str]]]:
         await s.wait_closed()
 
 
-
 @each_client
 async def test_sequential_requests_reuse_one_keep_alive_connection(upstream, transport: str) -> None:  # type: ignore[no-untyped-def]
     async with sender(upstream.url("/ok"), transport) as s:
