@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infer_ctl.sandbox.ports import free_port
 from infer_ctl.sandbox.prometheus import LocalPrometheus, find_prometheus
-
-__all__ = ["free_port", "prometheus"]
 
 
 @contextmanager

@@ -373,10 +373,10 @@ def _bad_option(args: argparse.Namespace) -> str | None:
         except ValueError as exc:
             checks.append(f"{flag}: {exc}")
     for flag, text in (("--presets", args.presets), ("--bank-presets", args.bank_presets)):
-        bad = [p for p in listed(text) if p not in {preset.value for preset in Preset}]
-        if bad or not listed(text):
-            checks.append(f"{flag}: unknown {', '.join(map(repr, bad)) or '(none given)'}; expected "
-                          f"{', '.join(preset.value for preset in Preset)}")
+        try:
+            parse_presets(text, flag)
+        except SystemExit as exc:  # its usage error, named as the flag
+            checks.append(str(exc))
     return next((c for c in checks if c), None)
 
 

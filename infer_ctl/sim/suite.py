@@ -120,14 +120,15 @@ def scenario_policies(settings: ScenarioSettings, policies: Policies | None = No
     return CyclePolicies(replace(base, scaling=scaling), metric_source="prometheus")
 
 
-def parse_presets(text: str) -> list[api.Preset]:
-    try:
-        out = [api.Preset(p.strip()) for p in text.split(",") if p.strip()]
-    except ValueError as exc:
-        raise SystemExit(f"--presets: {exc}; expected {', '.join(p.value for p in api.Preset)}") from None
-    if not out:
-        raise SystemExit("--presets: none given")
-    return out
+def parse_presets(text: str, flag: str = "--presets") -> list[api.Preset]:
+    """The presets of a comma-separated option; a usage error (SystemExit) naming `flag` and the unknown ones."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    known = {p.value for p in api.Preset}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"{flag}: unknown {', '.join(map(repr, unknown)) or '(none given)'}; expected "
+                         f"{', '.join(p.value for p in api.Preset)}")
+    return [api.Preset(n) for n in names]
 
 
 def with_preset(settings: ScenarioSettings, preset: api.Preset) -> ScenarioSettings:

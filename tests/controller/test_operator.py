@@ -51,7 +51,8 @@ def test_applying_a_service_makes_replicas_and_writes_status(operator: Cluster) 
 
 
 def test_an_invalid_service_gets_a_condition_and_one_event_and_nothing_else_is_touched(cluster: Cluster) -> None:
-    from tests.controller.test_peering import cycles, free_port
+    from infer_ctl.sandbox.ports import free_port
+    from tests.controller.test_peering import cycles
 
     kube, port = cluster.kube, free_port()
     kube.create(INFERENCE_SERVICES, InferenceServiceBuilder("typo").with_("spec.accelerator.products", ["H100"])

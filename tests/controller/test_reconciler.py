@@ -275,7 +275,7 @@ async def test_an_idle_service_writes_no_status_once_its_forecast_is_there(clust
     assert writes[first + 1:] == [[]] * (len(writes) - first - 1), writes
 
 async def test_prometheus_going_away_holds_the_replicas(cluster: Cluster) -> None:
-    from tests.prometheus_server import free_port
+    from infer_ctl.sandbox.ports import free_port
 
     body = apply(cluster.kube, service("hold", 3).with_("spec.scaling.preset", "cost-saver"))
     gone = Settings(cluster.policies, prometheus_url=f"http://127.0.0.1:{free_port()}")

@@ -16,8 +16,8 @@ from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTO
 from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
 from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates, ScrapeRates
+from infer_ctl.sandbox.ports import free_port
 from tests.observe.conftest import Backfilled, MetricsEndpoint
-from tests.prometheus_server import free_port
 
 # the model servers' own histogram (the sandbox's), measured at the replicas
 MODEL_SERVERS = 'infer_ctl_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'

@@ -26,8 +26,8 @@ from infer_ctl.observe.rates import (
     read_gateway_held,
     read_in_flight,
 )
+from infer_ctl.sandbox.ports import free_port
 from tests.observe.conftest import Backfilled, MetricsEndpoint
-from tests.prometheus_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

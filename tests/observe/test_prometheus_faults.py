@@ -21,7 +21,7 @@ import pytest
 
 from infer_ctl.core.api import DEFAULT_METRIC_QUERY
 from infer_ctl.observe.rates import Outage, PrometheusRates, RateSamples
-from tests.prometheus_server import free_port
+from infer_ctl.sandbox.ports import free_port
 
 SLACK_S = 1.5  # what a shared 2-core machine may add to a deadline
 

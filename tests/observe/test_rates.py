@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from infer_ctl.core.api import DEFAULT_METRIC_QUERY
 from infer_ctl.observe.rates import Outage, PrometheusRates, ScrapeRates, counter_total
+from infer_ctl.sandbox.ports import free_port
 from tests.observe.conftest import Backfilled, MetricsEndpoint
-from tests.prometheus_server import free_port, prometheus
+from tests.prometheus_server import prometheus
 
 
 def test_the_rate_of_a_service_is_the_sum_over_its_replicas(backfilled_prometheus: Backfilled) -> None:

@@ -15,8 +15,8 @@ from infer_ctl.controller import operator
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
 from infer_ctl.sandbox.install import manage_namespace
 from infer_ctl.sandbox.localcluster import LocalCluster
+from infer_ctl.sandbox.ports import free_port
 from tests.builders import InferenceServiceBuilder
-from tests.prometheus_server import free_port
 from tests.realcluster.conftest import running_controller, wait_for
 
 
