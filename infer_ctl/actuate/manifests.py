@@ -39,6 +39,7 @@ from typing import Any
 
 from infer_ctl.core import api
 from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, ModelCacheVolume
+from infer_ctl.core.runtime import ServiceRuntime
 from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
     ANNOTATION_MODEL_BYTES,
@@ -59,6 +60,10 @@ from infer_ctl.kube.labels import (
 LABEL_WARM_HOST = "infer-ctl.io/warm-host"  # on a warm host's claim: "true"
 ANNOTATION_WARM_HOST = "infer-ctl.io/warm-host"  # on a sleeper's Pod: its warm host's claim
 ANNOTATION_ASLEEP = "infer-ctl.io/asleep"  # on a sleeper's Pod: "true" while held asleep
+# on replica Pods: the engine's runtime profile and version (what the sleep/wake client of any controller, and of
+# any other service's cycle, talks to it with: a lender's replica is put to sleep by the borrower's cycle)
+ANNOTATION_ENGINE = "infer-ctl.io/engine"
+ANNOTATION_ENGINE_VERSION = "infer-ctl.io/engine-version"
 ANNOTATION_DEVICE_BYTES = "infer-ctl.io/device-memory-bytes"  # on a sleeper's Pod: device memory it takes awake
 # on the Pod of a replica of a service that yields to sleepers: "true" (another service's wake may put it to sleep)
 ANNOTATION_YIELDS = "infer-ctl.io/yields-to-sleepers"
@@ -71,6 +76,8 @@ CONTAINER_NAME = "model-server"
 PRIORITY_CLASS_SERVING = "infer-ctl-serving"
 PRIORITY_CLASS_STANDBY = "infer-ctl-standby"
 DRAIN_SECONDS = 60
+# the startup probe (every 2 s) gives a model this long to load before kubelet restarts its server: an hour
+STARTUP_PROBE_FAILURES = 1800
 
 
 class Role(enum.StrEnum):
@@ -164,14 +171,19 @@ def _canonical(value: Any) -> Any:
 
 
 def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, role: Role,
-                node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, str]] = (),
+                node_selector: Mapping[str, str], engine: ServiceRuntime,
+                tolerations: Sequence[Mapping[str, str]] = (),
                 annotations: Mapping[str, str] | None = None, priority: Role | None = None,
                 model_cache_dir: str = "",
-                model_cache: ModelCacheVolume = ModelCacheVolume.HOST_PATH) -> dict[str, Any]:
-    """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node. `priority`: the
-    PriorityClass's role when it differs from the label's (a swap's replacement: labelled standby, out of
-    traffic, at the serving priority it will serve at). `model_cache_dir`: the node's model cache directory to
-    mount read-only (policies' modelCacheHostPath; "" mounts none), through `model_cache` (modelCacheVolume)."""
+                model_cache: ModelCacheVolume = ModelCacheVolume.HOST_PATH, sleeps: bool = False,
+                memory_share: float | None = None) -> dict[str, Any]:
+    """The Pod of one replica, using the ResourceClaim `claim_name` and held to the chosen node. `engine`: the
+    service's runtime profile (port, health path, the engine's flags). `priority`: the PriorityClass's role when it
+    differs from the label's (a swap's replacement: labelled standby, out of traffic, at the serving priority it
+    will serve at). `model_cache_dir`: the node's model cache directory to mount read-only (policies'
+    modelCacheHostPath; "" mounts none), through `model_cache` (modelCacheVolume). `sleeps`: the replica may be
+    put to sleep (the engine's sleep mode enabled: vLLM's dev-mode env and --enable-sleep-mode). `memory_share`:
+    the replica's share of its device's memory where it shares the device (vLLM's --gpu-memory-utilization)."""
     spec = svc.spec
     runtime = spec.runtime
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
@@ -181,20 +193,30 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         requests["cpu"] = f"{runtime.cpu_milli}m"
     if runtime.host_memory_bytes:
         requests["memory"] = str(runtime.host_memory_bytes)
+    health = {"httpGet": {"path": engine.health_path, "port": "http"}}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": runtime.image,
-        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": runtime.readiness_path, "port": "http"}, "periodSeconds": 2,
-                           "failureThreshold": 3},
+        "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
+        # the engines listen only once the model is loaded: the startup probe covers the load (up to an hour, as
+        # a 70B model from the network may take), readiness then says when it serves
+        "startupProbe": {**health, "periodSeconds": 2, "failureThreshold": STARTUP_PROBE_FAILURES},
+        "readinessProbe": {**health, "periodSeconds": 2, "failureThreshold": 3},
         "resources": {"claims": [{"name": CLAIM_NAME_IN_POD}], **({"requests": requests} if requests else {})},
     }
+    if engine.profile.command:
+        container["command"] = list(engine.profile.command)
     if runtime.security_context is not None:
         container["securityContext"] = security_context(runtime.security_context)
-    if runtime.args:
-        container["args"] = list(runtime.args)
-    if runtime.env:
-        container["env"] = [{"name": e.name, "value": e.value} for e in runtime.env]
+    args = engine_args(spec, engine, sleeps=sleeps, memory_share=memory_share)
+    if args:
+        container["args"] = args
+    env = [{"name": e.name, "value": e.value} for e in runtime.env]
+    if sleeps and engine.profile.sleep is not None:
+        named = {e.name for e in runtime.env}
+        env += [{"name": k, "value": v} for k, v in sorted(engine.profile.sleep.env.items()) if k not in named]
+    if env:
+        container["env"] = env
     volumes: list[dict[str, Any]] = []
     if model_cache_dir:
         # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
@@ -228,11 +250,64 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
             "namespace": svc.meta.namespace,
             "labels": labels,
             "annotations": {ANNOTATION_SPEC_HASH: spec_hash(spec), ANNOTATION_CACHE_KEY: spec.model.cache_key,
+                            ANNOTATION_ENGINE: engine.profile.engine,
+                            **({ANNOTATION_ENGINE_VERSION: ".".join(map(str, engine.version))}
+                               if engine.version is not None else {}),
                             **(annotations or {})},
             "ownerReferences": [owner_reference(svc.meta)],
         },
         "spec": pod_spec,
     }
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def engine_args(spec: api.InferenceServiceSpec, engine: ServiceRuntime, *, sleeps: bool = False,
+                memory_share: float | None = None) -> list[str]:
+    """The engine's arguments: the model (vLLM's positional MODEL, SGLang's --model-path) unless the service's args
+    name it, the served model name (spec.model.name: what clients put in `model`), the port, the profile's own
+    (SGLang's --enable-metrics), sleep mode when the replica may sleep, the memory share on a shared device;
+    then the service's args, which win wherever they set a flag themselves.
+    E.g. vLLM, model {name: llama-8b, uri: hf://meta-llama/Llama-3.1-8B-Instruct}, a sleeper:
+    [meta-llama/Llama-3.1-8B-Instruct, --served-model-name, llama-8b, --port, 8000, --enable-sleep-mode]."""
+    profile, user = engine.profile, list(spec.runtime.args)
+    out: list[str] = []
+    weights = model_source(spec.model)
+    if profile.model_arg:
+        if not _has_flag(user, profile.model_arg):
+            out += [profile.model_arg, weights]
+    elif not (user and not user[0].startswith("-")) and not _has_flag(user, "--model"):
+        out.append(weights)  # positional: first
+    if not _has_flag(user, profile.served_model_name_arg):
+        out += [profile.served_model_name_arg, spec.model.name]
+    if not _has_flag(user, profile.port_arg):
+        out += [profile.port_arg, str(engine.port)]
+    out += [a for a in profile.args if a not in user]
+    if sleeps and profile.sleep is not None:
+        out += [a for a in profile.sleep.args if a not in user]
+    if memory_share is not None and profile.memory_share_arg and not _has_flag(user, profile.memory_share_arg):
+        out += [profile.memory_share_arg, f"{memory_share:.2f}"]
+    if user and not user[0].startswith("-") and not profile.model_arg:
+        return [user[0], *out, *user[1:]]  # the service's own positional model stays first
+    return out + user
+
+
+def model_source(model: api.ModelSpec) -> str:
+    """What the engine loads: the model's uri without an `hf://` scheme (a Hugging Face repository id, as vLLM and
+    SGLang take it), else its name."""
+    if model.uri:
+        return model.uri.removeprefix("hf://")
+    return model.name
+
+
+def memory_share(replica_bytes: int, device_bytes: int) -> float | None:
+    """A replica's share of its device's memory, rounded down to hundredths (so that shares that fit together
+    still fit once rounded); None when the device's memory is unknown. E.g. 21.9 GiB of an 80 GiB H100: 0.27."""
+    if device_bytes <= 0 or replica_bytes <= 0:
+        return None
+    return max(0.01, min(1.0, int(replica_bytes * 100 / device_bytes) / 100))
 
 
 def security_context(sc: api.SecurityContext) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import yaml
 
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.policy import Policies, parse_catalog, parse_placement_policy, parse_scaling_policy
+from infer_ctl.core.runtime import parse_runtime_profiles
 from infer_ctl.paths import data_path
 
 POLICIES_ENV = "INFER_CTL_POLICIES"
@@ -24,11 +25,11 @@ def default_policies_dir() -> Path:
 
 
 def load_policies(directory: Path | None = None) -> Policies:
-    """All three policy files, each checked; a SpecError lists every problem with file and field."""
+    """All four policy files, each checked; a SpecError lists every problem with file and field."""
     folder = directory or default_policies_dir()
     errors: list[FieldError] = []
     docs: dict[str, Any] = {}
-    for name in ("accelerators.yaml", "scaling.yaml", "placement.yaml"):
+    for name in ("accelerators.yaml", "scaling.yaml", "placement.yaml", "runtimes.yaml"):
         path = folder / name
         try:
             docs[name] = yaml.safe_load(path.read_text())
@@ -40,7 +41,7 @@ def load_policies(directory: Path | None = None) -> Policies:
         raise SpecError(errors)
     results: dict[str, Any] = {}
     for name, parse in (("accelerators.yaml", parse_catalog), ("scaling.yaml", parse_scaling_policy),
-                        ("placement.yaml", parse_placement_policy)):
+                        ("placement.yaml", parse_placement_policy), ("runtimes.yaml", parse_runtime_profiles)):
         try:
             results[name] = parse(docs[name], str(folder / name))
         except SpecError as exc:
@@ -48,4 +49,4 @@ def load_policies(directory: Path | None = None) -> Policies:
     if errors:
         raise SpecError(errors)
     return Policies(catalog=results["accelerators.yaml"], scaling=results["scaling.yaml"],
-                    placement=results["placement.yaml"])
+                    placement=results["placement.yaml"], runtimes=results["runtimes.yaml"])

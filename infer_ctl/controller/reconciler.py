@@ -52,8 +52,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from infer_ctl.actuate.engine import EngineClient
 from infer_ctl.actuate.manifests import (
     ANNOTATION_ASLEEP,
+    ANNOTATION_ENGINE,
+    ANNOTATION_ENGINE_VERSION,
     ANNOTATION_WARM_HOST,
     ANNOTATION_YIELDED_AT,
     ANNOTATION_YIELDED_TO,
@@ -62,6 +65,7 @@ from infer_ctl.actuate.manifests import (
     Role,
     held_asleep,
     lent_annotations,
+    memory_share,
     model_cache_claim,
     owner_reference,
     prefetch_pod,
@@ -81,6 +85,7 @@ from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.policy import ModelCacheVolume, Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
+from infer_ctl.core.runtime import ServiceRuntime, in_flight_query, parse_version, rate_query, service_runtime
 from infer_ctl.core.slo import Attainment, SloWindow, Within, within_threshold
 from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.burst import BurstBasis, burst_basis, burst_due
@@ -146,10 +151,10 @@ EVENT_NOTE_MAX = 1024
 EVENT_SERIES_WINDOW_S = 1800.0
 EVENT_SERIES_WRITE_S = 300.0
 # the sleeping tier: a refused wake is not tried again for this many control periods (the plan creates instead),
-# and the HTTP deadlines of a wake (on top of the model's weight bytes over the policies' wakeGbps) and a sleep
+# and the HTTP deadline of a wake (on top of the model's weight bytes over the policies' wakeGbps; a sleep's is the
+# sleep/wake client's, with the engine profile's drain timeout)
 WAKE_REFUSED_PERIODS = 3.0
 WAKE_TIMEOUT_S = 10.0
-SLEEP_TIMEOUT_S = 30.0
 
 
 class NameTaken(Exception):
@@ -210,7 +215,8 @@ class ServiceMemory:
 
     state: CycleState = field(default_factory=CycleState)
     last_sample_s: float | None = None
-    scrape: ScrapeRates = field(default_factory=ScrapeRates)
+    # the engine's counter and gauges are set before each read, from the service's runtime profile
+    scrape: ScrapeRates = field(default_factory=lambda: ScrapeRates(metric=""))
     invalid_message: str = ""
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
@@ -358,6 +364,7 @@ class Reconciler:
         self.policies = cycle_policies(settings)
         self.memory: dict[str, ServiceMemory] = {}
         self._http = httpx.AsyncClient()
+        self._engine = EngineClient(self._http)
         # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).
         self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k)
         self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
@@ -387,7 +394,7 @@ class Reconciler:
             return memo[1]
         # the API server admitted the object: its schema and defaults are applied, only the parser's and the
         # catalog's checks (what the API server cannot know) remain
-        check = check_spec(body, self.settings.policies.catalog)
+        check = check_spec(body, self.settings.policies.catalog, self.settings.policies.runtimes)
         self._checked[uid] = (fingerprint, check)
         return check
 
@@ -619,10 +626,13 @@ class Reconciler:
         replicas = replica_pods(pods)
         if self.prometheus is not None:
             reading = await self.prometheus.aconcurrency(
-                template=self.settings.policies.scaling.concurrency_query, name=svc.meta.name,
+                template=self._in_flight_query(svc), name=svc.meta.name,
                 namespace=svc.meta.namespace, at_s=now.timestamp())
         else:
-            reading = await self._with_held(svc, await read_in_flight(self._http, _metrics_endpoints(replicas)))
+            runtime = self.runtime_of(svc)
+            gauges = (runtime.profile.metrics.running, runtime.profile.metrics.waiting) if runtime else ()
+            reading = await self._with_held(svc, await read_in_flight(self._http, _metrics_endpoints(replicas),
+                                                                      gauges=gauges))
         if reading.error:
             return ""
         serving = sum(r.state is api.ReplicaState.SERVING for r in replicas)
@@ -749,15 +759,16 @@ class Reconciler:
             # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
             # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
             # sampled every 10 s only 40 % of it).
-            window = range_window_s(svc.spec.scaling.metric.query) or self.settings.period_s
+            query = rate_query(svc.spec, self.settings.policies.runtimes)
+            window = range_window_s(query) or self.settings.period_s
             step_s = self.settings.engine_config.history_step_s if memory.last_sample_s is None else \
                 max(0.5, min(self.settings.period_s, self.settings.engine_config.history_step_s, window))
             start = now_s - HISTORY_ON_START_S if memory.last_sample_s is None else memory.last_sample_s + step_s
             start = min(start, now_s)
-            rate_read = self._k(self.prometheus.read, template=svc.spec.scaling.metric.query,
+            rate_read = self._k(self.prometheus.read, template=query,
                                 name=svc.meta.name, namespace=svc.meta.namespace, start_s=start, end_s=now_s,
                                 step_s=step_s)
-            template = self.settings.policies.scaling.concurrency_query
+            template = self._in_flight_query(svc)
             concurrency_read = self.prometheus.aconcurrency(
                 template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s) \
                 if wants_concurrency and template else _value(NOT_READ)
@@ -771,11 +782,17 @@ class Reconciler:
             if not replicas and self.settings.gateway_metrics_url:
                 # at zero replicas only the front door sees a request: the requests it holds wake the service
                 rates = await read_held_at_gateway(self._http, self.settings.gateway_metrics_url,
-                                                   svc.meta.namespace, svc.meta.name, now_s)
+                                                   svc.meta.namespace, svc.meta.name, now_s,
+                                                   metric=self._held_metric())
                 if wants_concurrency:  # the held requests are all that is in flight
                     concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
             else:
                 failed = self.settings.policies.scaling.failed_requests if histogram else ""
+                runtime = self.runtime_of(svc)
+                if runtime is not None:
+                    metrics = runtime.profile.metrics
+                    memory.scrape.metric, memory.scrape.in_flight = metrics.requests, (metrics.running,
+                                                                                        metrics.waiting)
                 memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
                 memory.scrape.failed = histogram_metric(failed) if failed else ""
                 memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
@@ -864,9 +881,10 @@ class Reconciler:
         """The replicas' requests in flight plus those the front door holds for one (when its metrics URL is
         known; a replica loading behind a door holds nothing yet)."""
         url = self.settings.gateway_metrics_url
-        if url is None or in_flight.error:
+        if url is None or in_flight.error or not self._held_metric():
             return in_flight
-        held = await read_gateway_held(self._http, url, svc.meta.namespace, svc.meta.name)
+        held = await read_gateway_held(self._http, url, svc.meta.namespace, svc.meta.name,
+                                       metric=self._held_metric())
         if held.error:
             return held
         return Concurrency(held.requests + (0.0 if math.isnan(in_flight.requests) else in_flight.requests), "scrape")
@@ -944,7 +962,9 @@ class Reconciler:
                 "labels": {LABEL_ROLE: Role.STANDBY.value},
                 "annotations": {ANNOTATION_ASLEEP: "true", ANNOTATION_YIELDED_AT: f"{now.timestamp():.3f}",
                                 ANNOTATION_YIELDED_TO: f"{svc.meta.name}: {to}"[:250]}}})
-            why = await self._post_sleep(kube_pods.replica_pod(pod).address)
+            runtime = self._pod_runtime(pod)
+            why = "its engine has no runtime profile" if runtime is None else \
+                await self._engine.sleep(kube_pods.replica_pod(pod).address, runtime)
             owner = _owner_ref(pod)
             if owner is not None:
                 note = (f"replica {name} went to sleep: its GPU (warm host "
@@ -986,18 +1006,10 @@ class Reconciler:
         WAKE_REFUSED_PERIODS, with one Warning Event; False then."""
         ns = svc.meta.namespace
         expected = weight_bytes(svc.spec.model) / (self.settings.policies.scaling.wake_gbps * 1e9)
-        why = ""
         started = time.perf_counter()
-        if not address:
-            why = "its model server's address is not known yet"
-        else:
-            try:
-                answer = await self._http.post(f"http://{address}/wake_up",
-                                               timeout=httpx.Timeout(WAKE_TIMEOUT_S + 3 * expected, connect=2.0))
-                if answer.status_code != 200:
-                    why = _refusal(answer)
-            except httpx.HTTPError as exc:
-                why = f"no answer from {address}: {type(exc).__name__} {exc}"
+        runtime = self.runtime_of(svc)
+        why = "its engine has no runtime profile" if runtime is None else \
+            await self._engine.wake(address, runtime, WAKE_TIMEOUT_S + 3 * expected)
         if why:
             memory.wake_refused[name] = (why, now.timestamp() + WAKE_REFUSED_PERIODS * self.settings.period_s)
             await self._event(body, "WakeRefused", f"the wake of sleeper {name} was refused ({why}); a replica is "
@@ -1028,22 +1040,55 @@ class Reconciler:
     async def _sleep(self, svc: api.InferenceService, memory: ServiceMemory, name: str, address: str) -> None:
         """`POST /sleep?level=1` (it lets the requests in flight finish, then moves the weights to host memory),
         after the replica left traffic. A sleep that fails is tried again by the next cycle (`_ensure_asleep`)."""
-        why = await self._post_sleep(address)
+        runtime = self.runtime_of(svc)
+        why = "its engine has no runtime profile" if runtime is None else await self._engine.sleep(address, runtime)
         if not why:
             memory.asleep.add(name)
         else:
             log.warning("%s: the sleep of %s failed (tried again next cycle): %s", svc.meta.key, name, why)
 
-    async def _post_sleep(self, address: str) -> str:
-        """`POST /sleep?level=1` to a model server; why it failed ("" when it slept)."""
-        if not address:
-            return "its model server's address is not known"
-        try:
-            answer = await self._http.post(f"http://{address}/sleep", params={"level": "1"},
-                                           timeout=httpx.Timeout(SLEEP_TIMEOUT_S, connect=2.0))
-        except httpx.HTTPError as exc:
-            return f"no answer from {address}: {type(exc).__name__} {exc}"
-        return "" if answer.status_code == 200 else _refusal(answer)
+    def _engine_of(self, svc: api.InferenceService, product: str = "") -> dict[str, Any]:
+        """What a replica's Pod needs of its engine: the runtime, whether its sleep mode is on (a service that may
+        sleep, or lends its GPUs to sleepers and so is put to sleep itself), and, on a GPU shared by memory, its
+        share (`product`: the placed accelerator)."""
+        runtime = self.runtime_of(svc)
+        if runtime is None:  # the spec check refuses such a service before any cycle
+            raise ValueError(f"{svc.meta.key}: no runtime profile for its engine")
+        spec = svc.spec
+        sleeps = effective_scaling(spec.scaling, self.settings.policies.scaling).sleep or \
+            spec.scaling.prewarm.yield_to_sleepers
+        share = None
+        if spec.accelerator.sharing is api.Sharing.SHARED and product:
+            accelerator = self.settings.policies.catalog.get(product)
+            share = memory_share(spec.model.memory_bytes, accelerator.memory_bytes) if accelerator else None
+        return {"engine": runtime, "sleeps": sleeps, "memory_share": share}
+
+    def _held_metric(self) -> str:
+        """The front door's gauge of the requests it holds (the policies' gatewayHeldQuery's metric; "": none)."""
+        held = self.settings.policies.scaling.gateway_held_query
+        return histogram_metric(held) if held else ""
+
+    def _in_flight_query(self, svc: api.InferenceService) -> str:
+        scaling = self.settings.policies.scaling
+        return in_flight_query(svc.spec, self.settings.policies.runtimes, scaling.concurrency_query,
+                               scaling.gateway_held_query)
+
+    def runtime_of(self, svc: api.InferenceService) -> ServiceRuntime | None:
+        """The service's engine (its runtime profile at its version); None when the policies have no profile for
+        it (the spec check reports that before any cycle)."""
+        return service_runtime(svc.spec.runtime, self.settings.policies.runtimes)
+
+    def _pod_runtime(self, pod: Mapping[str, Any]) -> ServiceRuntime | None:
+        """A replica Pod's engine, from the annotations its controller wrote (any service's: a lender's replica is
+        put to sleep by the borrower's cycle)."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        profile = self.settings.policies.runtimes.profiles.get(str(annotations.get(ANNOTATION_ENGINE, "")))
+        if profile is None:
+            return None
+        address = kube_pods.replica_pod(pod).address
+        port = int(address.rsplit(":", 1)[1]) if ":" in address else profile.port
+        return ServiceRuntime(profile, parse_version(str(annotations.get(ANNOTATION_ENGINE_VERSION, ""))), port,
+                              profile.health_path)
 
     def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
                        replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]], *,
@@ -1203,6 +1248,7 @@ class Reconciler:
         selector_node = host_nodes.get(host, "")
         pod = replica_pod(svc, replica=replica.name, claim_name=host, role=Role.STANDBY,
                           node_selector={HOSTNAME_LABEL: selector_node} if selector_node else {},
+                          **self._engine_of(svc),
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
                           annotations=sleeper_annotations(svc.spec, host, weight_bytes(svc.spec.model),
@@ -1243,6 +1289,7 @@ class Reconciler:
         cache_dir = self._cache_dir(ns, now.timestamp())
         role = Role.STANDBY if replica.standby else Role.SERVING
         pod = replica_pod(svc, replica=replica.name, claim_name=host, role=role, node_selector=node_selector,
+                          **self._engine_of(svc),
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
                           annotations={**lent_annotations(host, weight_bytes(svc.spec.model), replica.device_bytes),
@@ -1272,6 +1319,7 @@ class Reconciler:
         # a start from the node's cache only with the cache mounted: the cold start is measured per cache state
         pod = replica_pod(svc, replica=placement.replica, claim_name=claim["metadata"]["name"], role=role,
                           node_selector=placement.claim.node_selector,
+                          **self._engine_of(svc, placement.product),
                           tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                        for t in GPU_TOLERATIONS],
                           annotations={ANNOTATION_ACCELERATOR: placement.product,
@@ -1700,17 +1748,6 @@ def allocated_devices(claims: Sequence[Mapping[str, Any]]) -> dict[str, tuple[st
         if replica and results:
             out[str(replica)] = tuple(f"{r.get('pool')}/{r.get('device')}" for r in results)
     return out
-
-
-def _refusal(answer: httpx.Response) -> str:
-    """A model server's refusal as `reason: message` (e.g. `DeviceMemory: device ... holds ...`)."""
-    try:
-        body = answer.json()
-    except ValueError:
-        body = None
-    if isinstance(body, Mapping) and (body.get("reason") or body.get("message")):
-        return f"{body.get('reason', answer.status_code)}: {body.get('message', '')}"
-    return f"HTTP {answer.status_code}: {answer.text[:200]}"
 
 
 def _role(pod: Mapping[str, Any]) -> str:

@@ -27,9 +27,6 @@ PLURAL = "inferenceservices"
 SHORT_NAME = "infsvc"
 
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
-DEFAULT_METRIC_QUERY = (
-    'sum(rate(infer_ctl_requests_total{namespace="{{namespace}}",service="{{name}}"}[1m]))'
-)
 
 
 class Sharing(enum.StrEnum):
@@ -146,10 +143,12 @@ class RuntimeSpec:
     """The model server's container."""
 
     image: str
-    port: int = 8080
+    port: int | None = None  # None: the runtime profile's (vLLM 8000, SGLang 30000)
     args: tuple[str, ...] = ()
     env: tuple[EnvVar, ...] = ()
-    readiness_path: str = "/ready"
+    readiness_path: str | None = None  # None: the runtime profile's health path (/health)
+    engine: str = ""  # the runtime profile (policies/runtimes.yaml); "": the one whose images match, else vllm
+    engine_version: str = ""  # "": read off the image's tag
     cold_start_s: float | None = None  # a hint until cold starts have been measured
     cpu_milli: int = 0  # host CPU request, millicores
     host_memory_bytes: int = 0  # host memory request
@@ -172,7 +171,7 @@ class MetricSpec:
     """The request-rate metric: a PromQL template; `{{name}}` and `{{namespace}}` may appear only inside
     double-quoted string literals, and are substituted escaped (see `infer_ctl.core.promql`)."""
 
-    query: str = DEFAULT_METRIC_QUERY
+    query: str = ""  # "": the engine's (policies/runtimes.yaml, `infer_ctl.core.runtime.rate_query`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,18 +307,26 @@ RUNTIME_SCHEMA = Prop(
     "The model server container.",
     required=("image",),
     properties={
-        "image": Prop("string", "Container image of the model server, e.g. vllm/vllm-openai:v0.11.0.",
+        "image": Prop("string", "Container image of the model server, e.g. vllm/vllm-openai:v0.16.0.",
                       min_length=1, max_length=1024),
-        "port": Prop("integer", "Port the server listens on for requests, /metrics and the readiness probe.",
-                     minimum=1, maximum=65535, default=_default(RuntimeSpec, "port")),
+        "engine": Prop("string", "The model server's engine: the runtime profile (policies/runtimes.yaml) that "
+                       "gives its default port and health path, its metric names (every query the controller "
+                       "runs) and its sleep and wake calls, e.g. vllm or sglang. Default: the profile whose "
+                       "image patterns match the image, else vllm.", pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                       max_length=63),
+        "engineVersion": Prop("string", "The engine's version where its interface changed (vLLM's /sleep takes "
+                              "mode=wait from 0.16). Default: the image tag's (latest or a digest: the newest).",
+                              pattern=r"^v?\d+(\.\d+){0,2}([-+.][0-9A-Za-z.-]*)?$", max_length=64),
+        "port": Prop("integer", "Port the server listens on for requests, /metrics and the probes. Default: the "
+                     "engine's (vLLM 8000, SGLang 30000).", minimum=1, maximum=65535),
         "args": Prop("array", "Arguments to the server.", items=Prop("string")),
         "env": Prop("array", "Environment variables of the server.", list_type="map", list_map_keys=("name",),
                     items=Prop("object", required=("name",), properties={
                         "name": Prop("string", "Variable name.", pattern=ENV_NAME_PATTERN),
                         "value": Prop("string", "Variable value."),
                     })),
-        "readinessPath": Prop("string", "HTTP path that answers 200 once the model is loaded.", pattern="^/",
-                              default=_default(RuntimeSpec, "readiness_path")),
+        "readinessPath": Prop("string", "HTTP path that answers 200 once the model is loaded (the startup and "
+                              "readiness probes'). Default: the engine's health path (/health).", pattern="^/"),
         "coldStartSeconds": Prop("number", "Expected time from replica creation to ready, used until infer-ctl "
                                  "has measured cold starts of this model on each accelerator.", minimum=0,
                                  maximum=86400),
@@ -409,7 +416,9 @@ SCALING_SCHEMA = Prop(
                           "Every series selector must match namespace=\"{{namespace}}\" and the service's name "
                           "(=\"{{name}}\", under any label) by equality; vector(), scalar(), time(), absent() "
                           "and numbers in arithmetic are refused. "
-                          f"Default: {DEFAULT_METRIC_QUERY}.", min_length=1, max_length=4096),
+                          "Default: the engine's finished requests (policies/runtimes.yaml), e.g. vLLM's "
+                          "sum(rate(vllm:request_success_total{namespace=\"{{namespace}}\",service=\"{{name}}\"}"
+                          "[1m])).", min_length=1, max_length=4096),
         }),
         "forecast": Prop("object", "Forecasting of the request rate over the cold-start horizon.", properties={
             "enabled": Prop("boolean", "When false, scaling is reactive only (on the observed rate).",

@@ -225,6 +225,8 @@ def _parse_runtime(r: FieldReader, spec: Mapping[str, Any]) -> api.RuntimeSpec |
         _required_of_empty(r, spec, "runtime", schema, p)
         return None
     image = r.read(rt, schema, "image", p)
+    engine = r.read(rt, schema, "engine", p, what="an engine's name (lowercase letters, digits and '-')")
+    engine_version = r.read(rt, schema, "engineVersion", p, what="a version such as 0.16.0 or v0.16.0")
     port = r.read(rt, schema, "port", p)
     args = r.read(rt, schema, "args", p)
     readiness = r.read(rt, schema, "readinessPath", p, what="an absolute path (starting with '/')")
@@ -233,9 +235,10 @@ def _parse_runtime(r: FieldReader, spec: Mapping[str, Any]) -> api.RuntimeSpec |
     host_memory = r.read_parsed(rt, schema, "memory", p, _non_negative_bytes)
     env = _parse_env(r, rt, schema["env"], f"{p}.env")
     security = _parse_security_context(r, rt, schema, p)
-    if image is None or port is None:
+    if image is None:
         return None
-    return api.RuntimeSpec(image=image, port=port, args=args, env=env, readiness_path=readiness or "/ready",
+    return api.RuntimeSpec(image=image, port=port, args=args, env=env, readiness_path=readiness or None,
+                           engine=engine or "", engine_version=engine_version or "",
                            cold_start_s=cold, cpu_milli=cpu or 0, host_memory_bytes=host_memory or 0,
                            security_context=security)
 
@@ -331,7 +334,7 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
     stabilization = r.read(s, schema, "scaleDownStabilizationSeconds", p)
 
     query = r.read(r.sub(s, schema, "metric", p), schema["metric"], "query", f"{p}.metric")
-    for problem in check_template(query or api.DEFAULT_METRIC_QUERY):
+    for problem in check_template(query) if query else ():
         r.error(f"{p}.metric.query", problem)
 
     fp, fs = f"{p}.forecast", schema["forecast"]
@@ -387,7 +390,7 @@ def _parse_scaling(r: FieldReader, spec: Mapping[str, Any]) -> api.ScalingSpec |
         return None
     return api.ScalingSpec(
         target_rps_per_replica=target, min_replicas=min_r, max_replicas=max_r, preset=preset,
-        metric=api.MetricSpec(query=query or api.DEFAULT_METRIC_QUERY), forecast=forecast,
+        metric=api.MetricSpec(query=query or ""), forecast=forecast,
         prewarm=api.PrewarmSpec(lead_s=lead, standby_replicas=standby, node_cache=node_cache,
                                 sleep=sleep, sleeping_replicas=sleeping or 0,
                                 yield_to_sleepers=lends, max_yielded=max_yielded), scale_to_zero=stz,

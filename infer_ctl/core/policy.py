@@ -19,6 +19,7 @@ from infer_ctl.core.fields import FieldReader
 from infer_ctl.core.parse import COMPUTE_CAPABILITY_RE
 from infer_ctl.core.promql import check_template
 from infer_ctl.core.quantity import parse_bytes
+from infer_ctl.core.runtime import NO_RUNTIMES, RuntimeProfiles
 
 POLICY_VERSION = "v1alpha1"
 # Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
@@ -55,12 +56,9 @@ def histogram_metric(selector: str) -> str:
     return match.group(1)
 
 
-# The requests in flight of a service (in service and queued), read through Prometheus every control period: the
-# model servers' gauge, or the requests the front door holds for a replica (disjoint series: `or` adds them).
-DEFAULT_CONCURRENCY_QUERY = (
-    'sum(infer_ctl_inflight_requests{namespace="{{namespace}}",service="{{name}}"}'
-    ' or infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"})'
-)
+# The requests a front door holds for a replica of a service (none reach an engine's gauges until forwarded),
+# added to the engine's requests in flight: the sandbox's front door's gauge (scaling.yaml's gatewayHeldQuery).
+DEFAULT_GATEWAY_HELD_QUERY = 'infer_ctl_gateway_queue_depth{namespace="{{namespace}}",service="{{name}}"}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +173,12 @@ class ScalingPolicy:
     # LocalModelCache and Run:ai's streamer report 48 s -> 8-14 s for an 8B model: 0.17-0.3)
     cached_start_ratio: float = 0.25
     # the requests in flight of each service, a PromQL template with {{name}} and {{namespace}} (the confinement
-    # of `infer_ctl.core.promql`), read through Prometheus for the burst guard; "" reads none
-    concurrency_query: str = DEFAULT_CONCURRENCY_QUERY
+    # of `infer_ctl.core.promql`), read through Prometheus for the burst guard; None: the engine's running plus
+    # waiting (policies/runtimes.yaml) plus `gateway_held_query`; "" reads none
+    concurrency_query: str | None = None
+    # the requests a front door holds for a replica, added to the engine's in flight: a series selector whose
+    # label set differs from the engine's gauges' (it has no `pod`), so that `or` keeps both ("": none)
+    gateway_held_query: str = DEFAULT_GATEWAY_HELD_QUERY
     # measured attainment: the model servers' latency histogram (a selector of its `_bucket` counter; "" measures
     # none), and the trailing window the share of requests within the SLO is reported over
     latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
@@ -215,6 +217,8 @@ class Policies:
     catalog: AcceleratorCatalog
     scaling: ScalingPolicy
     placement: PlacementPolicy
+    # the engines' profiles (policies/runtimes.yaml); empty where nothing talks to a model server (a simulation)
+    runtimes: RuntimeProfiles = NO_RUNTIMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,8 +371,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
         raise SpecError([], subject=f"{source}: must be a mapping")
     _check_version(r, doc, source)
     r.unknown(doc, source, ("version", "controlPeriodSeconds", "burstCheckSeconds", "unavailableAfterSeconds",
-                            "cachedStartRatio",
-                            "concurrencyQuery", "latencyHistogram", "failedRequests", "attainmentWindowSeconds",
+                            "cachedStartRatio", "concurrencyQuery", "gatewayHeldQuery", "latencyHistogram",
+                            "failedRequests", "attainmentWindowSeconds",
                             "adaptAim", "aimHeadroom", "wakeGbps", "hostMemoryFraction", "warmPoolGPUs",
                             "modelCacheHostPath", "modelCacheVolume", "aim", "presets"))
     cached_ratio = r.number(doc, "cachedStartRatio", f"{source}: cachedStartRatio", default=0.25,
@@ -386,11 +390,11 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
     warm_pool = r.integer(doc, "warmPoolGPUs", f"{source}: warmPoolGPUs", default=0, minimum=0, maximum=4096)
     unavailable_after = r.number(doc, "unavailableAfterSeconds", f"{source}: unavailableAfterSeconds",
                                  default=30.0, minimum=0, maximum=86_400)
-    concurrency_query = r.string(doc, "concurrencyQuery", f"{source}: concurrencyQuery",
-                                 default=DEFAULT_CONCURRENCY_QUERY)
-    if concurrency_query:
-        for problem in check_template(concurrency_query):
-            r.error(f"{source}: concurrencyQuery", problem)
+    concurrency_query = r.string(doc, "concurrencyQuery", f"{source}: concurrencyQuery", default=None)
+    held_query = r.string(doc, "gatewayHeldQuery", f"{source}: gatewayHeldQuery", default=DEFAULT_GATEWAY_HELD_QUERY)
+    for key, template in (("concurrencyQuery", concurrency_query), ("gatewayHeldQuery", held_query)):
+        for problem in check_template(template) if template else ():
+            r.error(f"{source}: {key}", problem)
     histogram = _selector(r, doc, "latencyHistogram", source, default=DEFAULT_LATENCY_HISTOGRAM,
                           what="the _bucket counter of the latency histogram of the requests answered")
     failed = _selector(r, doc, "failedRequests", source, default=DEFAULT_FAILED_REQUESTS,
@@ -440,8 +444,8 @@ def parse_scaling_policy(doc: Mapping[str, Any], source: str = "scaling.yaml") -
                          unavailable_after_s=30.0 if unavailable_after is None else unavailable_after,
                          burst_check_s=burst_check or 0.0,
                          cached_start_ratio=0.25 if cached_ratio is None else cached_ratio,
-                         concurrency_query=(DEFAULT_CONCURRENCY_QUERY if concurrency_query is None
-                                            else concurrency_query),
+                         concurrency_query=concurrency_query,
+                         gateway_held_query=DEFAULT_GATEWAY_HELD_QUERY if held_query is None else held_query,
                          latency_histogram=DEFAULT_LATENCY_HISTOGRAM if histogram is None else histogram,
                          failed_requests=DEFAULT_FAILED_REQUESTS if failed is None else failed,
                          attainment_window_s=(DEFAULT_ATTAINMENT_WINDOW_S if attainment_window is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infer_ctl.core import api
+from infer_ctl.core.runtime import in_flight_query
 from infer_ctl.decide.decision import burst_between_cycles, concurrency_target
 from infer_ctl.engine.cycle import CyclePolicies
 
@@ -34,12 +35,13 @@ def burst_basis(spec: api.InferenceServiceSpec, policies: CyclePolicies, *, want
     """The basis a cycle leaves for the checks until the next one (`wanted`: the serving replicas it planned,
     `in_flight`: what it read); None where the checks read nothing: no check configured (`burstCheckSeconds` 0),
     no latency objective (no concurrency target), paused (`spec.replicas`), or, through Prometheus, no query of
-    the requests in flight (`concurrencyQuery` "")."""
+    the requests in flight (`concurrencyQuery` "", or no engine profile to make one from)."""
     scaling = policies.policies.scaling
     latency_ms = spec.slo.latency_p95_ms
     if not scaling.burst_check_s or latency_ms is None or spec.replicas is not None:
         return None
-    if policies.metric_source == "prometheus" and not scaling.concurrency_query:
+    if policies.metric_source == "prometheus" and not in_flight_query(spec, policies.policies.runtimes,
+                                                                       scaling.concurrency_query):
         return None
     target = concurrency_target(spec.scaling.target_rps_per_replica, latency_ms / 1000)
     assert target is not None  # a latency objective always gives one

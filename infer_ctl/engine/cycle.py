@@ -46,6 +46,7 @@ from infer_ctl.core.coldstart import ColdStarts
 from infer_ctl.core.conditions import rfc3339
 from infer_ctl.core.policy import EffectiveScaling, Policies, ScalingPolicy, effective_scaling
 from infer_ctl.core.promql import range_window_s
+from infer_ctl.core.runtime import rate_query
 from infer_ctl.core.slo import Attainment
 from infer_ctl.decide.decision import DecidePolicy, ReplicaView
 from infer_ctl.decide.tiers import Room, Tier, TierTimes
@@ -324,7 +325,8 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
     effective = effective_scaling(scaling, policies.policies.scaling, spec.slo.attainment)
     slo_s = spec.slo.latency_p95_ms / 1000.0 if spec.slo.latency_p95_ms is not None else None
     decide = DecidePolicy.from_spec(scaling, effective, slo_latency_s=slo_s)
-    window = range_window_s(scaling.metric.query) if policies.metric_source == "prometheus" else None
+    window = range_window_s(rate_query(spec, policies.policies.runtimes)) \
+        if policies.metric_source == "prometheus" else None
     engine = replace(policies.engine, candidates=candidates_for(scaling.forecast.method, scaling.forecast.seasonality,
                                                                 policies.engine.season_step_s, policies.engine.day_s),
                      rate_window_s=window if window is not None else policies.period_s)

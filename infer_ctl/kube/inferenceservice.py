@@ -23,6 +23,7 @@ from infer_ctl.core.checks import check_against_catalog, check_products
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.core.runtime import NO_RUNTIMES, RuntimeProfiles, check_runtime
 from infer_ctl.kube.crd import Crd, apply_defaults, parse_crd, validate
 from infer_ctl.paths import data_path
 
@@ -57,9 +58,11 @@ class CheckResult:
         return not self.errors
 
 
-def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None) -> CheckResult:
-    """The parser's and the accelerator catalog's checks of an object the API server admitted (so defaulted and
-    valid against the CRD's schema and CEL rules): what the API server cannot know. The controller's check.
+def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
+               runtimes: RuntimeProfiles = NO_RUNTIMES) -> CheckResult:
+    """The parser's, the accelerator catalog's and the runtime profiles' checks of an object the API server
+    admitted (so defaulted and valid against the CRD's schema and CEL rules): what the API server cannot know (an
+    engine without a profile is a catalog error: the policies', not the schema's). The controller's check.
     A spec that does not parse still gets the catalog's checks of the fields that did (`_catalog_of_unparsed`)."""
     service: api.InferenceService | None = None
     spec_errors: tuple[FieldError, ...] = ()
@@ -71,6 +74,8 @@ def check_spec(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None
     if catalog is not None:
         catalog_errors = tuple(check_against_catalog(service.spec, catalog) if service is not None
                                else _catalog_of_unparsed(obj, catalog))
+    if service is not None:
+        catalog_errors += tuple(check_runtime(service.spec.runtime, runtimes))
     return CheckResult(service=service, schema_errors=(), spec_errors=spec_errors, catalog_errors=catalog_errors,
                        defaulted=obj)
 

@@ -1,8 +1,9 @@
 """Request rates of a service: from Prometheus (the service's PromQL template) or a direct scrape of replicas,
 and, for a service at zero replicas without Prometheus, the requests its front door holds (`read_held_at_gateway`).
 Beside the rate, the requests in flight (in service and queued: the burst guard's leading signal): from
-Prometheus (the policies' `concurrencyQuery` template, one instant value) or from the same scrape of the replicas
-(`infer_ctl_inflight_requests`) plus the requests the front door holds.
+Prometheus (the engine's running and waiting gauges, or the policies' `concurrencyQuery`, one instant value) or
+from the same scrape of the replicas (the engine's gauges, `infer_ctl.core.runtime`) plus the requests the front
+door holds. No metric name is written here: each comes from the service's runtime profile or the policies.
 
 Each rate read returns `RateSamples`: `(time_s, rate_rps)` pairs with NaN where a value is missing, and, when the
 read found no rate at all, an `error` (what happened, for people) and a `reason` (`Outage`, for conditions and
@@ -33,10 +34,6 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.core.promql import PromQLTemplateError, SampleMatch, render
-
-REQUESTS_METRIC = "infer_ctl_requests_total"
-GATEWAY_HELD_METRIC = "infer_ctl_gateway_queue_depth"  # requests a front door holds for a replica
-INFLIGHT_METRIC = "infer_ctl_inflight_requests"  # a model server's requests in service and queued (a gauge)
 
 
 class Outage(StrEnum):
@@ -393,7 +390,9 @@ class ScrapeRates:
     so does the very first scrape, which has nothing to compare with.
     """
 
-    metric: str = REQUESTS_METRIC
+    metric: str  # the engine's counter of finished requests (its runtime profile's `requests`)
+    # the engine's gauges of requests running and waiting (summed: the requests in flight); (): none read
+    in_flight: tuple[str, ...] = ()
     timeout_s: float = 2.0
     # the latency histogram's bucket counter (a metric name, e.g. infer_ctl_request_duration_seconds_bucket; ""
     # reads none): each read leaves the buckets' increase over the replicas since the previous read in `latency`
@@ -421,9 +420,9 @@ class ScrapeRates:
 
     async def read_with_concurrency(self, client: httpx.AsyncClient, endpoints: Mapping[str, str], now_s: float,
                                     created_s: Mapping[str, float] | None = None) -> tuple[RateSamples, Concurrency]:
-        """The rate, and from the same expositions the replicas' requests in flight (the sum of their
-        `infer_ctl_inflight_requests`): NaN when a replica cannot be scraped or lacks the gauge, or when there is
-        no replica to scrape. The two fail apart: a replica without the gauge still gives its counter."""
+        """The rate, and from the same expositions the replicas' requests in flight (the sum of their `in_flight`
+        gauges): NaN when a replica cannot be scraped or lacks a gauge, or when there is no replica to scrape (or no
+        gauge named). The two fail apart: a replica without the gauges still gives its counter."""
         # A Pod's creationTimestamp has whole seconds: a Pod stamped in the previous read's second may have been
         # created just before it, but not ready and serving by then (a model server starts in seconds).
         # The replicas whose Pods were created after the previous read: their counters began at zero since.
@@ -446,7 +445,7 @@ class ScrapeRates:
                 reasons.append(_scrape_outage(exc))
                 continue
             try:
-                in_flight += series_total(text, INFLIGHT_METRIC, {})
+                in_flight += sum(series_total(text, gauge, {}) for gauge in self.in_flight)
             except ValueError:
                 missing_gauge.append(replica)
             if self.histogram:
@@ -471,10 +470,10 @@ class ScrapeRates:
             return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
                     Concurrency(math.nan, "scrape", error, reasons[0]))
         if missing_gauge:
-            concurrency = Concurrency(math.nan, "scrape", f"no {INFLIGHT_METRIC} in the exposition of "
+            concurrency = Concurrency(math.nan, "scrape", f"no {' or '.join(self.in_flight)} in the exposition of "
                                                           f"{', '.join(missing_gauge)}", Outage.BAD_RESPONSE)
         else:
-            concurrency = Concurrency(in_flight, "scrape") if endpoints else NOT_READ
+            concurrency = Concurrency(in_flight, "scrape") if endpoints and self.in_flight else NOT_READ
         return RateSamples(((now_s, rate),), "scrape"), concurrency
 
     async def _read_gateway(self, client: httpx.AsyncClient, buckets: dict[str, dict[float, float]],
@@ -548,35 +547,37 @@ class ScrapeRates:
 
 
 async def read_held_at_gateway(client: httpx.AsyncClient, url: str, namespace: str, service: str, now_s: float,
-                               *, timeout_s: float = 2.0) -> RateSamples:
+                               *, metric: str, timeout_s: float = 2.0) -> RateSamples:
     """What wakes a service at zero replicas when no Prometheus is configured: the requests its front door holds
-    now (`infer_ctl_gateway_queue_depth{namespace,service}` on the gateway's /metrics at `url`). At zero there is
-    no replica to scrape, and a front door holds every request of a service that scales to zero until a replica
-    is ready, so the held requests are all the traffic there is: the value is what deploy/examples/
-    scale-to-zero.yaml's query gives at zero (the gateway's request rate, nothing answered, plus the held
-    requests). 0 is a value (the door saw nothing), not a gap: the decision then stays at zero as idle."""
+    now (the gauge `metric`{namespace,service}, the policies' gatewayHeldQuery, on the gateway's /metrics at
+    `url`). At zero there is no replica to scrape, and a front door holds every request of a service that scales
+    to zero until a replica is ready, so the held requests are all the traffic there is: the value is what
+    deploy/examples/scale-to-zero.yaml's query gives at zero (the gateway's request rate, nothing answered,
+    plus the held requests). 0 is a value (the door saw nothing), not a gap: the decision then stays at zero as idle."""
     try:
         response = await client.get(url, timeout=timeout_s)
         response.raise_for_status()
-        held = series_total(response.text, GATEWAY_HELD_METRIC, {"namespace": namespace, "service": service})
+        held = series_total(response.text, metric, {"namespace": namespace, "service": service})
     except (httpx.HTTPError, ValueError) as exc:
         return RateSamples(((now_s, math.nan),), "gateway", f"cannot scrape the gateway at {url}: "
                                                             f"{type(exc).__name__}: {exc}", _scrape_outage(exc))
     return RateSamples(((now_s, held),), "gateway")
 
 
-async def read_in_flight(client: httpx.AsyncClient, endpoints: Mapping[str, str], *,
+async def read_in_flight(client: httpx.AsyncClient, endpoints: Mapping[str, str], *, gauges: Sequence[str],
                          timeout_s: float = 2.0) -> Concurrency:
-    """The replicas' requests in flight now (the sum of their `infer_ctl_inflight_requests`), from their `/metrics`
-    (`endpoints`: replica -> URL) read side by side, with no counter state touched (`ScrapeRates` keeps the
-    rate's): what a check between two cycles reads. NaN when a replica cannot be scraped or lacks the gauge."""
+    """The replicas' requests in flight now (the sum of their `gauges`: the engine's running and waiting), from
+    their `/metrics` (`endpoints`: replica -> URL) read side by side, with no counter state touched (`ScrapeRates`
+    keeps the rate's): what a check between two cycles reads. NaN when a replica cannot be scraped or lacks a
+    gauge."""
 
     async def one(url: str) -> float:
         response = await client.get(url, timeout=timeout_s)
         response.raise_for_status()
-        return series_total(response.text, INFLIGHT_METRIC, {})
+        families = _families(response.text)
+        return sum(series_total(families, gauge, {}) for gauge in gauges)
 
-    if not endpoints:
+    if not endpoints or not gauges:
         return NOT_READ
     results = await asyncio.gather(*(one(url) for url in endpoints.values()), return_exceptions=True)
     failed: list[tuple[str, Exception]] = []
@@ -591,14 +592,14 @@ async def read_in_flight(client: httpx.AsyncClient, endpoints: Mapping[str, str]
     return Concurrency(sum(r for r in results if isinstance(r, float)), "scrape")
 
 
-async def read_gateway_held(client: httpx.AsyncClient, url: str, namespace: str, service: str, *,
+async def read_gateway_held(client: httpx.AsyncClient, url: str, namespace: str, service: str, *, metric: str,
                             timeout_s: float = 2.0) -> Concurrency:
-    """The requests a front door holds for a replica of the service now (`infer_ctl_gateway_queue_depth` on the
-    gateway's /metrics at `url`): the part of the requests in flight that no replica sees."""
+    """The requests a front door holds for a replica of the service now (the gauge `metric` on the gateway's
+    /metrics at `url`): the part of the requests in flight that no replica sees."""
     try:
         response = await client.get(url, timeout=timeout_s)
         response.raise_for_status()
-        held = series_total(response.text, GATEWAY_HELD_METRIC, {"namespace": namespace, "service": service})
+        held = series_total(response.text, metric, {"namespace": namespace, "service": service})
     except (httpx.HTTPError, ValueError) as exc:
         return Concurrency(math.nan, "scrape", f"cannot scrape the gateway at {url}: {type(exc).__name__}: {exc}",
                            _scrape_outage(exc))

@@ -22,6 +22,7 @@ import numpy as np
 from infer_ctl.core.api import InferenceService
 from infer_ctl.core.policy import effective_scaling
 from infer_ctl.core.promql import range_window_s
+from infer_ctl.core.runtime import rate_query
 from infer_ctl.engine.burst import BurstBasis, burst_basis
 from infer_ctl.engine.cycle import CyclePlan, CyclePolicies, CycleState, ObservedReplica, plan_cycle, service_policy
 from infer_ctl.engine.cycle import Observation as CycleObservation
@@ -1061,7 +1062,7 @@ class InferCtl:
 
     @property
     def metric_window_s(self) -> float:
-        return range_window_s(self.service.spec.scaling.metric.query) or self.period_s
+        return range_window_s(rate_query(self.service.spec, self.policies.policies.runtimes)) or self.period_s
 
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
