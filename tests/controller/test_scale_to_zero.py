@@ -21,11 +21,14 @@ import yaml
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
+from infer_ctl.core.policy import DEFAULT_GATEWAY_HELD_QUERY, histogram_metric
 from infer_ctl.observe.rates import Outage, read_held_at_gateway
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
 from tests.controller.conftest import ROOT, Cluster, running_controller
 from tests.controller.test_reconciler import wait_for
 from tests.prometheus_server import prometheus
+
+HELD = histogram_metric(DEFAULT_GATEWAY_HELD_QUERY)  # the front door's gauge of the requests it holds
 
 EXAMPLE = ROOT / "deploy" / "examples" / "scale-to-zero.yaml"
 # The one override of the shipped example: the sandbox's model server loads for the spec's cold start, and the
@@ -122,12 +125,12 @@ async def test_idle_goes_back_to_zero_after_the_keep_alive_and_the_next_request_
             request = asyncio.create_task(client.post(f"{door}/v1/completions", json={"prompt": "wake up"}))
             # held at the door, and shown there at once: what the controller reads without Prometheus
             gateway = cluster.sandbox.router.metrics_url
-            held = await read_held_at_gateway(client, gateway, "default", name, time.time())
+            held = await read_held_at_gateway(client, gateway, "default", name, time.time(), metric=HELD)
             while held.samples[0][1] < 1 and not request.done():
                 await asyncio.sleep(0.05)
-                held = await read_held_at_gateway(client, gateway, "default", name, time.time())
+                held = await read_held_at_gateway(client, gateway, "default", name, time.time(), metric=HELD)
             assert held.ok and held.samples[0][1] == 1 and held.source == "gateway", held
-            unknown = await read_held_at_gateway(client, gateway, "default", "nobody", time.time())
+            unknown = await read_held_at_gateway(client, gateway, "default", "nobody", time.time(), metric=HELD)
             assert unknown.reason == Outage.BAD_RESPONSE and "nobody" in unknown.error, unknown
             reasons: list[str] = []
             started = time.monotonic()

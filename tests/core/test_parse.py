@@ -27,8 +27,8 @@ def test_a_minimal_manifest_parses_with_documented_defaults() -> None:
     assert svc.spec.scaling.preset is api.Preset.BALANCED
     assert svc.spec.scaling.forecast.method is api.ForecastMethod.AUTO
     assert svc.spec.scaling.prewarm.lead_s is None  # auto
-    assert svc.spec.scaling.metric.query == api.DEFAULT_METRIC_QUERY
-    assert svc.spec.runtime.readiness_path == "/ready"
+    assert svc.spec.scaling.metric.query == ""  # the engine's (policies/runtimes.yaml)
+    assert svc.spec.runtime.readiness_path is None  # the engine's health path
 
 
 def test_memory_derived_from_parameters_follows_the_documented_worked_example() -> None:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infer_ctl.core.api import DEFAULT_METRIC_QUERY
 from infer_ctl.core.promql import PromQLTemplateError, check_template, render, sample_matcher
+from tests.engines import RATE_QUERY as DEFAULT_METRIC_QUERY
 
 
 def _literals(query: str) -> list[str]:
@@ -29,7 +29,7 @@ def _literals(query: str) -> list[str]:
 
 def test_the_default_query_names_the_service_and_its_namespace() -> None:
     query = render(DEFAULT_METRIC_QUERY, name="llama-8b", namespace="prod")
-    assert query == 'sum(rate(infer_ctl_requests_total{namespace="prod",service="llama-8b"}[1m]))'
+    assert query == 'sum(rate(vllm:request_success_total{namespace="prod",service="llama-8b"}[1m]))'
 
 
 @given(name=st.text(min_size=1, max_size=40), namespace=st.text(min_size=1, max_size=40))
@@ -37,7 +37,7 @@ def test_no_name_can_escape_its_label_value(name: str, namespace: str) -> None:
     query = render(DEFAULT_METRIC_QUERY, name=name, namespace=namespace)
     # The query has exactly the template's two literals, and each reads back as the value put in.
     assert _literals(query) == [namespace, name]
-    assert query.startswith("sum(rate(infer_ctl_requests_total{") and query.endswith("}[1m]))")
+    assert query.startswith("sum(rate(vllm:request_success_total{") and query.endswith("}[1m]))")
 
 
 def test_a_value_in_a_regex_matcher_is_escaped_for_re2_too() -> None:
@@ -118,7 +118,7 @@ def test_a_sample_matcher_selects_what_prometheus_would(labels: dict[str, str], 
     rendered = render('infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}',
                       name="llm", namespace="prod")
     assert sample_matcher(rendered)("infer_ctl_gateway_requests_total", labels) is selected
-    assert not sample_matcher(rendered)("infer_ctl_requests_total", labels)  # another metric
+    assert not sample_matcher(rendered)("vllm:request_success_total", labels)  # another metric
 
 
 def test_a_sample_matcher_needs_one_selector() -> None:

@@ -17,32 +17,35 @@ from tests.prometheus_server import prometheus
 REQUESTS_RPS = 7.5  # per replica of `llm` (two replicas) in the backfilled counters
 REQUESTS_MINUTES = 120
 # the backfilled gauges: (metric, labels, value), for the last GAUGE_MINUTES
-IN_FLIGHT = (("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-a"', 7),
-             ("infer_ctl_inflight_requests", 'namespace="prod",service="llm",pod="llm-b"', 11),
-             ("infer_ctl_inflight_requests", 'namespace="prod",service="other",pod="other-a"', 1000),
+IN_FLIGHT = (("vllm:num_requests_running", 'namespace="prod",service="llm",pod="llm-a"', 7),
+             ("vllm:num_requests_running", 'namespace="prod",service="llm",pod="llm-b"', 11),
+             ("vllm:num_requests_running", 'namespace="prod",service="other",pod="other-a"', 1000),
+             ("vllm:num_requests_waiting", 'namespace="prod",service="llm",pod="llm-a"', 3),
+             ("vllm:num_requests_waiting", 'namespace="prod",service="llm",pod="llm-b"', 0),
+             ("vllm:num_requests_waiting", 'namespace="prod",service="other",pod="other-a"', 500),
              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="llm"', 5),
              ("infer_ctl_gateway_queue_depth", 'namespace="prod",service="other"', 2000))
 GAUGE_MINUTES = 10
 
 
 def requests_history(now_s: float, *, rps: float = REQUESTS_RPS, minutes: int = REQUESTS_MINUTES) -> list[str]:
-    """OpenMetrics lines: `infer_ctl_requests_total` of the replicas llm-a and llm-b of `prod/llm`, each growing at
+    """OpenMetrics lines: `vllm:request_success_total` of the replicas llm-a and llm-b of `prod/llm`, each growing at
     `rps`, sampled every 15 s for `minutes` up to `now_s`."""
-    lines = ["# TYPE infer_ctl_requests counter"]
+    lines = ["# TYPE vllm:request_success counter"]
     start = int(now_s) - minutes * 60
     for pod in ("llm-a", "llm-b"):
         labels = f'namespace="prod",service="llm",pod="{pod}"'
-        lines += [f"infer_ctl_requests_total{{{labels}}} {rps * i * 15} {start + i * 15}"
+        lines += [f"vllm:request_success_total{{{labels}}} {rps * i * 15} {start + i * 15}"
                   for i in range(minutes * 4 + 1)]
     return lines
 
 
 def in_flight_history(now_s: float) -> list[str]:
-    """OpenMetrics lines: `IN_FLIGHT`'s gauges (two replicas of `llm` with 7 and 11 requests in flight, 5 held at its
-    front door, and another service's, which a query for `llm` must not read), every 15 s for the last
+    """OpenMetrics lines: `IN_FLIGHT`'s gauges (two replicas of `llm` with 7 and 11 requests running and 3 and 0
+    waiting, 5 held at its front door, and another service's, which a query for `llm` must not read), every 15 s for the last
     GAUGE_MINUTES up to `now_s`."""
     lines = []
-    for metric in ("infer_ctl_inflight_requests", "infer_ctl_gateway_queue_depth"):
+    for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting", "infer_ctl_gateway_queue_depth"):
         lines.append(f"# TYPE {metric} gauge")
         for name, labels, value in IN_FLIGHT:
             if name == metric:

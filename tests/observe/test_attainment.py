@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTOGRAM, histogram_metric
 from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
-from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates, ScrapeRates
+from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates
 from infer_ctl.sandbox.ports import free_port
+from tests.engines import vllm_scrape
 from tests.observe.conftest import Backfilled, MetricsEndpoint
 
 # the model servers' own histogram (the sandbox's), measured at the replicas
@@ -73,7 +74,7 @@ async def test_at_the_front_door_the_requests_it_failed_are_read_beside_the_answ
 
 def latency(registry: CollectorRegistry) -> Histogram:
     """A model server's latency histogram, beside the request counter every replica exports."""
-    Counter("infer_ctl_requests", "requests", registry=registry).inc(0)
+    Counter("vllm:request_success", "requests", registry=registry).inc(0)
     return Histogram("infer_ctl_request_duration_seconds", "latency", ["pod"], buckets=(0.1, 0.3),
                      registry=registry)
 
@@ -83,7 +84,7 @@ async def test_a_scrape_gives_the_increase_since_the_previous_one_across_a_resta
     first, second = CollectorRegistry(), CollectorRegistry()
     a, b = latency(first).labels("a"), latency(second).labels("b")
     endpoints = {"a": serve_metrics(first).url, "b": serve_metrics(second).url}
-    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS))
+    scrape = vllm_scrape(histogram=histogram_metric(MODEL_SERVERS))
     async with httpx.AsyncClient() as client:
         a.observe(0.05)
         await scrape.read_with_concurrency(client, endpoints, 0.0)
@@ -107,7 +108,7 @@ async def test_a_scrape_gives_the_increase_since_the_previous_one_across_a_resta
 
 def served(registry: CollectorRegistry, pod: str, latencies: tuple[float, ...]) -> Counter:
     """A model server that has answered requests with these latencies: its request counter and histogram."""
-    requests = Counter("infer_ctl_requests", "requests", registry=registry)
+    requests = Counter("vllm:request_success", "requests", registry=registry)
     histogram = Histogram("infer_ctl_request_duration_seconds", "latency", ["pod"], buckets=(0.1, 0.3),
                           registry=registry).labels(pod)
     for seconds in latencies:
@@ -125,7 +126,7 @@ async def test_a_replica_created_since_the_previous_scrape_counts_from_zero_one_
     a = served(first, "a", (0.05,) * 10)
     endpoints = {"a": serve_metrics(first).url}
     created_s = {"a": 0.0, "old": 90.0}
-    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS))
+    scrape = vllm_scrape(histogram=histogram_metric(MODEL_SERVERS))
     async with httpx.AsyncClient() as client:
         assert (await scrape.read(client, endpoints, 100.4, created_s)).ok
         a.inc(12)  # 12 more requests (their latencies are not the point here)
@@ -140,11 +141,11 @@ async def test_a_replica_created_since_the_previous_scrape_counts_from_zero_one_
         assert rates.samples[-1][1] == pytest.approx((12 + 48) / 12)
         assert scrape.latency.pairs == ((0.1, 36.0), (0.3, 48.0), (float("inf"), 48.0))
         # without the Pods' creation times a replica seen for the first time counts from its next scrape
-        again = ScrapeRates()
+        again = vllm_scrape()
         await again.read(client, {"a": endpoints["a"]}, 100.4)
         assert (await again.read(client, endpoints, 112.4)).samples == ((112.4, 0.0),)
         # a fresh service: every replica created since the previous read, which saw none (all were loading)
-        empty = ScrapeRates()
+        empty = vllm_scrape()
         assert math.isnan((await empty.read(client, {}, 100.4, created_s)).samples[-1][1])
         fresh = await empty.read(client, {"new": endpoints["new"]}, 112.4, {"new": 101.0})
         assert fresh.samples[-1][1] == pytest.approx(48 / 12)
@@ -168,7 +169,7 @@ async def test_a_scrape_of_the_front_door_reads_the_services_own_series_and_its_
     def selected(selector: str) -> object:
         return sample_matcher(render(selector, name="llm", namespace="prod"))
 
-    scrape = ScrapeRates(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM),
+    scrape = vllm_scrape(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM),
                          failed=histogram_metric(DEFAULT_FAILED_REQUESTS),
                          gateway=GatewaySeries(gateway, selected(DEFAULT_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
                                                selected(DEFAULT_FAILED_REQUESTS)))  # type: ignore[arg-type]
@@ -204,7 +205,7 @@ async def test_a_replicas_failed_counter_is_read_by_its_selectors_labels_the_exp
     for code in ("200", "500"):
         codes.labels(code)
     failed = 'model_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}'
-    scrape = ScrapeRates(histogram=histogram_metric(MODEL_SERVERS), failed=histogram_metric(failed),
+    scrape = vllm_scrape(histogram=histogram_metric(MODEL_SERVERS), failed=histogram_metric(failed),
                          failed_select=sample_matcher(render(failed, name="llm", namespace="prod"),
                                                       absent_matches=True))
     endpoints = {"a": serve_metrics(registry).url}

@@ -19,9 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from infer_ctl.core.api import DEFAULT_METRIC_QUERY
 from infer_ctl.observe.rates import Outage, PrometheusRates, RateSamples
 from infer_ctl.sandbox.ports import free_port
+from tests.engines import RATE_QUERY as DEFAULT_METRIC_QUERY
 
 SLACK_S = 1.5  # what a shared 2-core machine may add to a deadline
 

@@ -13,9 +13,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from infer_ctl.core.api import DEFAULT_METRIC_QUERY
-from infer_ctl.observe.rates import Outage, PrometheusRates, ScrapeRates, counter_total
+from infer_ctl.observe.rates import Outage, PrometheusRates, counter_total
 from infer_ctl.sandbox.ports import free_port
+from tests.engines import RATE_QUERY as DEFAULT_METRIC_QUERY
+from tests.engines import vllm_scrape
 from tests.observe.conftest import Backfilled, MetricsEndpoint
 from tests.prometheus_server import prometheus
 
@@ -66,7 +67,7 @@ def test_steps_without_data_are_missing_not_zero(backfilled_prometheus: Backfill
 def test_a_hostile_service_name_stays_one_label_value(backfilled_prometheus: Backfilled) -> None:
     url, now_s = backfilled_prometheus
     # Unescaped, this name would close the matcher and select every series of the counter.
-    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name='x"} or infer_ctl_requests_total{a="',
+    rates = PrometheusRates(url).read(template=DEFAULT_METRIC_QUERY, name='x"} or vllm:request_success_total{a="',
                                       namespace="prod", start_s=now_s - 900, end_s=now_s - 600, step_s=60)
     assert rates.reason == Outage.EMPTY, rates.error  # not the sum of every series of the counter
     assert all(math.isnan(r) for _, r in rates.samples)
@@ -77,7 +78,7 @@ def test_a_query_prometheus_cannot_execute_is_named_with_its_own_message(
     url, now_s = backfilled_prometheus
     # Valid PromQL that the template rules accept, but both sides have two series per namespace: Prometheus
     # refuses the many-to-many match when it evaluates the query (422, errorType "execution").
-    selector = 'infer_ctl_requests_total{namespace="{{namespace}}",service="{{name}}"}'
+    selector = 'vllm:request_success_total{namespace="{{namespace}}",service="{{name}}"}'
     template = f"rate({selector}[1m]) / on(namespace) rate({selector}[1m])"
     rates = PrometheusRates(url).read(template=template, name="llm", namespace="prod", start_s=now_s - 1200,
                                       end_s=now_s - 600, step_s=60)
@@ -105,13 +106,13 @@ class Exporter:
 @pytest.fixture
 def exporter(serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> Exporter:
     registry = CollectorRegistry()
-    counter = Counter("infer_ctl_requests", "requests", ["namespace", "service", "pod"], registry=registry)
+    counter = Counter("vllm:request_success", "requests", ["namespace", "service", "pod"], registry=registry)
     endpoint = serve_metrics(registry)
     return Exporter(counter, endpoint.url, endpoint.target)
 
 
 async def test_scraping_turns_counter_increases_into_a_rate(exporter: Exporter) -> None:
-    scrape = ScrapeRates()
+    scrape = vllm_scrape()
     series = exporter.counter.labels("prod", "llm", "llm-a")
     async with httpx.AsyncClient() as client:
         series.inc(100)
@@ -123,7 +124,7 @@ async def test_scraping_turns_counter_increases_into_a_rate(exporter: Exporter) 
 
 
 def test_a_counter_reset_counts_the_new_value_as_the_increase() -> None:
-    scrape = ScrapeRates()
+    scrape = vllm_scrape()
     scrape._advance({"a": 500.0}, 0.0)
     assert scrape._advance({"a": 30.0}, 10.0) == 3.0  # restarted: 30 new requests in 10 s
 
@@ -131,18 +132,18 @@ def test_a_counter_reset_counts_the_new_value_as_the_increase() -> None:
 async def test_a_replica_that_cannot_be_scraped_makes_the_sample_missing(exporter: Exporter) -> None:
     exporter.counter.labels("prod", "llm", "up").inc(0)
     async with httpx.AsyncClient() as client:
-        rates = await ScrapeRates(timeout_s=1).read(
+        rates = await vllm_scrape(timeout_s=1).read(
             client, {"up": exporter.url, "down": f"http://127.0.0.1:{free_port()}/metrics"}, now_s=5.0)
     assert (rates.error, rates.reason) == ("cannot scrape down: ConnectError", Outage.REFUSED)
     assert math.isnan(rates.samples[0][1])
 
 
 def test_counter_totals_sum_all_label_sets_and_refuse_a_missing_metric() -> None:
-    text = ('# TYPE infer_ctl_requests counter\ninfer_ctl_requests_total{pod="a"} 3\n'
-            'infer_ctl_requests_total{pod="b"} 4\n')
-    assert counter_total(text, "infer_ctl_requests_total") == 7
-    with pytest.raises(ValueError, match="no infer_ctl_requests_total"):
-        counter_total("# TYPE other counter\nother_total 1\n", "infer_ctl_requests_total")
+    text = ('# TYPE vllm:request_success counter\nvllm:request_success_total{pod="a"} 3\n'
+            'vllm:request_success_total{pod="b"} 4\n')
+    assert counter_total(text, "vllm:request_success_total") == 7
+    with pytest.raises(ValueError, match="no vllm:request_success_total"):
+        counter_total("# TYPE other counter\nother_total 1\n", "vllm:request_success_total")
 
 
 def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: Exporter) -> None:
@@ -161,7 +162,7 @@ def test_prometheus_scrapes_are_read_back_as_rates(tmp_path: Path, exporter: Exp
         driver.start()
         try:
             source = PrometheusRates(url)
-            template = 'sum(rate(infer_ctl_requests_total{namespace="{{namespace}}",service="{{name}}"}[3s]))'
+            template = 'sum(rate(vllm:request_success_total{namespace="{{namespace}}",service="{{name}}"}[3s]))'
             deadline = started + 40
             first_seen = math.inf
             rps = math.nan
