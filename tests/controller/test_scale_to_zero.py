@@ -20,8 +20,8 @@ import httpx
 import yaml
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
-from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.core.policy import DEFAULT_GATEWAY_HELD_QUERY, histogram_metric
+from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.observe.rates import Outage, read_held_at_gateway
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
 from tests.controller.conftest import ROOT, Cluster, running_controller

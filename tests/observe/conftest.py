@@ -42,8 +42,8 @@ def requests_history(now_s: float, *, rps: float = REQUESTS_RPS, minutes: int = 
 
 def in_flight_history(now_s: float) -> list[str]:
     """OpenMetrics lines: `IN_FLIGHT`'s gauges (two replicas of `llm` with 7 and 11 requests running and 3 and 0
-    waiting, 5 held at its front door, and another service's, which a query for `llm` must not read), every 15 s for the last
-    GAUGE_MINUTES up to `now_s`."""
+    waiting, 5 held at its front door, and another service's, which a query for `llm` must not read),
+    every 15 s for the last GAUGE_MINUTES up to `now_s`."""
     lines = []
     for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting", "infer_ctl_gateway_queue_depth"):
         lines.append(f"# TYPE {metric} gauge")
