@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 import httpx
@@ -100,10 +101,8 @@ async def test_a_client_that_goes_away_aborts_its_request_and_frees_its_slot() -
     async with standin("vllm", "m", INFER_CTL_SANDBOX_CONCURRENCY="1", **SLOW) as url, \
             httpx.AsyncClient(base_url=url, timeout=10) as http:
         with_timeout = httpx.AsyncClient(base_url=url, timeout=0.2)
-        try:
+        with contextlib.suppress(httpx.TimeoutException):
             await with_timeout.post("/v1/completions", json={"model": "m", "prompt": "x"})
-        except httpx.TimeoutException:
-            pass
         await with_timeout.aclose()
         await asyncio.sleep(0.1)
         assert value((await http.get("/metrics")).text, "vllm:num_requests_running") == 0
