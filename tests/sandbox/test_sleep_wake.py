@@ -1,4 +1,4 @@
-"""Warm tiers in the sandbox, for real: the model server's sleep and wake over HTTP (a process of its own), the node
+"""Warm tiers in the sandbox, for real: the node
 agent's memory ledger on a shared ResourceClaim and a node's host-memory budget, prefetch into a node's model
 cache, the annotations the agent publishes on its Nodes, and the front door holding requests for a replica.
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,7 +33,6 @@ from infer_ctl.kube.labels import (
     ANNOTATION_NETWORK_GBPS,
     ANNOTATION_START_ASLEEP,
 )
-from infer_ctl.sandbox.modelserver import ASLEEP_HEADER
 from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
 from infer_ctl.sandbox.router import ANNOTATION_URL
 from infer_ctl.sandbox.runtime import Sandbox
@@ -51,31 +49,6 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------------------------------------ one model server
 
 
-@asynccontextmanager
-async def model_server(*args: str) -> AsyncIterator[str]:
-    """`python -m infer_ctl.sandbox.modelserver ARGS` until the block ends; yields its URL once it is READY."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infer_ctl.sandbox.modelserver", "--service", "llm", "--pod", "p0", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-    try:
-        assert process.stdout is not None
-        port = None
-        async with asyncio.timeout(20):
-            while (line := (await process.stdout.readline()).decode().strip()) != "READY":
-                assert line, "the model server exited before it was ready"
-                if line.startswith("LISTENING "):
-                    port = int(line.split()[1])
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 def sample(metrics: str, name: str) -> float:
     """The value of the one series `name` (any labels) in a Prometheus text exposition."""
     values = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
@@ -90,123 +63,8 @@ async def timed(call: Any) -> tuple[httpx.Response, float]:
     return response, time.perf_counter() - started
 
 
-async def test_a_sleeping_model_wakes_in_its_weight_bytes_over_the_host_to_device_bandwidth() -> None:
-    # 1 GB at 1 GB/s: a wake takes 1 s; at 2 GB/s, a sleep 0.5 s. What is "at once" takes less than 0.4 s.
-    async with model_server("--start-asleep", "--model-bytes", str(GB), "--h2d-gbps", "1",
-                            "--d2h-gbps", "2") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
-        assert (await http.get("/readyz")).status_code == 200  # ready means loaded, asleep or not
-        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
-        metrics = (await http.get("/metrics")).text
-        assert sample(metrics, "infer_ctl_model_sleeping") == 1
-        assert sample(metrics, "infer_ctl_host_memory_bytes") == GB
-        assert sample(metrics, "infer_ctl_gpu_memory_bytes") == 0
-
-        woken, wake_s = await timed(http.post("/wake_up"))
-        assert woken.status_code == 200
-        assert 1.0 <= wake_s < 1.0 + 0.5, wake_s
-        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": False}
-        again, again_s = await timed(http.post("/wake_up"))  # awake already: at once
-        assert again.status_code == 200 and again_s < 0.4
-        metrics = (await http.get("/metrics")).text
-        assert sample(metrics, "infer_ctl_model_sleeping") == 0
-        assert sample(metrics, "infer_ctl_host_memory_bytes") == 0
-        assert sample(metrics, "infer_ctl_gpu_memory_bytes") == GB
-        assert sample(metrics, "infer_ctl_wakes_total") == 1
-        assert sample(metrics, "infer_ctl_wake_duration_seconds_count") == 1
-        assert 1.0 <= sample(metrics, "infer_ctl_wake_duration_seconds_sum") < wake_s
-
-        slept, sleep_s = await timed(http.post("/sleep", params={"level": "1"}))
-        assert slept.status_code == 200 and 0.5 <= sleep_s < 0.5 + 0.5, sleep_s
-        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
-        again, again_s = await timed(http.post("/sleep", params={"level": "1"}))
-        assert again.status_code == 200 and again_s < 0.4
-        level2 = await http.post("/sleep", params={"level": "2"})
-        assert level2.status_code == 400 and "level 1 only" in level2.json()["message"]
-
-
-async def test_a_request_whose_client_closes_the_connection_is_aborted_and_frees_its_slot_at_once() -> None:
-    # one slot; 2,000 x the reference tokens at 5 ms: 10 s of work, for a client that waits 0.3 s
-    async with model_server("--concurrency", "1", "--service-time-ms", "5") as url, \
-            httpx.AsyncClient(base_url=url, timeout=10) as http:
-        async with httpx.AsyncClient(base_url=url, timeout=0.3) as impatient:
-            with pytest.raises(httpx.ReadTimeout):
-                await impatient.post("/v1/completions", json={"max_tokens": 256 * 2000})
-        # the next request has the slot at once, not after the 10 s nobody waits for
-        answer, answer_s = await timed(http.post("/v1/completions", json={}))
-        assert answer.status_code == 200 and answer_s < 1.0, answer_s
-        metrics = (await http.get("/metrics")).text
-        codes = {line.split('code="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                 if line.startswith("infer_ctl_requests_total{")}
-        assert codes.get("499") == 1 and codes.get("200") == 1, codes
-        assert sample(metrics, "infer_ctl_queue_depth") == 0
-        # keep-alive still works for a client that stays: two on one connection
-        assert [(await http.post("/v1/completions", json={})).status_code for _ in range(2)] == [200, 200]
-
-
-async def test_a_request_to_a_sleeping_model_is_refused_at_once_and_one_during_a_wake_is_held_until_it_ends() -> None:
-    # 1 GB at 1 GB/s: a 1 s wake
-    async with model_server("--start-asleep", "--model-bytes", str(GB), "--h2d-gbps", "1",
-                            "--service-time-ms", "10") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
-        refused, refused_s = await timed(http.post("/v1/completions", json={"prompt": "hi"}))
-        # asleep: a request never wakes the model; refused before any work, marked so that a router retries it
-        assert refused.status_code == 503 and refused_s < 0.4
-        assert refused.headers[ASLEEP_HEADER] == "true" and refused.headers["Retry-After"] == "1"
-        assert (await http.get("/is_sleeping")).json() == {"is_sleeping": True}
-        waking = asyncio.ensure_future(timed(http.post("/wake_up")))
-        await asyncio.sleep(0.2)
-        requests = [asyncio.ensure_future(timed(http.post("/v1/completions", json={"prompt": "hi"})))
-                    for _ in range(3)]
-        async with asyncio.timeout(5):
-            while sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") < 3:
-                await asyncio.sleep(0.02)
-        assert sample((await http.get("/metrics")).text, "infer_ctl_inflight_requests") == 3
-        assert (await waking)[0].status_code == 200
-        answers = await asyncio.gather(*requests)
-        assert [a.status_code for a, _ in answers] == [200, 200, 200]
-        assert all(took >= 0.5 for _, took in answers)  # held through the rest of the wake
-        assert sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") == 0
-
-
-async def test_a_request_held_during_a_wake_is_answered_503_with_retry_after_past_its_bounds() -> None:
-    # 2.5 GB at 1 GB/s: a wake takes 2.5 s, which is what Retry-After suggests (rounded up).
-    async with model_server("--start-asleep", "--model-bytes", str(25 * GB // 10), "--h2d-gbps", "1",
-                            "--hold-s", "0.6", "--max-queue", "1") as url, \
-            httpx.AsyncClient(base_url=url, timeout=10) as http:
-        waking = asyncio.ensure_future(http.post("/wake_up"))
-        await asyncio.sleep(0.2)
-        first = asyncio.ensure_future(timed(http.post("/v1/completions", json={})))
-        async with asyncio.timeout(5):
-            while sample((await http.get("/metrics")).text, "infer_ctl_queue_depth") < 1:
-                await asyncio.sleep(0.02)
-        second, second_s = await timed(http.post("/v1/completions", json={}))
-        assert second.status_code == 503 and second_s < 0.4  # the queue of one is full: refused at once
-        held, held_s = await first
-        assert held.status_code == 503 and 0.6 <= held_s < 0.6 + 0.5
-        assert held.headers["Retry-After"] == second.headers["Retry-After"] == "3"
-        assert 'code="503"' in (await http.get("/metrics")).text
-        assert (await waking).status_code == 200
-
-
-async def test_a_sleep_lets_the_request_in_flight_finish_and_refuses_the_next_at_once() -> None:
-    async with model_server("--model-bytes", str(GB // 10), "--d2h-gbps", "10", "--h2d-gbps", "10",
-                            "--service-time-ms", "500") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
-        serving = asyncio.ensure_future(http.post("/v1/completions", json={}))
-        async with asyncio.timeout(5):
-            while sample((await http.get("/metrics")).text, "infer_ctl_inflight_requests") < 1:
-                await asyncio.sleep(0.01)
-        sleeping = asyncio.ensure_future(timed(http.post("/sleep", params={"level": "1"})))
-        await asyncio.sleep(0.1)
-        late, late_s = await timed(http.post("/v1/completions", json={}))
-        # arrived while going to sleep: refused at once (the front door sends it to another replica)
-        assert late.status_code == 503 and late.headers[ASLEEP_HEADER] == "true" and late_s < 0.3
-        slept, sleep_s = await sleeping
-        assert slept.status_code == 200 and sleep_s >= 0.3  # waited for the 0.5 s request, then moved 0.01 s
-        assert serving.done() and (await serving).status_code == 200
-        assert (await http.post("/wake_up")).status_code == 200
-        assert (await http.post("/v1/completions", json={})).status_code == 200
-
-
-# ------------------------------------------------------------------------------------------ the node agent
+# The stand-in alone (sleep and wake, modes, requests while asleep, disconnects) is tested against vLLM's
+# interface in test_standin_vllm.py and test_standin_sglang.py; what follows runs it under the node agent.
 
 
 def tiny_cluster(**l4: Any) -> Any:
