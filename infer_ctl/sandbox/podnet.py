@@ -21,9 +21,10 @@ import os
 import random
 import tempfile
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 class AddressesExhausted(RuntimeError):
@@ -89,3 +90,19 @@ class PodAddresses:
             with contextlib.suppress(OSError):
                 self._lock.close()
             self._lock = None
+
+
+def serving_port(pod: Mapping[str, Any]) -> int | None:
+    """The port a replica serves on: its (first) container's port named `http`, else its first declared port (what
+    an InferencePool's targetPort or a PodMonitor's port names); None when it declares none."""
+    ports = [p for c in (pod.get("spec") or {}).get("containers") or () for p in c.get("ports") or ()]
+    named = next((p for p in ports if p.get("name") == "http"), None)
+    chosen = named or (ports[0] if ports else None)
+    return int(chosen["containerPort"]) if chosen and chosen.get("containerPort") else None
+
+
+def pod_endpoint(pod: Mapping[str, Any]) -> str | None:
+    """`<podIP>:<port>` of a Pod that has an address and a serving port, as a cluster's endpoints list it."""
+    ip = (pod.get("status") or {}).get("podIP")
+    port = serving_port(pod)
+    return f"{ip}:{port}" if ip and port else None
