@@ -4,17 +4,27 @@ One agent serves every node of the sandbox (each process is attributed to its Po
 through a `ClusterView` (`view.py`): the emulator's in-process Store, or any API server over HTTP (the real
 control plane of `localcluster`, where there is no kubelet), with the same logic for both.
 
-For a bound Pod (spec.nodeName one of its nodes) it starts a model-server process (forked by the
-`python -m infer_ctl.sandbox.modelserver --zygote` fork server, so a start costs milliseconds of CPU, not an
-interpreter start) with the Pod's accelerator (from its allocated ResourceClaim, whoever allocated it, the
-emulator's scheduler or kube-scheduler: the device's productName, MIG profile and the catalog's relative
-throughput) and cold start (shorter when the node has the model cached, and every model loaded once stays
-cached on that node), then writes pods/status: phase Running, host and pod IPs, a status per container, and
-the conditions PodReadyToStartContainers, Initialized, ContainersReady and Ready, the last two True when the
-server says its model is loaded. Each status write is a merge patch of whole lists, conditional on the
-resourceVersion it was computed from (read again on a conflict), so it never undoes another writer's change.
-The Pod's address is 127.0.0.1 and its port, which every Pod on one machine cannot share, is in the annotation
-`sandbox.infer-ctl.io/address` (host:port).
+For a bound Pod (spec.nodeName one of its nodes) it runs the Pod's container as the image table says (`images.py`:
+an fnmatch glob on the image -> a local command; the user's `--images FILE` before the built-in entries, which map
+vLLM's and SGLang's images to the stand-ins). A built-in stand-in is forked by the
+`python -m infer_ctl.sandbox.modelserver --zygote` fork server (a start costs milliseconds of CPU, not an interpreter
+start) with argv `[vllm|sglang, *container.args, --host <podIP>]` (the container's `command`, one of the engine's
+launchers, stripped; `--host` only when the args have none) and exactly the env below; any other command runs as a
+process of its own (`command + container.args`, cwd a temporary directory, output in `pod_logs`). `$(VAR)` in
+command and args is expanded as kubelet does. The env is the container's (`containerenv.py`: values, Secrets,
+ConfigMaps, fieldRefs; envFrom; a missing Secret or key leaves the container waiting CreateContainerConfigError with
+a Warning Event, tried again with back-off) plus the simulated hardware, `INFER_CTL_SANDBOX_*`: the Pod's
+accelerator (from its allocated ResourceClaim, whoever allocated it, the emulator's scheduler or kube-scheduler: the
+device's productName, MIG profile), the service time scaled by the catalog's relative throughput, the concurrency,
+the cold start (shorter when the node has the model cached), the model's bytes, the wake/sleep links, the memory
+ledger's URL, start asleep, the engine version from the image tag and the grace period.
+Each Pod gets its own loopback address (`podnet.py`), written to status.podIP/podIPs; the controller, the front door
+and Prometheus address it as `<podIP>:<containerPort>`. The agent then writes pods/status: phase Running, host and
+pod IPs, a status per container, and the conditions PodReadyToStartContainers, Initialized, ContainersReady and
+Ready, the last two from kubelet's probes (`probes.py`: startup, readiness, liveness on the podIP; no readiness
+probe: Ready once started; failed liveness probes restart the container). Each status write is a merge patch of
+whole lists, conditional on the resourceVersion it was computed from (read again on a conflict), so it never undoes
+another writer's change.
 
 Deleting a Pod (deletionTimestamp: all an API server does for a bound Pod) marks it not ready, sends SIGTERM
 (the server drains in-flight requests), kills it at the end of the grace period, then finishes the deletion
@@ -41,8 +51,8 @@ memory held by sleeping replicas, within a budget (the Node's annotation `infer-
 `status.capacity.memory`); per device (from the Pod's allocated claims: a shared ResourceClaim gives several Pods
 the same device, the "warm host"), the memory of the awake models, within the device's `memory` capacity in its
 ResourceSlice (split evenly over a Pod's devices). A model server asks the agent before each move (an HTTP
-endpoint of the agent's on 127.0.0.1, passed as `--agent-url`): a wake that would overfill the device is refused
-(the server answers 409 `{"reason": "DeviceMemory", ...}`), a sleep that would overfill the host budget too
+endpoint of the agent's on 127.0.0.1, passed as INFER_CTL_SANDBOX_AGENT_URL): a wake that would overfill the
+device is refused (the stand-in answers as its engine answers an error), a sleep that would overfill the host budget too
 (`HostMemory`). A start that does not fit fails as the container would: a start asleep over the host budget is
 terminated `OOMKilled` (exit 137), a start awake on a full device exits with CUDA's out-of-memory error (exit 1);
 either is restarted with kubelet's back-off (container waiting in CrashLoopBackOff, `lastState.terminated` naming
@@ -351,7 +361,7 @@ class _Running:
     ip: str | None = None  # the Pod's own loopback address (podnet.py); None for infer-ctl's own Pods
     startup_ok: bool = True  # the startup probe has succeeded (or there is none): containerStatus.started
     model: str = ""  # a replica's model cache key: a model a running replica uses is never evicted from the cache
-    # Status writes of one pod, in the order they were decided (a READY report must not overtake LISTENING).
+    # Status writes of one pod, in the order they were decided (a probe's verdict must not overtake the start).
     writes: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
