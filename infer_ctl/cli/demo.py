@@ -304,7 +304,7 @@ class _Demo:
 
     def _drive(self, stack: contextlib.ExitStack, kube: Any, prometheus: Any, url: str, offset_s: float) -> int:
         from infer_ctl.kube.client import PODS
-        from infer_ctl.kube.pods import replica_pods
+        from infer_ctl.sandbox.prometheus import pod_targets
 
         timeline = self.out / "loadgen-timeline.csv"
         shape = self.day.shape(offset_s)
@@ -321,8 +321,8 @@ class _Demo:
         while loadgen.poll() is None:
             pods = kube.list(PODS, "default")
             if prometheus is not None:
-                prometheus.set_targets([*(p.address for p in replica_pods(pods) if p.address),
-                                        urlsplit(self.gateway_metrics).netloc])
+                # each replica at its podIP:port, labelled with namespace, pod and service as a PodMonitor does
+                prometheus.set_targets([*pod_targets(pods), urlsplit(self.gateway_metrics).netloc])
             t = time.monotonic() - day0_mono
             views = [self._service_view(kube, name, pods) for name in self._names()]
             self._record(t, views[0], held_gpus(pods, DRIVEN))

@@ -28,6 +28,10 @@ def register(subparsers: Any) -> None:
                          "kube-apiserver, kube-scheduler and kube-controller-manager 1.37 with etcd (built from "
                          "their Go modules on first use), with the node agent as kubelet and DRA driver; either way "
                          "the InferenceService CRD is installed")
+    up.add_argument("--images", type=Path, default=None, metavar="FILE",
+                    help="image table (YAML: images: [{image: GLOB, command: [ARGV...]}]): the local command the "
+                         "node agent runs for a container image, before the built-in entries (vLLM's and SGLang's "
+                         "images run the sandbox's stand-ins)")
     up.set_defaults(func=run)
 
 
@@ -40,18 +44,20 @@ def run(args: argparse.Namespace) -> int:
     from infer_ctl.core.errors import SpecError
 
     require("sandbox", "the sandbox")
+    from infer_ctl.sandbox.images import ImageTableError, load_image_table
     from infer_ctl.sandbox.runtime import Sandbox, load
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     try:
         cluster, catalog = load(args.cluster, args.policies)
-    except SpecError as e:
+        images = load_image_table(args.images)
+    except (SpecError, ImageTableError) as e:
         print(f"infer-ctl sandbox: {e}", file=sys.stderr)
         return 2
     if args.control_plane == "kube":
-        return _run_kube(args, cluster, catalog)
-    sandbox = Sandbox(cluster, catalog, port=args.port or None, kubeconfig=args.kubeconfig.resolve())
+        return _run_kube(args, cluster, catalog, images)
+    sandbox = Sandbox(cluster, catalog, port=args.port or None, kubeconfig=args.kubeconfig.resolve(), images=images)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
+def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any, images: Any) -> int:
     """The real control plane with the node agent, until SIGINT or SIGTERM."""
     import logging
     import signal
@@ -107,7 +113,7 @@ def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any) -> int:
     print("starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager (building them first if "
           "needed) ...", flush=True)
     try:
-        with kube_sandbox_in_thread(cluster, catalog, kubeconfig=kubeconfig) as sandbox:
+        with kube_sandbox_in_thread(cluster, catalog, kubeconfig=kubeconfig, images=images) as sandbox:
             nodes = ", ".join(f"{p.count} x {p.name}" + (f" ({p.gpus} x {p.accelerator}, {p.gpu_mode})"
                                                          if p.accelerator else "") for p in cluster.pools)
             print(f"control plane {cluster.name!r} is up (Kubernetes 1.37, real): {nodes}", flush=True)

@@ -22,6 +22,7 @@ import yaml
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.inferenceservice import CRD_PATH
+from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router
@@ -77,7 +78,8 @@ def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: flo
 @contextmanager
 def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kubeconfig: Path | None = None,
                            workdir: Path | None = None, crd: bool = True, audit_log: bool = False,
-                           extra_admins: Sequence[str] = ()) -> Iterator[KubeSandbox]:
+                           extra_admins: Sequence[str] = (), images: ImageTable | None = None
+                           ) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
     CRD (with `crd`) and the PriorityClasses the controller's replicas use; stop everything on exit."""
     local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
@@ -97,7 +99,7 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
             shutil.copyfile(local.kubeconfig, kubeconfig)
             kubeconfig.chmod(0o600)
         thread = LoopThread("kube-side")
-        side = KubeSide(local.kubeconfig, cluster, catalog)
+        side = KubeSide(local.kubeconfig, cluster, catalog, images=images)
         thread.call(side.start, timeout_s=120)
         wait_nodes_schedulable(local, [n.name for n in cluster.nodes])
         yield KubeSandbox(local, side, thread, target)

@@ -22,6 +22,7 @@ from pathlib import Path
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.router import Router
 from infer_ctl.sandbox.view import KubeView
@@ -42,6 +43,7 @@ class KubeSide:
     startup_timeout_s: float = 60.0
     watch_timeout_s: float = 300.0
     request_timeout_s: float = 10.0
+    images: ImageTable | None = None  # the node agent's image table (None: the built-in entries)
     _client: KubeClient | None = None
     _view: KubeView | None = None
     _agent: NodeAgent | None = None
@@ -84,7 +86,8 @@ class KubeSide:
         self._view = KubeView(client, watch_timeout_s=self.watch_timeout_s)
         await self._view.start(sync_timeout_s=self.startup_timeout_s)
         self._agent = NodeAgent(self._view, {n.name: n for n in self.cluster.nodes}, self.catalog,
-                                publish=tuple(self.cluster.objects()) if self.publish else ())
+                                publish=tuple(self.cluster.objects()) if self.publish else (),
+                                image_table=self.images)
         self._router = Router(self._view)
         await self._router.serve_metrics()
         self._tasks = [asyncio.create_task(self._agent.run(), name="node-agent"),

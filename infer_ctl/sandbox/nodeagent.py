@@ -4,17 +4,27 @@ One agent serves every node of the sandbox (each process is attributed to its Po
 through a `ClusterView` (`view.py`): the emulator's in-process Store, or any API server over HTTP (the real
 control plane of `localcluster`, where there is no kubelet), with the same logic for both.
 
-For a bound Pod (spec.nodeName one of its nodes) it starts a model-server process (forked by the
-`python -m infer_ctl.sandbox.modelserver --zygote` fork server, so a start costs milliseconds of CPU, not an
-interpreter start) with the Pod's accelerator (from its allocated ResourceClaim, whoever allocated it, the
-emulator's scheduler or kube-scheduler: the device's productName, MIG profile and the catalog's relative
-throughput) and cold start (shorter when the node has the model cached, and every model loaded once stays
-cached on that node), then writes pods/status: phase Running, host and pod IPs, a status per container, and
-the conditions PodReadyToStartContainers, Initialized, ContainersReady and Ready, the last two True when the
-server says its model is loaded. Each status write is a merge patch of whole lists, conditional on the
-resourceVersion it was computed from (read again on a conflict), so it never undoes another writer's change.
-The Pod's address is 127.0.0.1 and its port, which every Pod on one machine cannot share, is in the annotation
-`sandbox.infer-ctl.io/address` (host:port).
+For a bound Pod (spec.nodeName one of its nodes) it runs the Pod's container as the image table says (`images.py`:
+an fnmatch glob on the image -> a local command; the user's `--images FILE` before the built-in entries, which map
+vLLM's and SGLang's images to the stand-ins). A built-in stand-in is forked by the
+`python -m infer_ctl.sandbox.modelserver --zygote` fork server (a start costs milliseconds of CPU, not an interpreter
+start) with argv `[vllm|sglang, *container.args, --host <podIP>]` (the container's `command`, one of the engine's
+launchers, stripped; `--host` only when the args have none) and exactly the env below; any other command runs as a
+process of its own (`command + container.args`, cwd a temporary directory, output in `pod_logs`). `$(VAR)` in
+command and args is expanded as kubelet does. The env is the container's (`containerenv.py`: values, Secrets,
+ConfigMaps, fieldRefs; envFrom; a missing Secret or key leaves the container waiting CreateContainerConfigError with
+a Warning Event, tried again with back-off) plus the simulated hardware, `INFER_CTL_SANDBOX_*`: the Pod's
+accelerator (from its allocated ResourceClaim, whoever allocated it, the emulator's scheduler or kube-scheduler: the
+device's productName, MIG profile), the service time scaled by the catalog's relative throughput, the concurrency,
+the cold start (shorter when the node has the model cached), the model's bytes, the wake/sleep links, the memory
+ledger's URL, start asleep, the engine version from the image tag and the grace period.
+Each Pod gets its own loopback address (`podnet.py`), written to status.podIP/podIPs; the controller, the front door
+and Prometheus address it as `<podIP>:<containerPort>`. The agent then writes pods/status: phase Running, host and
+pod IPs, a status per container, and the conditions PodReadyToStartContainers, Initialized, ContainersReady and
+Ready, the last two from kubelet's probes (`probes.py`: startup, readiness, liveness on the podIP; no readiness
+probe: Ready once started; failed liveness probes restart the container). Each status write is a merge patch of
+whole lists, conditional on the resourceVersion it was computed from (read again on a conflict), so it never undoes
+another writer's change.
 
 Deleting a Pod (deletionTimestamp: all an API server does for a bound Pod) marks it not ready, sends SIGTERM
 (the server drains in-flight requests), kills it at the end of the grace period, then finishes the deletion
@@ -41,8 +51,8 @@ memory held by sleeping replicas, within a budget (the Node's annotation `infer-
 `status.capacity.memory`); per device (from the Pod's allocated claims: a shared ResourceClaim gives several Pods
 the same device, the "warm host"), the memory of the awake models, within the device's `memory` capacity in its
 ResourceSlice (split evenly over a Pod's devices). A model server asks the agent before each move (an HTTP
-endpoint of the agent's on 127.0.0.1, passed as `--agent-url`): a wake that would overfill the device is refused
-(the server answers 409 `{"reason": "DeviceMemory", ...}`), a sleep that would overfill the host budget too
+endpoint of the agent's on 127.0.0.1, passed as INFER_CTL_SANDBOX_AGENT_URL): a wake that would overfill the
+device is refused (the stand-in answers as its engine answers an error), a sleep that would overfill the host budget too
 (`HostMemory`). A start that does not fit fails as the container would: a start asleep over the host budget is
 terminated `OOMKilled` (exit 137), a start awake on a full device exits with CUDA's out-of-memory error (exit 1);
 either is restarted with kubelet's back-off (container waiting in CrashLoopBackOff, `lastState.terminated` naming
@@ -104,6 +114,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import aiohttp.web
 
 from infer_ctl.actuate.manifests import ANNOTATION_DEVICE_BYTES, ENV_MODEL_CACHE_DIR
@@ -123,14 +134,20 @@ from infer_ctl.kube.labels import (
     LABEL_ROLE,
     ROLE_PREFETCH,
 )
-from infer_ctl.sandbox import controllerpod
+from infer_ctl.sandbox import containerenv, controllerpod, images
+from infer_ctl.sandbox import probes as probes_
 from infer_ctl.sandbox.loops import run_on_changes
+from infer_ctl.sandbox.podnet import PodAddresses
 from infer_ctl.sandbox.store import Obj, rfc3339
 from infer_ctl.sandbox.view import ClusterView
 
 log = logging.getLogger(__name__)
 
 PREFIX = "sandbox.infer-ctl.io/"
+# Gone from the agent (Pods have addresses of their own, status.podIP); kept importable until the merge of issue
+# 43 part 5 for tests/sandbox/test_kubeside.py, test_sleep_wake.py, tests/realcluster/test_shared_claim.py,
+# tests/controller/test_scale_to_zero.py and test_sleeping.py (kube/labels.py has ANNOTATION_SANDBOX_ADDRESS).
+# To be removed at the merge.
 ANNOTATION_ADDRESS = PREFIX + "address"
 ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
 ANNOTATION_MODEL_CACHE_BUDGET = "infer-ctl.io/model-cache-budget-bytes"  # on a Node: its model cache's disk budget
@@ -206,11 +223,12 @@ class Zygote:
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
         self._reader = asyncio.create_task(self._read())
 
-    async def spawn(self, args: list[str], on_line: Callable[[str], None]) -> Child:
+    async def spawn(self, args: list[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> Child:
+        """Fork a stand-in with `args` (its argv after the module: `[vllm|sglang, ...]`) and exactly `env`."""
         assert self._process is not None and self._process.stdin is not None
         child = Child(f"c{next(self._ids)}", on_line)
         self.children[child.ident] = child
-        self._process.stdin.write(json.dumps({"id": child.ident, "args": args}).encode() + b"\n")
+        self._process.stdin.write(json.dumps({"id": child.ident, "args": args, "env": dict(env)}).encode() + b"\n")
         await self._process.stdin.drain()
         return child
 
@@ -340,8 +358,10 @@ class _Running:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     restarts: int = 0
+    ip: str | None = None  # the Pod's own loopback address (podnet.py); None for infer-ctl's own Pods
+    startup_ok: bool = True  # the startup probe has succeeded (or there is none): containerStatus.started
     model: str = ""  # a replica's model cache key: a model a running replica uses is never evicted from the cache
-    # Status writes of one pod, in the order they were decided (a READY report must not overtake LISTENING).
+    # Status writes of one pod, in the order they were decided (a probe's verdict must not overtake the start).
     writes: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -358,6 +378,8 @@ class NodeAgent:
     lease_renew_s: float = 10.0
     node_status_s: float = 60.0
     python: str = sys.executable
+    image_table: images.ImageTable | None = None  # None: the built-in entries only
+    addresses: PodAddresses = field(default_factory=PodAddresses)
     h2d_gbps: float = DEFAULT_H2D_GBPS
     d2h_gbps: float = DEFAULT_D2H_GBPS
     network_gbps: float = DEFAULT_NETWORK_GBPS
@@ -385,8 +407,11 @@ class NodeAgent:
     _dirty: set[str] = field(default_factory=set)  # nodes whose annotations may have to be published
     _published: dict[str, dict[str, str]] = field(default_factory=dict)
     _publish_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _session: aiohttp.ClientSession | None = None  # the probes'
+    _images: images.ImageTable = field(init=False)
 
     def __post_init__(self) -> None:
+        self._images = self.image_table or images.ImageTable.with_builtins(python=self.python)
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
         self._dirty = set(self.nodes)
         self.view.on_change(PODS, self._wake.set)
@@ -559,17 +584,23 @@ class NodeAgent:
             self._node_changed(running.node)
 
     async def _run_pod(self, running: _Running, pod: Obj) -> None:
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        image = str(container.get("image", ""))
+        if controllerpod.is_controller_image(image):
+            await self._run_controller(running, pod)  # remapped ports on 127.0.0.1 (controllerpod.py)
+            return
+        running.ip = self.addresses.allocate(running.pod_uid)
         if self._knob(pod, "runtime") == "pause":
             await self._report(running, started=True, ready=True)
-            return
-        image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
-        if controllerpod.is_controller_image(image):
-            await self._run_controller(running, pod)
             return
         annotations = pod["metadata"].get("annotations") or {}
         if (pod["metadata"].get("labels") or {}).get(LABEL_ROLE) == ROLE_PREFETCH:
             await self._run_prefetch(running, pod)
             return
+        planned = await self._plan_container(running, container)
+        if planned is None:
+            return
+        launch, probes = planned
         model = annotations.get(ANNOTATION_CACHE_KEY) or running.name
         running.model = model
         owner = await self._owner(pod)
@@ -594,21 +625,31 @@ class NodeAgent:
         capacities = {key: _device_memory(device) for key, device in devices}
         service_ms = float(self._knob(pod, "service-time-ms", owner) or self.default_service_time_ms) / max(relative,
                                                                                                          1e-3)
-        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
-        probe_path = ((container.get("readinessProbe") or {}).get("httpGet") or {}).get("path") or "/readyz"
-        args = ["--namespace", running.namespace,
-                "--service", (pod["metadata"].get("labels") or {}).get("infer-ctl.io/service", running.name),
-                "--pod", running.name, "--model", model, "--accelerator", accelerator,
-                "--service-time-ms", f"{service_ms:.3f}",
-                "--concurrency", self._knob(pod, "concurrency", owner) or str(self.default_concurrency),
-                "--cold-start-s", f"{start_s:.3f}", "--ready-path", probe_path,
-                "--drain-s", str((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)),
-                "--model-bytes", str(model_bytes), "--h2d-gbps", repr(h2d), "--d2h-gbps", repr(d2h),
-                "--agent-url", f"http://127.0.0.1:{self.ledger_port}/v1/pods/{running.pod_uid}"]
-        if start_asleep:
-            args.append("--start-asleep")
+        grace_s = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        # The simulated hardware: what a real node's GPU, disk and links would impose, which no engine flag says.
+        hardware = {
+            "INFER_CTL_SANDBOX_NAMESPACE": running.namespace, "INFER_CTL_SANDBOX_POD": running.name,
+            "INFER_CTL_SANDBOX_ACCELERATOR": accelerator, "INFER_CTL_SANDBOX_SERVICE_TIME_MS": f"{service_ms:.3f}",
+            "INFER_CTL_SANDBOX_CONCURRENCY": self._knob(pod, "concurrency", owner) or str(self.default_concurrency),
+            "INFER_CTL_SANDBOX_COLD_START_S": f"{start_s:.3f}", "INFER_CTL_SANDBOX_MODEL_BYTES": str(model_bytes),
+            "INFER_CTL_SANDBOX_H2D_GBPS": repr(h2d), "INFER_CTL_SANDBOX_D2H_GBPS": repr(d2h),
+            "INFER_CTL_SANDBOX_AGENT_URL": f"http://127.0.0.1:{self.ledger_port}/v1/pods/{running.pod_uid}",
+            "INFER_CTL_SANDBOX_START_ASLEEP": "true" if start_asleep else "false",
+            "INFER_CTL_SANDBOX_ENGINE_VERSION": images.engine_version(image),
+            "INFER_CTL_SANDBOX_DRAIN_S": f"{grace_s:g}",
+        }
         backoff_s = 1.0
+        config_error = ""
         while not running.stopping:
+            try:
+                env = await containerenv.container_env(self.view.find, pod, container, running.ip)
+            except containerenv.ContainerConfigError as e:
+                if str(e) != config_error:  # kubelet retries each sync; one Event per distinct problem here
+                    config_error = str(e)
+                    await self._config_error(running, config_error)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+                continue
             self.ledger.holdings[running.pod_uid] = Holding(f"{running.namespace}/{running.name}", running.node,
                                                             model_bytes, capacities, device_bytes=device_bytes)
             try:
@@ -626,24 +667,29 @@ class NodeAgent:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 10.0)
                 continue
-            zygote = await self._zygote_ready()
-
-            def on_line(line: str) -> None:
-                if line.startswith("LISTENING "):
-                    running.port = int(line.split()[1])
-                    self._background(self._report(running, started=True, ready=False))
-                elif line == "READY":
-                    self._keep_loaded(running, model, model_bytes, cache_budget)
-                    self._background(self._report(running, started=True, ready=True))
-
-            child = await zygote.spawn(args, on_line)
+            try:
+                child = await self._start_container(running, launch, {**env, **hardware}, model=model,
+                                                    model_bytes=model_bytes, cache_budget=cache_budget)
+            except OSError as e:
+                self._forget(running)
+                if not await self._failed_start(running, pod, "StartError", 128, f"exec {launch.argv[0]}: {e}",
+                                                backoff_s=backoff_s):
+                    return
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+                continue
             running.child = child
-            self._event(running, "Started", f"Started model server ({accelerator}, {model}, cold start "
-                                            f"{start_s:.1f} s{' from the node cache' if cached else ''}"
+            self._event(running, "Started", f"Started container {container.get('name', 'main')} on {running.ip} "
+                                            f"({accelerator}, {model}, cold start {start_s:.1f} s"
+                                            f"{' from the node cache' if cached else ''}"
                                             f"{', then asleep in host memory' if start_asleep else ''})")
+            prober = asyncio.ensure_future(self._probe_container(
+                running, child, container, probes, grace_s=grace_s,
+                on_ready=lambda: self._keep_loaded(running, model, model_bytes, cache_budget)))
             try:
                 code = await asyncio.shield(child.exited)
             finally:
+                prober.cancel()
                 self._forget(running)
             if running.stopping:
                 return
@@ -651,6 +697,135 @@ class NodeAgent:
             await self._report(running, started=False, ready=False, exit_code=code)
             await asyncio.sleep(backoff_s)  # kubelet's CrashLoopBackOff, doubling up to 10 s
             backoff_s = min(backoff_s * 2, 10.0)
+
+    async def _plan_container(self, running: _Running, container: Obj
+                              ) -> tuple[images.Launch, dict[str, probes_.Probe | None]] | None:
+        """What to run for the container and its probes; None when it cannot start (reported as kubelet does:
+        waiting ErrImagePull, CreateContainerError or CreateContainerConfigError, with a Warning Event)."""
+        image = str(container.get("image", ""))
+        try:
+            launch = self._images.launch(container)
+            probes = {kind: probes_.parse_probe(kind, container)
+                      for kind in (probes_.STARTUP, probes_.READINESS, probes_.LIVENESS)}
+        except images.LaunchError as e:
+            self._event(running, "Failed", f"Error: {e}", "Warning")
+            await self._report(running, started=False, ready=False,
+                               state={"waiting": {"reason": "CreateContainerError", "message": str(e)}})
+            return None
+        except probes_.ProbeSpecError as e:
+            await self._config_error(running, str(e))
+            return None
+        if launch is None:
+            message = (f"image {image!r}: no entry of the sandbox's image table matches it (add one with "
+                       "`infer-ctl sandbox up --images FILE`)")
+            self._event(running, "Failed", f"Failed to pull image {image!r}: {message}", "Warning")
+            await self._report(running, started=False, ready=False,
+                               state={"waiting": {"reason": "ErrImagePull", "message": message}})
+            return None
+        return launch, probes
+
+    async def _start_container(self, running: _Running, launch: images.Launch, env: dict[str, str], *, model: str,
+                               model_bytes: int, cache_budget: int | None) -> Child | controllerpod.ControllerProcess:
+        """Fork a stand-in through the zygote, or run any other command as a process of its own (OSError: it
+        cannot be executed)."""
+        assert running.ip is not None
+        args = [controllerpod.expand(a, env) for a in launch.argv]  # kubelet expands $(VAR) in command and args
+        if launch.zygote_args is not None:
+            engine_args = [controllerpod.expand(a, env) for a in launch.zygote_args]
+            if not any(a == "--host" or a.startswith("--host=") for a in engine_args):
+                engine_args += ["--host", running.ip]  # in a cluster it binds 0.0.0.0 of its own network namespace
+            zygote = await self._zygote_ready()
+
+            def on_line(line: str) -> None:
+                # vLLM's API server listens only once the engine has loaded: the model is on the node now.
+                if line.startswith("LISTENING "):
+                    running.port = int(line.rpartition(":")[2]) if ":" in line else int(line.split()[1])
+                    self._keep_loaded(running, model, model_bytes, cache_budget)
+
+            return await zygote.spawn(engine_args, env, on_line)
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="infer-ctl-pods-"))
+        log_path = self._workdir / f"{running.namespace}_{running.name}.log"
+        self.pod_logs[(running.namespace, running.name)] = log_path
+        cwd = Path(tempfile.mkdtemp(prefix=f"{running.name}-", dir=self._workdir))
+        # An image's own ENV would give PATH; the host's stands for it, so a bare command name is found.
+        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+        with log_path.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                *args, env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                cwd=cwd, start_new_session=True)
+        return controllerpod.ControllerProcess(process)
+
+    async def _probe_container(self, running: _Running, child: Child | controllerpod.ControllerProcess,
+                               container: Obj, probes: Mapping[str, probes_.Probe | None], *, grace_s: float,
+                               on_ready: Callable[[], None]) -> None:
+        """kubelet's probe workers for one run of the container (see probes.py): started, ready, restarts."""
+        assert running.ip is not None
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        startup, readiness, liveness = (probes.get(k) for k in (probes_.STARTUP, probes_.READINESS,
+                                                                probes_.LIVENESS))
+        verdicts = {p.kind: probes_.Verdict(p) for p in (startup, readiness, liveness) if p is not None}
+        due: dict[str, float] = {}
+
+        def arm(probe: probes_.Probe | None) -> None:
+            if probe is not None:
+                due[probe.kind] = max(began + probe.initial_delay_s, loop.time())
+
+        async def became_started() -> None:
+            running.startup_ok = True
+            arm(readiness)
+            arm(liveness)
+            await self._report(running, started=True, ready=readiness is None)
+            if readiness is None:
+                on_ready()
+
+        running.startup_ok = False
+        if startup is None:
+            await became_started()
+        else:
+            await self._report(running, started=True, ready=False)
+            arm(startup)
+        name = container.get("name", "main")
+        session = await self._probe_session()
+        while due and not child.exited.done():
+            kind, at = min(due.items(), key=lambda item: item[1])
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            verdict = verdicts[kind]
+            ok = await probes_.check(verdict.probe, running.ip, session)
+            if child.exited.done():
+                return
+            due[kind] = at + verdict.probe.period_s
+            if not verdict.record(ok):
+                continue
+            what = f"{kind.capitalize()} probe failed {verdict.failures} times: {verdict.probe.url(running.ip)}"
+            if kind == probes_.STARTUP:
+                if verdict.result:
+                    del due[kind]
+                    await became_started()
+                    continue
+                self._event(running, "Unhealthy", what, "Warning")
+            elif kind == probes_.READINESS:
+                await self._report(running, started=True, ready=bool(verdict.result))
+                if verdict.result:
+                    on_ready()
+                else:
+                    self._event(running, "Unhealthy", what, "Warning")
+                continue
+            elif verdict.result:
+                continue
+            else:
+                self._event(running, "Unhealthy", what, "Warning")
+            self._event(running, "Killing", f"Container {name} failed {kind} probe, will be restarted")
+            probe_grace = ((container.get(f"{kind}Probe") or {}).get("terminationGracePeriodSeconds"))
+            await child.stop(float(probe_grace) if probe_grace is not None else grace_s)
+            return
+
+    async def _probe_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # no proxy from the environment: a probe goes to the Pod's address, as kubelet's does
+            self._session = aiohttp.ClientSession(trust_env=False)
+        return self._session
 
     async def _failed_start(self, running: _Running, pod: Obj, reason: str, exit_code: int, message: str, *,
                             backoff_s: float) -> bool:
@@ -814,6 +989,7 @@ class NodeAgent:
                 await running.child.stop(0)  # spawned while we were stopping the previous one
         self._running.pop(running.pod_uid, None)
         self._forget(running)
+        self.addresses.release(running.pod_uid)
         if confirm:
             try:
                 await self.view.delete_pod(running.namespace, running.name, running.pod_uid)
@@ -833,6 +1009,10 @@ class NodeAgent:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self.addresses.close()
 
     # ------------------------------------------------------------------------------------------ status
 
@@ -885,11 +1065,6 @@ class NodeAgent:
         if pod is None or pod["metadata"]["uid"] != running.pod_uid:
             return
         now = rfc3339(self.view.now())
-        address = f"127.0.0.1:{running.port}"
-        if running.port is not None and (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS) != address:
-            pod = await self.view.merge_patch(PODS, running.name, {"metadata": {
-                "annotations": {ANNOTATION_ADDRESS: address},
-                "resourceVersion": pod["metadata"]["resourceVersion"]}}, running.namespace)
         status = copy.deepcopy(pod.get("status") or {})
         containers = (pod.get("spec") or {}).get("containers") or [{"name": "main", "image": ""}]
         previous = {c.get("name"): c for c in status.get("containerStatuses") or []}
@@ -924,7 +1099,8 @@ class NodeAgent:
                 container_id += f"/{name}"
             entry = {"name": name, "image": container.get("image", ""),
                      "imageID": f"sandbox://{container.get('image', '')}", "containerID": container_id,
-                     "ready": ready, "started": started, "restartCount": running.restarts, "state": current}
+                     "ready": ready, "started": started and running.startup_ok, "restartCount": running.restarts,
+                     "state": current}
             if last:
                 entry["lastState"] = copy.deepcopy(dict(last))
             container_statuses.append(entry)
@@ -943,8 +1119,8 @@ class NodeAgent:
         restarted = exit_code is not None or last_state is not None
         patch = {
             "phase": phase or ("Running" if started or restarted else status.get("phase", "Pending")),
-            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}], "startTime": status.get("startTime") or now,
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": running.ip or "127.0.0.1",
+            "podIPs": [{"ip": running.ip or "127.0.0.1"}], "startTime": status.get("startTime") or now,
             "containerStatuses": container_statuses, "conditions": list(conditions.values()),
         }
         await self.view.merge_patch(PODS, running.name, {"metadata": {"resourceVersion": pod["metadata"][

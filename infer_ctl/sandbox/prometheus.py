@@ -1,7 +1,8 @@
 """A local Prometheus for the sandbox and the demo: Debian's `prometheus` on 127.0.0.1, a temporary data
 directory, and file-based service discovery that the caller keeps up to date with the replicas' addresses
-(in a cluster, Prometheus would discover Pods through the Kubernetes API; the sandbox's Pods are local
-processes with their own ports)."""
+(`pod_targets`: `<podIP>:<port>` of each running replica). In a cluster, Prometheus discovers the Pods through a
+PodMonitor, whose `podTargetLabels` and relabelling give each target `namespace`, `pod` and `service`: vLLM's own
+metrics carry only `model_name` and `engine`, so these target labels are what tells two services' series apart."""
 
 from __future__ import annotations
 
@@ -11,12 +12,41 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.ports import free_port
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A scrape target and the labels Prometheus adds to its series."""
+
+    address: str  # host:port
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def pod_targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
+    """The targets a PodMonitor selecting `infer-ctl.io/service` Pods would give: each running replica's
+    `<podIP>:<port>` (its port named `http`, else its first) with the labels `namespace`, `pod` and `service`."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        service = labels.get(LABEL_SERVICE)
+        address = pod_endpoint(pod)
+        if not service or labels.get(LABEL_ROLE) == ROLE_PREFETCH or address is None \
+                or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        out.append(Target(address, (("namespace", str(meta.get("namespace", ""))), ("pod", str(meta.get("name", ""))),
+                                    ("service", str(service)))))
+    return out
 
 
 class PrometheusError(RuntimeError):
@@ -41,7 +71,7 @@ class LocalPrometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
-        self._targets: tuple[str, ...] | None = None
+        self._targets: tuple[Target, ...] | None = None
 
     def backfill(self, openmetrics: str) -> None:
         """Write history into the TSDB before `start` (`promtool tsdb create-blocks-from openmetrics`: blocks
@@ -59,7 +89,7 @@ class LocalPrometheus:
         if result.returncode != 0:
             raise PrometheusError(f"promtool could not backfill: {result.stderr[-1000:]}")
 
-    def start(self, timeout_s: float = 30.0, *, targets: Iterable[str] = (), retention: str = "1d") -> str:
+    def start(self, timeout_s: float = 30.0, *, targets: Iterable[str | Target] = (), retention: str = "1d") -> str:
         interval = f"{round(self.scrape_interval_s * 1000)}ms"
         self.set_targets(targets)
         config = self.workdir / "prometheus.yml"
@@ -89,13 +119,15 @@ class LocalPrometheus:
                 raise PrometheusError(f"prometheus did not become ready: {err[-1000:]}")
             time.sleep(0.05)  # a starting process: nothing to await but its port
 
-    def set_targets(self, targets: Iterable[str]) -> None:
-        """Replace the scrape targets (host:port); written atomically, read by Prometheus within one interval."""
-        wanted = tuple(sorted(set(targets)))
+    def set_targets(self, targets: Iterable[str | Target]) -> None:
+        """Replace the scrape targets (host:port, or a `Target` with its labels); written atomically, read by
+        Prometheus within one interval."""
+        wanted = tuple(sorted({t if isinstance(t, Target) else Target(t) for t in targets},
+                              key=lambda t: (t.address, t.labels)))
         if wanted == self._targets:
             return
         tmp = self.targets_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"targets": list(wanted)}]))
+        tmp.write_text(json.dumps([{"targets": [t.address], "labels": dict(t.labels)} for t in wanted]))
         os.replace(tmp, self.targets_file)
         self._targets = wanted
 

@@ -44,8 +44,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from infer_ctl.kube.client import PODS, KubeError, Resource
 from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH, ROLE_SERVING
-from infer_ctl.sandbox.modelserver import ASLEEP_HEADER, LATENCY_BUCKETS_S
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, PREFIX
+from infer_ctl.sandbox.nodeagent import PREFIX
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import ClusterView
 
@@ -57,9 +57,12 @@ DURATION_METRIC = "infer_ctl_gateway_request_duration_seconds"
 _CODES = ("200", "429", "502", "503")  # series that exist from the start, so a first request shows as a rate
 RETRY_AFTER_S = 1
 CLIENT_CLOSED = 499  # nginx's code for a request whose client closed the connection before the answer
-# A model server that is asleep (or going to sleep) answers 503 with ASLEEP_HEADER before doing any work: the front
-# door sends the request to another ready endpoint, at most MAX_RETRIES times.
+# A 503 from a replica (asleep or going to sleep, draining, overloaded) goes to another ready endpoint, at most
+# MAX_RETRIES times, as Envoy's retry_on "5xx"/"retriable-status-codes: 503" does in front of model servers.
 MAX_RETRIES = 3
+# The door's own latency buckets (a client's time at the door: held time included, so up to minutes).
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0,
+                     60.0, 120.0, 300.0)
 
 
 class GatewayMetrics:
@@ -105,7 +108,8 @@ def _service_pods(view: ClusterView, namespace: str, service: str) -> list[Obj]:
 
 
 def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str]:
-    """host:port of every ready, serving, not-deleting pod of `service`."""
+    """`<podIP>:<port>` of every ready, serving, not-deleting pod of `service` (its container port named `http`,
+    else its first), as a Service's EndpointSlice lists them."""
     out = []
     for pod in _service_pods(view, namespace, service):
         meta = pod["metadata"]
@@ -113,9 +117,9 @@ def ready_endpoints(view: ClusterView, namespace: str, service: str) -> list[str
             continue
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (pod.get("status") or {}).get("conditions") or [])
-        address = (meta.get("annotations") or {}).get(ANNOTATION_ADDRESS)
+        address = pod_endpoint(pod)
         if ready and address:
-            out.append(str(address))
+            out.append(address)
     return sorted(out)
 
 
@@ -151,7 +155,7 @@ class FrontDoor:
     outstanding: dict[str, int] = field(default_factory=dict)
     held: int = 0
     forwarded: int = 0
-    retried: int = 0  # requests sent to another endpoint after one answered that it sleeps
+    retried: int = 0  # requests sent to another endpoint after one answered 503
     abandoned: int = 0  # requests whose client closed the connection before their answer (counted as 499)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when the Pods change
     _rr: itertools.count[int] = field(default_factory=itertools.count)
@@ -266,10 +270,10 @@ class FrontDoor:
         while True:
             response = await self._send(endpoint, request, body, headers)
             tried.add(endpoint)
-            # A replica put to sleep since this view last saw it refuses at once, before doing any work ("model
-            # asleep", as Envoy's retry_on 503): the request goes to another ready endpoint, each tried once.
-            if response.status != 503 or response.headers.get(ASLEEP_HEADER) != "true" or \
-                    len(tried) > MAX_RETRIES or (retry := self.pick(frozenset(tried))) is None:
+            # A replica that answers 503 (put to sleep or draining since this view last saw it) did no work: the
+            # request goes to another ready endpoint, each tried once (Envoy's retry_on 503).
+            if response.status != 503 or len(tried) > MAX_RETRIES or \
+                    (retry := self.pick(frozenset(tried))) is None:
                 return response
             self.retried += 1
             endpoint = retry

@@ -13,6 +13,7 @@ from pathlib import Path
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
+from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.router import Router
@@ -36,6 +37,7 @@ class Sandbox:
     port: int | None = None
     kubeconfig: Path | None = None
     run_processes: bool = True
+    images: ImageTable | None = None  # the node agent's image table (None: the built-in entries)
     store: Store = field(default_factory=Store)
     _server: ApiServerSite | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -67,7 +69,8 @@ class Sandbox:
                        asyncio.create_task(self.volumes.run(), name="volume-binder"),
                        asyncio.create_task(self._router.run(), name="router")]
         if self.run_processes:
-            self.agent = NodeAgent(view, {n.name: n for n in self.cluster.nodes}, self.catalog)
+            self.agent = NodeAgent(view, {n.name: n for n in self.cluster.nodes}, self.catalog,
+                                   image_table=self.images)
             self._tasks.append(asyncio.create_task(self.agent.run(), name="node-agent"))
         if self.kubeconfig is not None:
             write_kubeconfig(self.kubeconfig, self.url)

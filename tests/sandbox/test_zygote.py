@@ -24,7 +24,7 @@ async def test_a_signal_sent_before_the_fork_is_reported_reaches_the_child_when_
     zygote = Zygote(sys.executable)
     await zygote.start()
     try:
-        child = await zygote.spawn(server_args(cold_start_s=600), lambda line: None)
+        child = await zygote.spawn(server_args(cold_start_s=600), {}, lambda line: None)
         assert child.pid is None  # the zygote has not answered: the reader has not run since the command went out
         child.signal(signal.SIGTERM)
         code = await asyncio.wait_for(asyncio.shield(child.exited), timeout=30)
@@ -38,7 +38,7 @@ async def test_a_kill_sent_before_the_fork_is_not_weakened_by_a_later_term() -> 
     zygote = Zygote(sys.executable)
     await zygote.start()
     try:
-        child = await zygote.spawn(server_args(cold_start_s=600), lambda line: None)
+        child = await zygote.spawn(server_args(cold_start_s=600), {}, lambda line: None)
         assert child.pid is None
         child.signal(signal.SIGKILL)
         child.signal(signal.SIGTERM)
