@@ -18,7 +18,6 @@ MANAGER = "infer-ctl"
 ROLE_SERVING = "serving"
 ROLE_STANDBY = "standby"
 ANNOTATION_MODEL_CACHE = "infer-ctl.io/model-cache"  # on Nodes: comma-separated cache keys held locally
-ANNOTATION_SANDBOX_ADDRESS = "sandbox.infer-ctl.io/address"  # on sandbox Pods: host:port of the local process
 ROLE_PREFETCH = "prefetch"  # a Pod that fills its node's model cache and completes (the cached tier)
 # on replica and prefetch Pods: the model's weights in bytes (what a sleeping replica holds in host memory and an
 # awake one on its device; what a prefetch downloads)

@@ -17,7 +17,6 @@ from infer_ctl.core.api import ReplicaState
 from infer_ctl.kube.labels import (
     ANNOTATION_ACCELERATOR,
     ANNOTATION_CACHED,
-    ANNOTATION_SANDBOX_ADDRESS,
     ANNOTATION_SPEC_HASH,
     LABEL_REPLICA,
     LABEL_ROLE,
@@ -124,10 +123,8 @@ def replica_pod(pod: Mapping[str, Any]) -> ReplicaPod:
 
 
 def _address(pod: Mapping[str, Any]) -> str:
-    """Where the Pod's server answers: the sandbox's per-process address, else the Pod IP and container port."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(ANNOTATION_SANDBOX_ADDRESS):
-        return str(annotations[ANNOTATION_SANDBOX_ADDRESS])
+    """Where the Pod's server answers: its IP and the container port named `http` (as a Service's named
+    targetPort finds it)."""
     ip = (pod.get("status") or {}).get("podIP")
     for container in (pod.get("spec") or {}).get("containers") or ():
         for port in container.get("ports") or ():

@@ -144,11 +144,6 @@ from infer_ctl.sandbox.view import ClusterView
 log = logging.getLogger(__name__)
 
 PREFIX = "sandbox.infer-ctl.io/"
-# Gone from the agent (Pods have addresses of their own, status.podIP); kept importable until the merge of issue
-# 43 part 5 for tests/sandbox/test_kubeside.py, test_sleep_wake.py, tests/realcluster/test_shared_claim.py,
-# tests/controller/test_scale_to_zero.py and test_sleeping.py (kube/labels.py has ANNOTATION_SANDBOX_ADDRESS).
-# To be removed at the merge.
-ANNOTATION_ADDRESS = PREFIX + "address"
 ANNOTATION_CACHE_KEY = "infer-ctl.io/model-cache-key"
 ANNOTATION_MODEL_CACHE_BUDGET = "infer-ctl.io/model-cache-budget-bytes"  # on a Node: its model cache's disk budget
 CORE_EVENTS = Resource("v1", "events", "Event")

@@ -52,12 +52,18 @@ def api_server_in_thread(handler: SandboxApiServer | None = None, port: int | No
 
 
 def pod(name: str, namespace: str = "default", *, labels: Mapping[str, str] | None = None,
-        image: str = "registry.example/model-server:1", cpu: str | None = None, memory: str | None = None,
+        image: str = "vllm/vllm-openai:v0.16.0", args: Sequence[str] = ("model",), cpu: str | None = None,
+        memory: str | None = None,
         node_name: str | None = None, claims: Mapping[str, str] | None = None,
         claim_templates: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """A Pod with one container; `claims` maps request names to ResourceClaim names, `claim_templates` to
+    """A Pod with one container (by default stock vLLM serving `model` on port 8000, which the sandbox's node agent
+    runs as its vLLM stand-in); `claims` maps request names to ResourceClaim names, `claim_templates` to
     ResourceClaimTemplate names."""
     container: dict[str, Any] = {"name": "server", "image": image}
+    if args:
+        container["args"] = list(args)
+    if image.startswith("vllm/vllm-openai"):
+        container["ports"] = [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     if requests:
         container["resources"] = {"requests": requests}

@@ -23,7 +23,7 @@ from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core.policy import DEFAULT_GATEWAY_HELD_QUERY, histogram_metric
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS
 from infer_ctl.observe.rates import Outage, read_held_at_gateway
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
+from infer_ctl.sandbox.podnet import pod_endpoint
 from tests.controller.conftest import ROOT, Cluster, running_controller
 from tests.controller.test_reconciler import wait_for
 from tests.prometheus_server import prometheus
@@ -82,7 +82,7 @@ def test_the_shipped_example_wakes_on_its_first_request_through_the_front_door(
         pods = live_pods(cluster, name)
         assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
         # answered by the replica the wake started, after its cold start (the request waited at the door)
-        assert answer.headers["X-Infer-Ctl-Endpoint"] == pods[0]["metadata"]["annotations"][ANNOTATION_ADDRESS]
+        assert answer.headers["X-Infer-Ctl-Endpoint"] == pod_endpoint(pods[0])
         assert COLD_START_S <= held_s < 60, held_s
         notes = [e.get("note") or e.get("message") or "" for e in cluster.kube.list(EVENTS, "default")
                  if (e.get("regarding") or e.get("involvedObject") or {}).get("name") == name]

@@ -33,7 +33,7 @@ from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST,
 from infer_ctl.controller.explain import explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import INFLIGHT_METRIC, QUEUE_DEPTH_METRIC
 from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder
@@ -144,8 +144,8 @@ def asleep(kube: KubeClient, service: str) -> set[str]:
     with httpx.Client(timeout=2) as http:
         for p in pods(kube, service):
             annotations = p["metadata"].get("annotations") or {}
-            if is_ready(p) and annotations.get(ANNOTATION_ASLEEP) == "true" and ANNOTATION_ADDRESS in annotations \
-                    and http.get(f"http://{annotations[ANNOTATION_ADDRESS]}/is_sleeping").json()["is_sleeping"]:
+            if is_ready(p) and annotations.get(ANNOTATION_ASLEEP) == "true" and pod_endpoint(p) \
+                    and http.get(f"http://{pod_endpoint(p)}/is_sleeping").json()["is_sleeping"]:
                 out.add(p["metadata"]["name"])
     return out
 
@@ -155,7 +155,7 @@ def servers_asleep(kube: KubeClient, service: str, names: set[str]) -> set[str]:
     out = set()
     with httpx.Client(timeout=2) as http:
         for p in pods(kube, service):
-            address = (p["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
+            address = pod_endpoint(p)
             if p["metadata"]["name"] in names and address and \
                     http.get(f"http://{address}/is_sleeping").json()["is_sleeping"]:
                 out.add(p["metadata"]["name"])
@@ -354,7 +354,7 @@ async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(
             # refused
             cycles.paused.add("other")
             async with httpx.AsyncClient(timeout=10) as http:
-                address = by_name[theirs]["metadata"]["annotations"][ANNOTATION_ADDRESS]
+                address = pod_endpoint(by_name[theirs])
                 assert (await http.post(f"http://{address}/wake_up")).status_code == 200
             before = {p["metadata"]["uid"] for p in pods(kube, "big")}
             burst = loadgen(url, "18@60s")

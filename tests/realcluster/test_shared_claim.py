@@ -28,7 +28,8 @@ from infer_ctl.kube.labels import ANNOTATION_H2D_GBPS, ANNOTATION_MODEL_BYTES, A
 from infer_ctl.sandbox.kubesandbox import wait_nodes_schedulable
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, LEASES, NODE_LEASE_NAMESPACE
+from infer_ctl.sandbox.nodeagent import LEASES, NODE_LEASE_NAMESPACE
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.testing import api_server_in_thread, pod
 from infer_ctl.sandbox.threaded import LoopThread
 from tests.realcluster.conftest import ROOT, wait_for
@@ -169,7 +170,7 @@ def test_two_sleepers_on_one_shared_claim_run_and_wake_one_at_a_time(warm_host_n
     device = f"{result['driver']}/{result['pool']}/{result['device']}"
 
     with httpx.Client(timeout=10) as http:
-        url = {p["metadata"]["name"]: f"http://{p['metadata']['annotations'][ANNOTATION_ADDRESS]}" for p in (a, b)}
+        url = {p["metadata"]["name"]: f"http://{pod_endpoint(p)}" for p in (a, b)}
         assert http.post(f"{url['a']}/wake_up").status_code == 200
         refused = http.post(f"{url['b']}/wake_up")
         assert refused.status_code == 409 and refused.json()["reason"] == "DeviceMemory"

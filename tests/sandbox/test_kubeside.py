@@ -29,7 +29,8 @@ from infer_ctl.sandbox.apiserver import SandboxApiServer
 from infer_ctl.sandbox.faultproxy import Fault
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
 from infer_ctl.sandbox.kubeside import KubeSide
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS, LEASES, NODE_LEASE_NAMESPACE, NodeAgent
+from infer_ctl.sandbox.nodeagent import LEASES, NODE_LEASE_NAMESPACE, NodeAgent
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import ANNOTATION_URL
 from infer_ctl.sandbox.runtime import sandbox_in_thread
 from infer_ctl.sandbox.store import Event, Store
@@ -218,7 +219,7 @@ async def test_a_bound_pod_with_an_allocated_claim_runs_serves_and_is_deleted(
     await asyncio.to_thread(kube.create, PODS, replica("r0", node="h100-0", claims={"gpu": "r0-gpu"}), "default")
     ready = await until(view, PODS, lambda: (p := cached_pod(view, "default", "r0")) and is_ready(p) and p)
     assert_kubelet_status(ready, scheduled=False)  # created bound: no scheduler was involved
-    address = ready["metadata"]["annotations"][ANNOTATION_ADDRESS]
+    address = pod_endpoint(ready)
     assert address.startswith("127.0.0.1:")
     started = await events_of(kube, "Started", "r0")
     assert "H100-80GB" in started[0]["message"]  # the device of the allocated claim, found in its slice
@@ -354,7 +355,7 @@ async def test_on_the_real_control_plane_a_pod_kube_scheduler_binds_with_a_gpu_c
                 pytest.fail(f"the pod did not become ready: {await asyncio.to_thread(why_not, kube, namespace, 'r0')}")
             assert ready["spec"]["nodeName"].startswith("h100-")
             assert_kubelet_status(ready)
-            assert ready["metadata"]["annotations"][ANNOTATION_ADDRESS].startswith("127.0.0.1:")
+            assert pod_endpoint(ready).startswith("127.0.0.1:")
             claim = await asyncio.to_thread(kube.get, RESOURCE_CLAIMS, "r0-gpu", namespace)
             assert claim is not None
             result = claim["status"]["allocation"]["devices"]["results"][0]

@@ -33,7 +33,7 @@ from infer_ctl.kube.labels import (
     ANNOTATION_NETWORK_GBPS,
     ANNOTATION_START_ASLEEP,
 )
-from infer_ctl.sandbox.nodeagent import ANNOTATION_ADDRESS
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import ANNOTATION_URL
 from infer_ctl.sandbox.runtime import Sandbox
 from infer_ctl.sandbox.store import Event, Obj
@@ -123,7 +123,7 @@ def ready_pod(box: Sandbox, name: str) -> Callable[[], Obj | None]:
 
 
 def address(pod_obj: Obj) -> str:
-    return f"http://{pod_obj['metadata']['annotations'][ANNOTATION_ADDRESS]}"
+    return f"http://{pod_endpoint(pod_obj)}"
 
 
 def replica(name: str, *, claim: str | None = None, model_bytes: int = 16 * GB, asleep: bool = True,
