@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,7 +310,7 @@ class _Demo:
         timeline = self.out / "loadgen-timeline.csv"
         shape = self.day.shape(offset_s)
         cmd = [sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--shape", shape, "--json",
-               "--phases", self.day.phase_starts(offset_s), "--body", '{"prompt": "Hello", "stream": false}',
+               "--phases", self.day.phase_starts(offset_s), "--body", _body(self.services, DRIVEN, "Hello"),
                "--timeline", str(timeline), "--no-progress", "--max-error-ratio", "1", "--timeout", "10s"]
         print(f"traffic: loadgen --shape {shape}\n         (open loop, a separate process; the day: "
               f"{self.day.describe()} req/s)\n", flush=True)
@@ -361,7 +362,7 @@ class _Demo:
         rate = BACKGROUND_RPS * self.day.rate_scale
         cmd = [sys.executable, "-m", "loadgen", f"{url}/v1/completions",
                "--shape", f"{rate:g}@{max(1.0, self.day.day_s - offset_s):g}s", "--json",
-               "--phases", self.day.phase_starts(offset_s), "--body", '{"prompt": "Summarize", "stream": false}',
+               "--phases", self.day.phase_starts(offset_s), "--body", _body(self.services, BACKGROUND, "Summarize"),
                "--no-progress", "--max-error-ratio", "1", "--timeout", "30s"]
         print(f"         {BACKGROUND}: loadgen at {rate:g} req/s all day (a second process)\n", flush=True)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -755,3 +756,10 @@ def plot(day: Day, rec: Recorder, timeline: Path, path: Path, *, start_s: float,
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _body(services: Sequence[Mapping[str, Any]], name: str, prompt: str) -> str:
+    """A completion request to service `name`: its served model name (spec.model.name, which the engine requires in
+    `model`) and a prompt."""
+    model = next(str(s["spec"]["model"]["name"]) for s in services if s["metadata"]["name"] == name)
+    return json.dumps({"model": model, "prompt": prompt, "stream": False})
