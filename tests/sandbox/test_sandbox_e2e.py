@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MODEL_CACHE_VOLUME
+from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.runtime import Sandbox, load, sandbox_in_thread
 from infer_ctl.sandbox.testing import pod
 from infer_ctl.sandbox.validation import SchemaValidator
@@ -104,7 +105,7 @@ def test_bound_pods_become_ready_model_servers_behind_one_front_door(sandbox: Sa
     served = [httpx.post(f"{door}/v1/completions", json={"prompt": "hi"}, timeout=10) for _ in range(6)]
     assert all(r.status_code == 200 for r in served)
     assert {r.json()["pod"] for r in served} == {"r0", "r1"}
-    address = http.get(f"{PODS}/r0").json()["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    address = pod_endpoint(http.get(f"{PODS}/r0").json())
     metrics = httpx.get(f"http://{address}/metrics").text
     assert 'infer_ctl_requests_total{code="200",namespace="default",pod="r0",service="llm-8b"}' in metrics
     assert "infer_ctl_request_duration_seconds_bucket" in metrics
@@ -133,7 +134,7 @@ def test_knobs_on_an_inference_service_reach_the_model_servers_of_its_pods(sandb
                                             "name": "llm-8b", "uid": created["metadata"]["uid"]}]
     assert http.post(PODS, json=body).status_code == 201
     ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=owned", is_ready)
-    address = ready["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    address = pod_endpoint(ready)
     took: list[float] = []
 
     def call() -> None:
@@ -153,7 +154,7 @@ def test_deleting_a_pod_drains_its_in_flight_request_before_the_process_stops(sa
     http = httpx.Client(base_url=sandbox.url, timeout=30)
     assert http.post(PODS, json=replica("slow", service_time_ms=1500)).status_code == 201
     ready = wait_for(http, f"{PODS}?fieldSelector=metadata.name=slow", is_ready)
-    address = ready["metadata"]["annotations"]["sandbox.infer-ctl.io/address"]
+    address = pod_endpoint(ready)
     answers: list[int] = []
     started = threading.Event()
 

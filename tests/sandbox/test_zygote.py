@@ -6,15 +6,17 @@ import asyncio
 import signal
 import sys
 
-from infer_ctl.sandbox.modelserver import parse_args
 from infer_ctl.sandbox.nodeagent import Zygote
 
 
 def server_args(cold_start_s: float) -> list[str]:
-    args = ["--namespace", "default", "--service", "s", "--pod", "p", "--model", "m", "--accelerator", "H100-80GB",
-            "--cold-start-s", str(cold_start_s), "--drain-s", "60"]
-    parse_args(args)  # the zygote refuses a command line its server would not take
-    return args
+    """The vLLM stand-in's argv (its load time is the sandbox's hardware, in the env: `server_env`)."""
+    del cold_start_s
+    return ["vllm", "m", "--host", "127.0.0.1", "--port", "0"]
+
+
+def server_env(cold_start_s: float) -> dict[str, str]:
+    return {"INFER_CTL_SANDBOX_COLD_START_S": str(cold_start_s), "INFER_CTL_SANDBOX_DRAIN_S": "60"}
 
 
 async def test_a_signal_sent_before_the_fork_is_reported_reaches_the_child_when_it_is() -> None:
@@ -24,7 +26,7 @@ async def test_a_signal_sent_before_the_fork_is_reported_reaches_the_child_when_
     zygote = Zygote(sys.executable)
     await zygote.start()
     try:
-        child = await zygote.spawn(server_args(cold_start_s=600), {}, lambda line: None)
+        child = await zygote.spawn(server_args(cold_start_s=600), server_env(600), lambda line: None)
         assert child.pid is None  # the zygote has not answered: the reader has not run since the command went out
         child.signal(signal.SIGTERM)
         code = await asyncio.wait_for(asyncio.shield(child.exited), timeout=30)
@@ -38,7 +40,7 @@ async def test_a_kill_sent_before_the_fork_is_not_weakened_by_a_later_term() -> 
     zygote = Zygote(sys.executable)
     await zygote.start()
     try:
-        child = await zygote.spawn(server_args(cold_start_s=600), {}, lambda line: None)
+        child = await zygote.spawn(server_args(cold_start_s=600), server_env(600), lambda line: None)
         assert child.pid is None
         child.signal(signal.SIGKILL)
         child.signal(signal.SIGTERM)
