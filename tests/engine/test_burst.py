@@ -35,7 +35,7 @@ def policies(source: str = "prometheus", **scaling: Any) -> CyclePolicies:
 
 
 def test_a_cycle_leaves_the_checks_its_view_at_the_slo_concurrency() -> None:
-    assert POLICIES.scaling.burst_check_s > 0 and POLICIES.scaling.concurrency_query  # the shipped policies check
+    assert POLICIES.scaling.burst_check_s > 0 and POLICIES.scaling.concurrency_query is None  # the engine's query
     # 40 req/s per replica within a p95 of 250 ms: 10 in flight each (Little's law)
     assert burst_basis(spec(), policies(), wanted=3, in_flight=12.0) == BurstBasis(10.0, 3, 12.0, 14)
 
