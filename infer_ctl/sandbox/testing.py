@@ -63,7 +63,9 @@ def pod(name: str, namespace: str = "default", *, labels: Mapping[str, str] | No
     if args:
         container["args"] = list(args)
     if image.startswith("vllm/vllm-openai"):
+        # vLLM listens once its model is loaded: Ready from /health, as the controller's Pods have it
         container["ports"] = [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1}
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     if requests:
         container["resources"] = {"requests": requests}

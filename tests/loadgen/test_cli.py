@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -338,23 +339,24 @@ def test_ctrl_c_stops_scheduling_prints_the_summary_and_exits_130() -> None:
 
 @pytest.fixture
 def model_server() -> Iterator[str]:
-    """The sandbox's model-server stand-in as a real process: 20 ms per 100 max_tokens, 64 in parallel."""
+    """The sandbox's vLLM stand-in as a real process: 51.2 ms per 256 max_tokens (20 ms per 100), 64 in parallel."""
+    env = {**os.environ, "INFER_CTL_SANDBOX_SERVICE_TIME_MS": "51.2", "INFER_CTL_SANDBOX_CONCURRENCY": "64",
+           "INFER_CTL_SANDBOX_DRAIN_S": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infer_ctl.sandbox.modelserver", "--service-time-ms", "20", "--reference-tokens",
-         "100", "--concurrency", "64", "--drain-s", "1"],
+        [sys.executable, "-m", "infer_ctl.sandbox.modelserver", "vllm", "m", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
-        port = None
+        address = None
         for line in proc.stdout:
-            if line.startswith("LISTENING"):
-                port = int(line.split()[1])
-            if line.startswith("READY"):
+            if line.startswith("LISTENING"):  # vLLM listens once loaded
+                address = line.split()[1]
                 break
-        assert port is not None, "model server did not start"
-        yield f"http://127.0.0.1:{port}/v1/completions"
+        assert address is not None, "model server did not start"
+        yield f"http://{address}/v1/completions"
     finally:
         proc.terminate()
         try:
@@ -371,8 +373,9 @@ def test_replaying_a_trace_against_the_sandbox_model_server_scales_its_work_by_t
         rows = [f"2023-11-16 18:17:{i // 10:02d}.{i % 10}000000,1000,{generated}" for i in range(20)]
         return write_csv(f"t{generated}.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", *rows])
 
-    short = loadgen(model_server, "--trace", str(trace(50)), "--json").summary
-    long = loadgen(model_server, "--trace", str(trace(500)), "--json").summary
+    body = '{"model": "m", "prompt_tokens": ${context_tokens}, "max_tokens": ${generated_tokens}}'
+    short = loadgen(model_server, "--trace", str(trace(50)), "--body", body, "--json").summary
+    long = loadgen(model_server, "--trace", str(trace(500)), "--body", body, "--json").summary
     assert short["ok"] == long["ok"] == 20
     assert 10 <= float(short["p50_ms"]) < 40  # 20 ms x 50/100
     assert 100 <= float(long["p50_ms"]) < 160  # 20 ms x 500/100

@@ -22,10 +22,12 @@ from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.runtime import Sandbox, load, sandbox_in_thread
 from infer_ctl.sandbox.testing import pod
 from infer_ctl.sandbox.validation import SchemaValidator
+from tests.sandbox.standin_helpers import value
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = "/api/v1/namespaces/default/pods"
 IS_PATH = "/apis/infer-ctl.io/v1alpha1/namespaces/default/inferenceservices"
+REQUEST = {"model": "model", "prompt": "hi"}  # `testing.pod` serves vLLM's `model`
 pytestmark = pytest.mark.slow
 
 
@@ -102,13 +104,13 @@ def test_bound_pods_become_ready_model_servers_behind_one_front_door(sandbox: Sa
         assert ready["status"]["phase"] == "Running" and ready["status"]["containerStatuses"][0]["started"]
     service = wait_for(http, IS_PATH, lambda o: "sandbox.infer-ctl.io/url" in o["metadata"].get("annotations", {}))
     door = service["metadata"]["annotations"]["sandbox.infer-ctl.io/url"]
-    served = [httpx.post(f"{door}/v1/completions", json={"prompt": "hi"}, timeout=10) for _ in range(6)]
+    served = [httpx.post(f"{door}/v1/completions", json=REQUEST, timeout=10) for _ in range(6)]
     assert all(r.status_code == 200 for r in served)
-    assert {r.json()["pod"] for r in served} == {"r0", "r1"}
-    address = pod_endpoint(http.get(f"{PODS}/r0").json())
-    metrics = httpx.get(f"http://{address}/metrics").text
-    assert 'infer_ctl_requests_total{code="200",namespace="default",pod="r0",service="llm-8b"}' in metrics
-    assert "infer_ctl_request_duration_seconds_bucket" in metrics
+    endpoints = {name: pod_endpoint(http.get(f"{PODS}/{name}").json()) for name in ("r0", "r1")}
+    assert {r.headers["X-Infer-Ctl-Endpoint"] for r in served} == set(endpoints.values())
+    metrics = httpx.get(f"http://{endpoints['r0']}/metrics").text  # vLLM's own series, its own labels
+    assert value(metrics, "vllm:request_success_total", finished_reason="stop", model_name="model", engine="0") > 0
+    assert value(metrics, "vllm:e2e_request_latency_seconds_count", model_name="model") > 0
     validator = SchemaValidator()
     for path in (PODS, "/api/v1/namespaces/default/events"):  # what the node agent and scheduler wrote
         for obj in http.get(path).json()["items"]:
@@ -139,7 +141,7 @@ def test_knobs_on_an_inference_service_reach_the_model_servers_of_its_pods(sandb
 
     def call() -> None:
         started = time.monotonic()
-        assert httpx.post(f"http://{address}/v1/completions", json={}, timeout=10).status_code == 200
+        assert httpx.post(f"http://{address}/v1/completions", json=REQUEST, timeout=10).status_code == 200
         took.append(time.monotonic() - started)
 
     callers = [threading.Thread(target=call) for _ in range(2)]
@@ -160,15 +162,14 @@ def test_deleting_a_pod_drains_its_in_flight_request_before_the_process_stops(sa
 
     def call() -> None:
         started.set()
-        answers.append(httpx.post(f"http://{address}/v1/completions", json={}, timeout=10).status_code)
+        answers.append(httpx.post(f"http://{address}/v1/completions", json=REQUEST, timeout=10).status_code)
 
     caller = threading.Thread(target=call)
     caller.start()
     started.wait()
     # The request must be inside the server before the delete; the process is observable only over HTTP.
-    gauge = 'infer_ctl_inflight_requests{namespace="default",pod="slow",service="llm-8b"} 1.0'
     for _ in range(100):
-        if gauge in httpx.get(f"http://{address}/metrics").text:
+        if value(httpx.get(f"http://{address}/metrics").text, "vllm:num_requests_running") == 1:
             break
         time.sleep(0.01)
     rv = http.get(f"{PODS}/slow").json()["metadata"]["resourceVersion"]
