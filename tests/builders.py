@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Self
+
+DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # the builder's spec.model.name: the engine's served model name
+
+
+def completion(model: str = DEFAULT_MODEL, prompt: str = "x") -> str:
+    """A completion request's JSON body for a service serving `model` (vLLM requires the served name)."""
+    return json.dumps({"model": model, "prompt": prompt})
 
 
 class InferenceServiceBuilder:
@@ -21,7 +29,7 @@ class InferenceServiceBuilder:
             "kind": "InferenceService",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
-                "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "memory": "24Gi"},
+                "model": {"name": DEFAULT_MODEL, "memory": "24Gi"},
                 "runtime": {"image": "vllm/vllm-openai:v0.11.0", "port": 8000},
                 "accelerator": {"products": ["H100-80GB", "A100-80GB"]},
                 "scaling": {"minReplicas": 1, "maxReplicas": 4, "targetRequestsPerReplica": 20},

@@ -15,7 +15,7 @@ import pytest
 from infer_ctl.controller.reconciler import Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
 from infer_ctl.sandbox.prometheus import LocalPrometheus
-from tests.builders import InferenceServiceBuilder
+from tests.builders import InferenceServiceBuilder, completion
 from tests.controller.conftest import Cluster, door_requests, running_controller
 from tests.controller.test_reconciler import wait_for
 from tests.controller.test_traffic import GATEWAY_QUERY
@@ -75,7 +75,7 @@ def _run(cluster: Cluster, settings: Settings, check_s: float, through_prometheu
         first = desired_serving(cluster)
         # 40 req/s at a replica that answers 10/s: 4 in flight at the SLO per replica (8 req/s x 0.5 s), hundreds
         # queued within seconds
-        loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+        loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body", completion(),
                                     "--shape", "40@15s", "--no-progress", "--max-error-ratio", "1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

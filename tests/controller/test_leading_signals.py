@@ -22,7 +22,7 @@ import pytest
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
 from infer_ctl.sandbox.runtime import Sandbox
-from tests.builders import InferenceServiceBuilder
+from tests.builders import InferenceServiceBuilder, completion
 from tests.controller.conftest import Cluster, door_requests
 from tests.controller.test_reconciler import wait_for
 
@@ -72,7 +72,7 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
         return (meta.get("annotations") or {}).get("sandbox.infer-ctl.io/url")
 
     url = wait_for("front door", front_door)
-    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body", completion(),
                                 "--shape", f"4@{STEP_AT_S:g}s,{STEP_RPS:g}@12s", "--no-progress",
                                 "--max-error-ratio", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # the run's clock starts at loadgen's first request at the front door (the step is timed from there)

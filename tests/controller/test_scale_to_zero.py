@@ -28,6 +28,7 @@ from tests.controller.conftest import ROOT, Cluster, running_controller
 from tests.controller.test_reconciler import wait_for
 from tests.prometheus_server import prometheus
 
+ASK = {"model": "Qwen/Qwen2.5-Coder-1.5B-Instruct", "prompt": "def fib(n):"}  # the example's served model
 HELD = histogram_metric(DEFAULT_GATEWAY_HELD_QUERY)  # the front door's gauge of the requests it holds
 
 EXAMPLE = ROOT / "deploy" / "examples" / "scale-to-zero.yaml"
@@ -76,7 +77,7 @@ def test_the_shipped_example_wakes_on_its_first_request_through_the_front_door(
         assert live_pods(cluster, name) == []
 
         started = time.monotonic()
-        answer = httpx.post(f"{door}/v1/completions", json={"prompt": "def fib(n):"}, timeout=120)
+        answer = httpx.post(f"{door}/v1/completions", json=ASK, timeout=120)
         held_s = time.monotonic() - started
         assert answer.status_code == 200, (answer.status_code, answer.text)
         pods = live_pods(cluster, name)
@@ -122,7 +123,7 @@ async def test_idle_goes_back_to_zero_after_the_keep_alive_and_the_next_request_
         assert live_pods(cluster, name) == []
 
         async with httpx.AsyncClient(timeout=120) as client:
-            request = asyncio.create_task(client.post(f"{door}/v1/completions", json={"prompt": "wake up"}))
+            request = asyncio.create_task(client.post(f"{door}/v1/completions", json=ASK))
             # held at the door, and shown there at once: what the controller reads without Prometheus
             gateway = cluster.sandbox.router.metrics_url
             held = await read_held_at_gateway(client, gateway, "default", name, time.time(), metric=HELD)
@@ -170,6 +171,6 @@ def test_without_prometheus_the_controller_reads_the_requests_held_at_the_front_
         status = (cluster.kube.get(INFERENCE_SERVICES, name, "default") or {})["status"]
         metrics = next(c for c in status["conditions"] if c["type"] == "MetricsAvailable")
         assert metrics["status"] == "True" and "gateway" in metrics["message"], metrics
-        answer = httpx.post(f"{door}/v1/completions", json={"prompt": "def fib(n):"}, timeout=120)
+        answer = httpx.post(f"{door}/v1/completions", json=ASK, timeout=120)
         assert answer.status_code == 200, (answer.status_code, answer.text)
         assert len(live_pods(cluster, name)) == 1

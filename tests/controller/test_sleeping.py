@@ -36,7 +36,7 @@ from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLA
 from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import INFLIGHT_METRIC, QUEUE_DEPTH_METRIC
 from infer_ctl.sandbox.runtime import Sandbox
-from tests.builders import InferenceServiceBuilder
+from tests.builders import InferenceServiceBuilder, completion
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import wait_for
 
@@ -162,8 +162,10 @@ def servers_asleep(kube: KubeClient, service: str, names: set[str]) -> set[str]:
     return out
 
 
-def loadgen(url: str, shape: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+def loadgen(url: str, shape: str, service: str) -> subprocess.Popen[bytes]:
+    """Requests to `service`'s front door for its model (`sleepy_service`'s served name)."""
+    return subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body",
+                             completion(f"example/{service}"),
                              "--shape", shape, "--no-progress", "--max-error-ratio", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -211,13 +213,13 @@ async def held_asleep(cycles: Cycles, kube: KubeClient, name: str, url: str, sle
     pool: set[str] = await cycles.until(f"{sleepers} sleepers", lambda: (s := asleep(kube, name))
                                         and len(s) >= sleepers and s, 3 * COLD_START_S + 30, name)
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, name) if p["metadata"]["name"] in pool}
-    burst = loadgen(url, f"{BURST_RPS:g}@300s")
+    burst = loadgen(url, f"{BURST_RPS:g}@300s", name)
     try:
         await cycles.until("4 serving for the burst, the sleepers among them",
                            lambda: len(s := serving(kube, name)) >= 4 and pool <= s, 90, name)
     finally:
         stop(burst)
-    trickle = loadgen(url, "3@600s")
+    trickle = loadgen(url, "3@600s", name)
     try:
         await cycles.until("the sleepers asleep again", lambda: pool <= asleep(kube, name),
                            3 * WINDOW_S + 3 * COLD_START_S + 30, name)
@@ -246,7 +248,7 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
             await cycles.until("status.replicas.sleeping", lambda: cycles.history[-1][2]["replicas"]["sleeping"]
                                >= len(sleepers), 10, "nap")
 
-            burst = loadgen(url, f"{BURST_RPS:g}@60s")
+            burst = loadgen(url, f"{BURST_RPS:g}@60s", "nap")
             metrics_url = cluster.sandbox.router.metrics_url
             try:
                 # the burst begins when requests wait at the front door (the loadgen process takes a while to start)
@@ -310,7 +312,7 @@ async def test_a_fixed_sleeping_pool_takes_a_burst_nobody_forecast(cluster: Clus
             assert len(serving(kube, "pool")) == 1, cycles.table("pool")  # nothing awake beyond the need
             uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(kube, "pool")
                     if p["metadata"]["name"] in sleepers}
-            burst = loadgen(url, f"{BURST_RPS:g}@60s")
+            burst = loadgen(url, f"{BURST_RPS:g}@60s", "pool")
             try:
                 await cycles.until("the burst at the front door",
                                    lambda: at_the_door(cluster.sandbox.router.metrics_url, "pool") >= 3, 30, "pool")
@@ -357,7 +359,7 @@ async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(
                 address = pod_endpoint(by_name[theirs])
                 assert (await http.post(f"http://{address}/wake_up")).status_code == 200
             before = {p["metadata"]["uid"] for p in pods(kube, "big")}
-            burst = loadgen(url, "18@60s")
+            burst = loadgen(url, "18@60s", "big")
             try:
                 await cycles.until("2 serving for big", lambda: len(serving(kube, "big")) >= 2, 60, "big")
             finally:

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
 from infer_ctl.sandbox.prometheus import LocalPrometheus
-from tests.builders import InferenceServiceBuilder
+from tests.builders import InferenceServiceBuilder, completion
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import wait_for
 
@@ -72,7 +72,7 @@ async def test_a_surge_scales_up_as_it_arrives_and_a_drop_scales_down_after_stab
     if rate_source:  # the series' first sample, before any traffic (else the first requests show no increase)
         wait_for("the gateway scraped", lambda: httpx.get(f"{rate_source}/api/v1/query", params={
             "query": 'infer_ctl_gateway_requests_total{service="step"}'}).json()["data"]["result"])
-    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/infer", "--body", '{"prompt": "x"}',
+    loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body", completion(),
                                 "--shape", "4@6s,45@14s,0.5@30s", "--no-progress", "--max-error-ratio", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # the run's clock starts at loadgen's first request at the front door, not at its process start (which takes
