@@ -244,10 +244,17 @@ class _Demo:
         prometheus = LocalPrometheus(workdir, scrape_interval_s=1.0)
         now = time.time()
         self.day0 = now + self.cold_start_s + SETUP_ALLOWANCE_S
-        labels = f'namespace="default",service="{DRIVEN}",pod="history",code="200"'
+        # the driven service's history as its engine's finished-requests counter (what its rate query reads)
+        driven = next(s for s in self.services if s["metadata"]["name"] == DRIVEN)
+        runtime = driven["spec"]["runtime"]
+        profile = self.policies.runtimes.resolve(runtime.get("engine", ""), runtime["image"])
+        assert profile is not None, f"no runtime profile for {DRIVEN}'s engine"
+        labels = (f'namespace="default",service="{DRIVEN}",pod="history",model_name="{driven["spec"]["model"]["name"]}"'
+                  ',engine="0",finished_reason="stop"')
         try:
             prometheus.backfill(self.day.history_openmetrics(self.day0, now, labels,
-                                                             np.random.default_rng(HISTORY_SEED)))
+                                                             np.random.default_rng(HISTORY_SEED),
+                                                             metric=profile.metrics.requests))
             prometheus.start()
         except PrometheusError as exc:
             prometheus.stop()

@@ -151,8 +151,9 @@ class Day:
         return ",".join(f"{p.name}={_g(max(0.0, p.start_s - from_s))}s" for p in self.phases if p.end_s > from_s)
 
     def history_openmetrics(self, day0_s: float, until_s: float, labels: str, rng: np.random.Generator, *,
-                            days: int = HISTORY_DAYS, step_s: float = HISTORY_STEP_S) -> str:
-        """The request counter `infer_ctl_requests_total{labels}` over the `days` days before `day0_s` (the
+                            metric: str, days: int = HISTORY_DAYS, step_s: float = HISTORY_STEP_S) -> str:
+        """The request counter `metric{labels}` (the engine's: vLLM's `vllm:request_success_total`, its runtime
+        profile's) over the `days` days before `day0_s` (the
         start of today), up to `until_s` at the latest, in OpenMetrics text for `promtool tsdb
         create-blocks-from openmetrics`: one sample every `step_s`, Poisson arrivals at the history's rate, each
         day's level off by a few percent."""
@@ -164,9 +165,8 @@ class Day:
         day_index = np.minimum((offset // self.day_s).astype(int), days)
         rates = np.array([self.rate_rps(x, history=True) for x in offset % self.day_s]) * levels[day_index]
         counts = np.concatenate([[0], np.cumsum(rng.poisson(np.maximum(rates[1:], 0.0) * step_s))])
-        lines = ["# TYPE infer_ctl_requests counter"]
-        lines.extend(f"infer_ctl_requests_total{{{labels}}} {int(c)} {ts:.3f}" for c, ts in zip(counts, t,
-                                                                                                strict=True))
+        lines = [f"# TYPE {metric.removesuffix('_total')} counter"]
+        lines.extend(f"{metric}{{{labels}}} {int(c)} {ts:.3f}" for c, ts in zip(counts, t, strict=True))
         lines.append("# EOF")
         return "\n".join(lines) + "\n"
 

@@ -84,9 +84,10 @@ def test_the_history_is_the_predictable_day_and_knows_nothing_of_the_steps() -> 
 def test_the_backfilled_counter_grows_at_the_history_s_rate_until_now() -> None:
     day = Day.build()
     day0, now = 1_000_000.0, 1_000_000.0 - 85.0
-    text = day.history_openmetrics(day0, now, 'service="chat"', np.random.default_rng(1), days=3)
+    text = day.history_openmetrics(day0, now, 'service="chat"', np.random.default_rng(1), days=3,
+                                   metric="vllm:request_success_total")
     lines = text.splitlines()
-    assert lines[0] == "# TYPE infer_ctl_requests counter" and lines[-1] == "# EOF"
+    assert lines[0] == "# TYPE vllm:request_success counter" and lines[-1] == "# EOF"
     samples = [(float(ts), float(v)) for _, v, ts in (line.split() for line in lines[1:-1])]
     assert samples[0][0] == day0 - 3 * DEFAULT_DAY_S and samples[-1][0] <= now
     counts = np.array([v for _, v in samples])

@@ -76,7 +76,7 @@ def daily_traffic(service: str, peak_starts_s: float, days: int, end_s: float) -
     start = int(end_s) - days * DAY_S
     total = 0.0
     for t in range(start, int(end_s) + 1, SCRAPE_S):
-        lines.append(f"infer_ctl_requests_total{{{labels}}} {total:.1f} {t}")
+        lines.append(f"vllm:request_success_total{{{labels}}} {total:.1f} {t}")
         in_peak = (t - peak_starts_s) % DAY_S < PEAK_HOURS * 3600
         total += (PEAK_RPS if in_peak else NIGHT_RPS) * SCRAPE_S
     return "\n".join(lines) + "\n"
@@ -125,7 +125,7 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
     later["metadata"]["name"] = "llama-8b-later"
     peak_s = next_peak_within(30, lead_s - 5)
     now_s = time.time()
-    history = "# TYPE infer_ctl_requests counter\n" + daily_traffic("llama-8b", peak_s, 8, now_s) + \
+    history = "# TYPE vllm:request_success counter\n" + daily_traffic("llama-8b", peak_s, 8, now_s) + \
         daily_traffic("llama-8b-later", peak_s + 12 * 3600, 8, now_s) + latency_history("llama-8b", now_s) + "# EOF\n"
     # the peak needs 150 / 40 = 3.75 -> 4 serving replicas; the night 4 / 40 -> 1 (the minimum)
     peak_serving = math.ceil(PEAK_RPS / scaling["targetRequestsPerReplica"])

@@ -1,6 +1,6 @@
 """The burst guard's leading signal end to end: real traffic through the sandbox's front door (loadgen in its own
 process), model servers that queue what they cannot serve, and the controller's cycles in real time reading the
-requests in flight from the same scrape as the rate (the replicas' `infer_ctl_inflight_requests`, plus what the
+requests in flight from the same scrape as the rate (the replicas' running and waiting gauges, plus what the
 front door holds). A step gets its replicas in the cycle that sees the queue grow, while the rate (the requests
 the replicas answer) still shows only what the serving replica can do.
 

@@ -372,7 +372,9 @@ async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(
     notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
              if e.get("reason") == "WakeRefused"]
     assert len(notes) == 1 and mine in notes[0] and "DeviceMemory" in notes[0], notes
-    assert any(f"the wake of {mine} was refused (DeviceMemory" in m and "created instead" in m
+    # the refusal in the engine's own words: vLLM's failed wake (500), its message from the device's ledger
+    assert any(f"the wake of {mine} was refused (HTTP 500: CUDA out of memory while waking up: DeviceMemory" in m
+               and "created instead" in m
                for _, n, _, m in cycles.history if n == "big"), table
     findings = explain(kube, cluster.policies, "default", "big")
     assert any(f.subject == mine and "DeviceMemory" in f.message for f in findings), findings
