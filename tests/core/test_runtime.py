@@ -116,8 +116,7 @@ def args_of(image: str, *, args: list[str] | None = None, sleeps: bool = False,
         .with_("spec.model.uri", "hf://meta-llama/Llama-3.1-8B-Instruct").with_("spec.model.name", "llama-8b")
     if args is not None:
         builder = builder.with_("spec.runtime.args", args)
-    svc = parse_inference_service(builder.with_("spec.runtime.port", None).build()) if False else \
-        parse_inference_service(builder.build())
+    svc = parse_inference_service(builder.build())
     runtime = service_runtime(svc.spec.runtime, PROFILES)
     assert runtime is not None
     return engine_args(svc.spec, runtime, sleeps=sleeps, memory_share=share)

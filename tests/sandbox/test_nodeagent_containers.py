@@ -27,8 +27,9 @@ from infer_ctl.sandbox.images import ImageEntry, ImageTable
 from infer_ctl.sandbox.prometheus import LocalPrometheus, Target, find_prometheus, pod_targets
 from infer_ctl.sandbox.router import FrontDoor
 from infer_ctl.sandbox.runtime import Sandbox
-from infer_ctl.sandbox.store import Event, Obj
+from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import StoreView
+from tests.sandbox.test_sleep_wake import until as store_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = load_policies(ROOT / "policies").catalog
@@ -98,21 +99,7 @@ def events(box: Sandbox, pod: str) -> list[tuple[str, str]]:
 
 
 async def until(box: Sandbox, predicate: Callable[[], Any], timeout_s: float = 15, what: str = "") -> Any:
-    """Wait (bounded) until `predicate()` is truthy, checking again on every change of the store."""
-    woken = asyncio.Event()
-
-    def on_event(_: Event) -> None:
-        woken.set()
-
-    box.store.subscribe(on_event)
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not (value := predicate()):
-                woken.clear()
-                await woken.wait()
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}") from None
-    return value
+    return await store_until(box, predicate, timeout_s, what)
 
 
 def pod_where(box: Sandbox, name: str, test: Callable[[Obj], Any]) -> Callable[[], Obj | None]:

@@ -34,6 +34,13 @@ class Hardware:
     engine_version: tuple[int, ...]  # () = latest/untagged: the newest behaviour
     drain_s: float
 
+    def work(self, max_tokens: object) -> tuple[int, float]:
+        """The tokens a request generates (its max_tokens, else 16) and its service time on this device: the
+        service time scaled by max_tokens / REFERENCE_TOKENS, or one service time when it names no max_tokens.
+        E.g. 100 ms per request and max_tokens 512: 512 tokens in 200 ms."""
+        generated = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 16
+        return generated, self.service_time_ms / 1000 * (generated / REFERENCE_TOKENS if max_tokens else 1.0)
+
     def wake_s(self) -> float:
         return self.model_bytes / (self.h2d_gbps * GB)
 

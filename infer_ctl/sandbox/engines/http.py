@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 Answer = tuple[int, str, bytes]  # status, content type, body
 Route = Callable[[str, str, dict[str, list[str]], bytes], Awaitable[Answer]]
 
@@ -24,6 +26,11 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 
 def json_answer(status: int, body: object) -> Answer:
     return status, "application/json", json.dumps(body).encode()
+
+
+def exposition(registry: CollectorRegistry) -> Answer:
+    """A `/metrics` answer: the registry in Prometheus' text format."""
+    return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(registry)
 
 
 def empty(status: int = 200) -> Answer:

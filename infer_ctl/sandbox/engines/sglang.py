@@ -16,11 +16,11 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from infer_ctl.sandbox.engines.batch import Aborted, Batch
-from infer_ctl.sandbox.engines.hardware import REFERENCE_TOKENS, Hardware, Ledger
-from infer_ctl.sandbox.engines.http import Answer, empty, json_answer
+from infer_ctl.sandbox.engines.hardware import Hardware, Ledger
+from infer_ctl.sandbox.engines.http import Answer, empty, exposition, json_answer
 
 DEFAULT_PORT = 30000
 # python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector defaults)
@@ -114,7 +114,7 @@ class SglangEngine:
             self.running.set(self.batch.running)
             self.queued.set(self.batch.waiting)
             self.token_usage.set(self.batch.running / self.batch.capacity)
-            return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self.registry)
+            return exposition(self.registry)
         if path == "/health" and method == "GET":
             return empty()
         if path == "/health_generate" and method == "GET":
@@ -144,10 +144,9 @@ class SglangEngine:
             return json_answer(400, {"object": "error", "message": str(e), "type": "BadRequestError", "code": 400})
         params = request.get("sampling_params") if path == "/generate" else request
         max_tokens = (params or {}).get("max_new_tokens" if path == "/generate" else "max_tokens")
-        generated = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 16
+        generated, service_s = self.hw.work(max_tokens)
         prompt_tokens = max(1, len(json.dumps(request.get("text") or request.get("prompt")
                                               or request.get("messages"))) // 4)
-        service_s = self.hw.service_time_ms / 1000 * (generated / REFERENCE_TOKENS if max_tokens else 1.0)
         try:
             timing = await self.batch.run(service_s)
             reason = "length" if max_tokens else "stop"

@@ -17,11 +17,11 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from infer_ctl.sandbox.engines.batch import Aborted, Batch, Timing
-from infer_ctl.sandbox.engines.hardware import REFERENCE_TOKENS, Hardware, Ledger, at_least
-from infer_ctl.sandbox.engines.http import Answer, empty, json_answer
+from infer_ctl.sandbox.engines.hardware import Hardware, Ledger, at_least
+from infer_ctl.sandbox.engines.http import Answer, empty, exposition, json_answer
 
 DEFAULT_PORT = 8000
 MODE_SINCE = (0, 16, 0)  # vllm PR #34528 (merged 2026-02-13): sleep(level, mode) pauses the scheduler first
@@ -160,7 +160,7 @@ class VllmEngine:
             self.running.set(self.batch.running)
             self.waiting.set(self.batch.waiting)
             self.kv_usage.set(self.batch.running / self.batch.capacity)
-            return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self.registry)
+            return exposition(self.registry)
         if path == "/health" and method == "GET":
             return empty()
         if path == "/v1/models" and method == "GET":
@@ -200,10 +200,9 @@ class VllmEngine:
         if self.sleep_level and not self.has_mode:
             return self._failed("the engine is sleeping: its weights are not on the device")
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
-        generated = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 16
+        generated, service_s = self.hw.work(max_tokens)
         text = json.dumps(request.get("prompt") if path == "/v1/completions" else request.get("messages"))
         prompt_tokens = max(1, len(text) // 4)
-        service_s = self.hw.service_time_ms / 1000 * (generated / REFERENCE_TOKENS if max_tokens else 1.0)
         try:
             timing = await self.batch.run(service_s)
             reason = "length" if max_tokens else "stop"
