@@ -17,4 +17,4 @@ RUNNING, WAITING = VLLM.metrics.running, VLLM.metrics.waiting
 
 def vllm_scrape(**options: object) -> ScrapeRates:
     """A direct scrape of vLLM replicas, as the controller sets it up for a vLLM service."""
-    return ScrapeRates(metric=REQUESTS, in_flight=(RUNNING, WAITING), **options)  # type: ignore[arg-type]
+    return ScrapeRates(metric=REQUESTS, in_flight=VLLM.metrics.in_flight, **options)  # type: ignore[arg-type]

@@ -97,7 +97,7 @@ class EngineClient:
         try:
             answer = await self.http.get(f"http://{address}/metrics", timeout=timeout_s)
             answer.raise_for_status()
-            running, waiting = gauge_sum(answer.text, metrics.running, metrics.waiting)
+            running, waiting = gauge_sum(answer.text, *metrics.in_flight)
             return InFlight(running, waiting)
         except (httpx.HTTPError, ValueError) as exc:
             return InFlight(math.nan, math.nan, f"cannot read {address}/metrics: {type(exc).__name__} {exc}")

@@ -630,7 +630,7 @@ class Reconciler:
                 namespace=svc.meta.namespace, at_s=now.timestamp())
         else:
             runtime = self.runtime_of(svc)
-            gauges = (runtime.profile.metrics.running, runtime.profile.metrics.waiting) if runtime else ()
+            gauges = runtime.profile.metrics.in_flight if runtime else ()
             reading = await self._with_held(svc, await read_in_flight(self._http, _metrics_endpoints(replicas),
                                                                       gauges=gauges))
         if reading.error:
@@ -790,9 +790,8 @@ class Reconciler:
                 failed = self.settings.policies.scaling.failed_requests if histogram else ""
                 runtime = self.runtime_of(svc)
                 if runtime is not None:
-                    metrics = runtime.profile.metrics
-                    memory.scrape.metric, memory.scrape.in_flight = metrics.requests, (metrics.running,
-                                                                                        metrics.waiting)
+                    memory.scrape.metric = runtime.profile.metrics.requests
+                    memory.scrape.in_flight = runtime.profile.metrics.in_flight
                 memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
                 memory.scrape.failed = histogram_metric(failed) if failed else ""
                 memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
@@ -1085,10 +1084,9 @@ class Reconciler:
         profile = self.settings.policies.runtimes.profiles.get(str(annotations.get(ANNOTATION_ENGINE, "")))
         if profile is None:
             return None
-        address = kube_pods.replica_pod(pod).address
-        port = int(address.rsplit(":", 1)[1]) if ":" in address else profile.port
-        return ServiceRuntime(profile, parse_version(str(annotations.get(ANNOTATION_ENGINE_VERSION, ""))), port,
-                              profile.health_path)
+        # the sleep/wake client reads the profile and version only: the port and path are the profile's defaults
+        return ServiceRuntime(profile, parse_version(str(annotations.get(ANNOTATION_ENGINE_VERSION, ""))),
+                              profile.port, profile.health_path)
 
     def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
                        replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]], *,

@@ -72,6 +72,11 @@ class EngineMetrics:
     inter_token_latency: str = ""  # histogram
     kv_cache_usage: str = ""  # gauge, 0..1
 
+    @property
+    def in_flight(self) -> tuple[str, str]:
+        """The gauges whose sum is the requests in flight: running and waiting."""
+        return self.running, self.waiting
+
     def rate_query(self, window: str = "1m") -> str:
         """The request rate of one service, as a PromQL template (`infer_ctl.core.promql`)."""
         return f"sum(rate({self.requests}{{{SERVICE_SELECTOR}}}[{window}]))"
