@@ -22,13 +22,16 @@ from infer_ctl.actuate.manifests import (
     spec_hash,
     without_model_cache,
 )
+from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.parse import parse_inference_service
 from infer_ctl.core.policy import ModelCacheVolume, parse_scaling_policy
+from infer_ctl.core.runtime import ServiceRuntime, service_runtime
 from tests.builders import InferenceServiceBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
+RUNTIMES = load_policies(ROOT / "policies").runtimes
 
 
 def service(**changes: object) -> api.InferenceService:
@@ -38,9 +41,17 @@ def service(**changes: object) -> api.InferenceService:
     return parse_inference_service(builder.build())
 
 
+def engine(svc: api.InferenceService) -> ServiceRuntime:
+    """The service's engine with the shipped runtime profiles (vLLM for the builder's image)."""
+    runtime = service_runtime(svc.spec.runtime, RUNTIMES)
+    assert runtime is not None
+    return runtime
+
+
 def pod(role: Role = Role.SERVING, **changes: object) -> dict[str, object]:
-    return replica_pod(service(**changes), replica="llama-r0", claim_name="llama-r0-gpu", role=role,
-                       node_selector={"kubernetes.io/hostname": "gpu-node-1"})
+    svc = service(**changes)
+    return replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=role,
+                       node_selector={"kubernetes.io/hostname": "gpu-node-1"}, engine=engine(svc))
 
 
 @pytest.mark.parametrize("role", list(Role), ids=["a serving replica", "a standby replica"])
@@ -106,7 +117,7 @@ def test_the_spec_hash_ignores_fields_at_their_defaults_so_a_new_optional_field_
 @pytest.mark.parametrize(
     ("path", "default"),
     [
-        pytest.param("spec__runtime__readinessPath", "/ready", id="a runtime field"),
+        pytest.param("spec__model__overheadPercent", 20, id="a model field"),
         pytest.param("spec__accelerator__sharing", "Exclusive", id="an enum"),
         pytest.param("spec__accelerator__count", 1, id="an integer"),
         pytest.param("spec__accelerator__deviceClassName", "gpu.nvidia.com", id="a string"),
@@ -134,9 +145,10 @@ def test_a_field_changed_from_its_default_changes_the_hash(path: str, value: obj
 
 def cached_pod(directory: str = MODEL_CACHE_DIR, volume: ModelCacheVolume = ModelCacheVolume.HOST_PATH,
                **changes: object) -> dict[str, Any]:
-    return replica_pod(service(**changes), replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING,
+    svc = service(**changes)
+    return replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING,
                        node_selector={"kubernetes.io/hostname": "gpu-node-1"}, model_cache_dir=directory,
-                       model_cache=volume)
+                       model_cache=volume, engine=engine(svc))
 
 
 def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models_directory() -> None:
@@ -249,7 +261,8 @@ def test_the_services_security_context_is_its_replicas_and_prefetch_pods_contain
     """spec.runtime.securityContext (what Pod Security's restricted level checks) is written as it was given into
     the model server's container and the prefetch Pod's; unset, neither has one and the spec hash is unchanged."""
     svc = service(spec__runtime__securityContext=RESTRICTED)
-    replica = replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING, node_selector={})
+    replica = replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=Role.SERVING, node_selector={},
+                          engine=engine(svc))
     prefetch = prefetch_pod(svc, node="gpu-node-1")
     for manifest in (replica, prefetch):
         kubernetes_validate.validate(manifest, "1.37.0", strict=True)
@@ -273,3 +286,23 @@ def test_a_bad_security_context_is_an_error_naming_the_field(given: dict[str, An
     with pytest.raises(SpecError) as caught:
         service(spec__runtime__securityContext=given)
     assert any(e.path == field and problem in e.message for e in caught.value.errors), caught.value.errors
+
+
+def test_a_replica_that_may_sleep_runs_stock_vllm_with_its_sleep_mode_and_probes_on_health() -> None:
+    svc = service(spec__runtime__image="vllm/vllm-openai:v0.16.0", spec__runtime__port=None,
+                  spec__runtime__env=[{"name": "HF_HOME", "value": "/cache"}])
+    manifest = replica_pod(svc, replica="llama-r0", claim_name="llama-r0-gpu", role=Role.STANDBY,
+                           node_selector={}, engine=engine(svc), sleeps=True)
+    kubernetes_validate.validate(manifest, "1.37.0", strict=True)
+    (container,) = manifest["spec"]["containers"]
+    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    for probe in ("startupProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["env"] == [{"name": "HF_HOME", "value": "/cache"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]
+    assert container["args"][-1] == "--enable-sleep-mode" and "command" not in container  # the image's vllm serve
+    assert manifest["metadata"]["annotations"]["infer-ctl.io/engine"] == "vllm"
+    assert manifest["metadata"]["annotations"]["infer-ctl.io/engine-version"] == "0.16.0"
+    awake = replica_pod(svc, replica="llama-r1", claim_name="llama-r1-gpu", role=Role.SERVING,
+                        node_selector={}, engine=engine(svc))
+    assert "--enable-sleep-mode" not in awake["spec"]["containers"][0]["args"]
+    assert awake["spec"]["containers"][0]["env"] == [{"name": "HF_HOME", "value": "/cache"}]  # no dev mode
