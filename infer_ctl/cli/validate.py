@@ -13,7 +13,7 @@ field path:
 - An unknown kind or version in a known API group (infer-ctl.io, the groups of Kubernetes 1.37, a CRD's group
   among the inputs) is an error, with "did you mean" for near misses (also for products and enumerated values).
 - Objects of other API groups cannot be checked: each one gets a warning, which does not change the exit status.
-- The policy files accelerators.yaml, scaling.yaml and placement.yaml (a copy such as a kustomize base holds)
+- The policy files accelerators.yaml, scaling.yaml, placement.yaml and runtimes.yaml (a copy such as a kustomize base holds)
   are checked as the controller reads them, a SandboxCluster file as `infer-ctl sandbox up` does.
 - A key given twice in a mapping is an error (YAML loaders keep the last one silently); the items of a
   `kind: List` are checked one by one.
@@ -53,7 +53,7 @@ KUBERNETES_VERSION = "1.37.0"
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 STDIN = "-"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-POLICY_FILES = ("accelerators.yaml", "scaling.yaml", "placement.yaml")
+POLICY_FILES = ("accelerators.yaml", "scaling.yaml", "placement.yaml", "runtimes.yaml")
 # The sandbox's cluster file (`infer-ctl sandbox up --cluster FILE`), checked as the sandbox reads it.
 SANDBOX_GROUP, SANDBOX_VERSION, SANDBOX_KIND = "sandbox.infer-ctl.io", "v1alpha1", "SandboxCluster"
 KUSTOMIZE_GROUP = "kustomize.config.k8s.io"
@@ -589,11 +589,12 @@ class Checker:
     def _check_policy_file(self, doc: Document) -> Report:
         from infer_ctl.core.errors import SpecError
         from infer_ctl.core.policy import parse_catalog, parse_placement_policy, parse_scaling_policy
+        from infer_ctl.core.runtime import parse_runtime_profiles
 
         name = Path(doc.source).name
         parsers: dict[str, Callable[[Mapping[str, Any], str], object]] = {
             "accelerators.yaml": parse_catalog, "scaling.yaml": parse_scaling_policy,
-            "placement.yaml": parse_placement_policy}
+            "placement.yaml": parse_placement_policy, "runtimes.yaml": parse_runtime_profiles}
         report = Report(doc.where, f"infer-ctl policy file {name}", checked_against="as the controller reads it")
         try:
             parsers[name](doc.body, name)

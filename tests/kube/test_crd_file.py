@@ -99,7 +99,7 @@ def test_a_minimal_manifest_reads_back_with_the_crd_defaults() -> None:
     assert spec["accelerator"]["sharing"] == "Exclusive"
     assert spec["accelerator"]["deviceClassName"] == api.DEFAULT_DEVICE_CLASS
     assert spec["accelerator"]["count"] == 1
-    assert spec["runtime"]["readinessPath"] == "/ready"
+    assert "readinessPath" not in spec["runtime"]  # no CRD default: the engine's health path (runtimes.yaml)
     assert spec["scaling"]["preset"] == "balanced"
     assert validate(schema(), obj) == []
 
