@@ -206,11 +206,14 @@ async def test_the_warm_host_of_a_namespace_whose_last_service_was_deleted_is_co
         await cycle(reconciler, gone, T0 - timedelta(seconds=1))
         # a sleeper of `gone` on its warm host, as the controller writes them
         kube.create(RESOURCE_CLAIMS, warm_host("warm-a"), "team-a")
+        runtime = reconciler.runtime_of(svc)
+        assert runtime is not None
         kube.create(PODS, replica_pod(svc, replica="gone-r0", claim_name="warm-a", role=Role.STANDBY, node_selector={},
                                       tolerations=[{"key": t.key, "operator": t.operator, "effect": t.effect}
                                                    for t in GPU_TOLERATIONS],
                                       annotations=sleeper_annotations(svc.spec, "warm-a", svc.spec.model.memory_bytes),
-                                      priority=Role.SERVING), "team-a")
+                                      priority=Role.SERVING, engine=runtime, sleeps=True),
+                    "team-a")
         # and an idle warm host in a namespace no cycle of this controller ran in: not its to collect
         make_namespace(cluster, "elsewhere")
         kube.create(RESOURCE_CLAIMS, warm_host("warm-x"), "elsewhere")

@@ -60,7 +60,7 @@ async def test_a_burst_wakes_sleepers_on_the_warm_pool_s_gpus_and_they_sleep_the
             assert len(awake) == 1 and hosts_of(kube, awake) == {""}, awake  # the awake one on a GPU of its own
             before = uids(kube, "chat", sleepers)
 
-            burst = loadgen(url, "28@60s")  # 3 replicas' worth
+            burst = loadgen(url, "28@60s", "chat")  # 3 replicas' worth
             try:
                 await cycles.until("the burst at the front door",
                                    lambda: at_the_door(sandbox.router.metrics_url, "chat") >= 3, 30, "chat")
@@ -123,7 +123,7 @@ async def test_one_pool_host_holds_two_services_sleepers_and_the_first_burst_tak
             host = {p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "") for p in both
                     if p["metadata"]["name"] in slept_a | slept_b}
             assert len(host) == 1 and "" not in host, host  # the pool's one host, shared
-            burst = loadgen(url, "18@60s")  # 2 replicas' worth of a
+            burst = loadgen(url, "18@60s", "a")  # 2 replicas' worth of a
             try:
                 await cycles.until("a's sleeper serving", lambda: slept_a <= serving(kube, "a"), 30, "a")
                 said = {f.subject: f.message for f in explain(kube, policies, "default", "b") if f.layer == "sleeping"}

@@ -71,7 +71,7 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
     chat["spec"]["slo"] = {"latencyP95Ms": 300}
     kube, reconciler = setup(cluster, batch, chat)
     chat_url, batch_url = front_door(kube, "chat"), front_door(kube, "batch")
-    trickle = loadgen(batch_url, "4@900s")  # batch serves all along
+    trickle = loadgen(batch_url, "4@900s", "batch")  # batch serves all along
     try:
         with Cycles(kube, reconciler, ("batch", "chat")) as cycles:
             lent = await cycles.until("batch's 2 replicas serving", lambda: (s := serving(kube, "batch"))
@@ -90,7 +90,7 @@ async def test_a_burst_wakes_sleepers_on_gpus_lent_by_a_service_that_yields_and_
             assert len(serving(kube, "chat")) == 1
             chat_before, batch_before = uids(kube, "chat", sleepers), uids(kube, "batch", lent)
 
-            burst = loadgen(chat_url, "28@90s")  # 3 replicas' worth
+            burst = loadgen(chat_url, "28@90s", "chat")  # 3 replicas' worth
             try:
                 await cycles.until("the burst at the front door",
                                    lambda: at_the_door(cluster.sandbox.router.metrics_url, "chat") >= 3, 30, "chat")
@@ -164,7 +164,7 @@ async def test_a_lender_that_bounds_its_yields_keeps_the_rest_of_its_replicas_se
     chat["spec"]["slo"] = {"latencyP95Ms": 300}
     kube, reconciler = setup(cluster, batch, chat)
     chat_url, batch_url = front_door(kube, "chat"), front_door(kube, "batch")
-    trickle = loadgen(batch_url, "4@900s")
+    trickle = loadgen(batch_url, "4@900s", "batch")
     most_yielded = [0]
 
     def yielded() -> set[str]:
@@ -179,7 +179,7 @@ async def test_a_lender_that_bounds_its_yields_keeps_the_rest_of_its_replicas_se
                                       and len(s) == 2 and s, 3 * COLD_START_S + 30, "batch")
             sleepers = await cycles.until("chat's 2 sleepers", lambda: (s := asleep(kube, "chat")) and len(s) == 2
                                           and s, 3 * COLD_START_S + 30, "chat")
-            burst = loadgen(chat_url, "28@60s")  # 3 replicas' worth
+            burst = loadgen(chat_url, "28@60s", "chat")  # 3 replicas' worth
             try:
                 await cycles.until("the burst at the front door",
                                    lambda: at_the_door(cluster.sandbox.router.metrics_url, "chat") >= 3, 30, "chat")
