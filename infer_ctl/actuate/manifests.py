@@ -91,8 +91,25 @@ def owner_reference(meta: api.ObjectMeta) -> dict[str, Any]:
 
 
 def selector_labels(meta: api.ObjectMeta) -> dict[str, str]:
-    """Labels every replica of the service carries; `status.selector` is these, joined."""
+    """Labels every replica of the service carries (serving or not: `selector`)."""
     return {LABEL_SERVICE: meta.name, LABEL_MANAGED_BY: MANAGER}
+
+
+def serving_selector(meta: api.ObjectMeta) -> dict[str, str]:
+    """The labels of the service's replicas in traffic: its routing Service's selector and `status.selector`
+    (what HPA-style tools count). Standby, sleeping, loading-replacement and prefetch Pods carry another role."""
+    return {LABEL_SERVICE: meta.name, LABEL_ROLE: ROLE_SERVING}
+
+
+def routing_service(svc: api.InferenceService, port: int) -> dict[str, Any]:
+    """The Service that routes to the InferenceService's serving replicas: named after it, its port the engine's
+    (to the container port named `http`), owned by it. A replica leaves it with its serving label, before it is
+    put to sleep or removed, and joins it only once woken and confirmed awake."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": svc.meta.name, "namespace": svc.meta.namespace, "labels": selector_labels(svc.meta),
+                         "ownerReferences": [owner_reference(svc.meta)]},
+            "spec": {"selector": serving_selector(svc.meta),
+                     "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
 
 
 def warm_host_labels() -> dict[str, str]:
@@ -130,7 +147,13 @@ def lent_annotations(warm_host: str, weight_bytes: int, device_bytes: int) -> di
 
 
 def selector(meta: api.ObjectMeta) -> str:
+    """Every replica of the service (what the controller lists)."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(meta).items()))
+
+
+def serving_label_selector(meta: api.ObjectMeta) -> str:
+    """The replicas in traffic (`status.selector`, the routing Service's selector)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(serving_selector(meta).items()))
 
 
 def spec_hash(spec: api.InferenceServiceSpec) -> str:

@@ -13,8 +13,8 @@ field path:
 - An unknown kind or version in a known API group (infer-ctl.io, the groups of Kubernetes 1.37, a CRD's group
   among the inputs) is an error, with "did you mean" for near misses (also for products and enumerated values).
 - Objects of other API groups cannot be checked: each one gets a warning, which does not change the exit status.
-- The policy files accelerators.yaml, scaling.yaml, placement.yaml and runtimes.yaml (a copy such as a kustomize base holds)
-  are checked as the controller reads them, a SandboxCluster file as `infer-ctl sandbox up` does.
+- The policy files accelerators.yaml, scaling.yaml, placement.yaml and runtimes.yaml (a copy such as a kustomize
+  base holds) are checked as the controller reads them, a SandboxCluster file as `infer-ctl sandbox up` does.
 - A key given twice in a mapping is an error (YAML loaders keep the last one silently); the items of a
   `kind: List` are checked one by one.
 

@@ -71,8 +71,10 @@ from infer_ctl.actuate.manifests import (
     prefetch_pod,
     replica_pod,
     replica_state,
+    routing_service,
     selector,
     selector_labels,
+    serving_label_selector,
     sleeper_annotations,
     spec_hash,
     warm_host_labels,
@@ -112,6 +114,7 @@ from infer_ctl.kube.client import (
     PERSISTENT_VOLUMES,
     PODS,
     RESOURCE_CLAIMS,
+    SERVICES,
     KubeClient,
     KubeError,
     Resource,
@@ -218,6 +221,7 @@ class ServiceMemory:
     # the engine's counter and gauges are set before each read, from the service's runtime profile
     scrape: ScrapeRates = field(default_factory=lambda: ScrapeRates(metric=""))
     invalid_message: str = ""
+    routing_port: int | None = None  # the port of the routing Service this controller made or checked
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
     rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)
@@ -474,6 +478,8 @@ class Reconciler:
         conditions = set_condition(conditions, type=api.ConditionType.VALID, status="True", reason="SpecValid",
                                    message="the spec passed the parser and catalog checks", now=now,
                                    generation=generation)
+
+        await self._ensure_routing(body, svc, memory, now)
 
         # 2. observe
         ns, sel = svc.meta.namespace, selector(svc.meta)
@@ -1062,6 +1068,46 @@ class Reconciler:
             share = memory_share(spec.model.memory_bytes, accelerator.memory_bytes) if accelerator else None
         return {"engine": runtime, "sleeps": sleeps, "memory_share": share}
 
+    async def _ensure_routing(self, body: Mapping[str, Any], svc: api.InferenceService, memory: ServiceMemory,
+                              now: datetime) -> None:
+        """The Service routing to the serving replicas (`routing_service`): made when this controller has not made
+        it for the service's current port yet (a create, or a patch of one it owns; nothing while they agree:
+        no request per cycle). A Service of that name that is not the InferenceService's is left alone, said in
+        one Warning Event; a refusal (RBAC, a quota) too, and tried again next cycle. Neither stops the cycle."""
+        runtime = self.runtime_of(svc)
+        if runtime is None or memory.routing_port == runtime.port:
+            return
+        ns, name = svc.meta.namespace, svc.meta.name
+        want = routing_service(svc, runtime.port)
+        try:
+            try:
+                await self._k(self.kube.create, SERVICES, want, ns)
+            except KubeError as exc:
+                if not exc.conflict:
+                    raise
+                existing = await self._k(self.kube.get, SERVICES, name, ns)
+                if existing is None:
+                    return  # deleted in between: made next cycle
+                if not _owned_by(existing, svc.meta.uid):
+                    owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
+                                       existing["metadata"].get("ownerReferences") or ()) or "no owner"
+                    await self._event(body, "ServiceNameTaken", f"Service {name} exists and is not this "
+                                      f"InferenceService's ({owners}): route to the Pods labelled "
+                                      f"{serving_label_selector(svc.meta)} yourself", "Warning", "Route", now)
+                    memory.routing_port = runtime.port  # not tried again until the spec's port changes
+                    return
+                if (existing.get("spec") or {}).get("ports") != want["spec"]["ports"] or \
+                        (existing.get("spec") or {}).get("selector") != want["spec"]["selector"]:
+                    await self._k(self.kube.merge_patch, SERVICES, name, {"spec": {
+                        "ports": want["spec"]["ports"], "selector": want["spec"]["selector"]}}, ns)
+        except KubeError as exc:
+            log.warning("%s: the routing Service could not be written (tried again next cycle): %s", svc.meta.key,
+                        exc)
+            await self._event(body, "RoutingFailed", f"the Service {name} could not be written: {exc}", "Warning",
+                              "Route", now)
+            return
+        memory.routing_port = runtime.port
+
     def _held_metric(self) -> str:
         """The front door's gauge of the requests it holds (the policies' gatewayHeldQuery's metric; "": none)."""
         held = self.settings.policies.scaling.gateway_held_query
@@ -1579,7 +1625,7 @@ class Reconciler:
                                            product=r.accelerator, state=o.state(r)) for r in o.replicas)
         status = api.InferenceServiceStatus(
             observed_generation=g, replicas=counts, desired=api.DesiredReplicas(plan.serving, plan.standby),
-            selector=selector(o.svc.meta),
+            selector=serving_label_selector(o.svc.meta),
             # no rate was read this cycle: none is reported (not the last one read)
             observed_rps=None if o.rates.error or math.isnan(plan.output.observed_rps) else plan.output.observed_rps,
             forecast=forecast, slo=_with_aim(o.slo, state),

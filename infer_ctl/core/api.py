@@ -779,7 +779,8 @@ STATUS_SCHEMA = Prop(
     "What infer-ctl observed and decided.",
     properties={
         "observedGeneration": Prop("integer", "The spec generation this status describes.", format="int64"),
-        "selector": Prop("string", "Label selector of the replica Pods (for the scale subresource)."),
+        "selector": Prop("string", "Label selector of the serving replicas, those in traffic (for the scale "
+                         "subresource: what HPA-style tools count; standby, sleeping and prefetch Pods are not)."),
         "observedRps": Prop("string", "The request rate (requests/s) the last control cycle observed; absent "
                             "when missing."),
         "replicas": Prop("object", "Replicas by state.", properties={

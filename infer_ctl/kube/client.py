@@ -42,6 +42,7 @@ class Resource:
 
 
 PODS = Resource("v1", "pods", "Pod")
+SERVICES = Resource("v1", "services", "Service")
 NODES = Resource("v1", "nodes", "Node", namespaced=False)
 PERSISTENT_VOLUMES = Resource("v1", "persistentvolumes", "PersistentVolume", namespaced=False)
 PERSISTENT_VOLUME_CLAIMS = Resource("v1", "persistentvolumeclaims", "PersistentVolumeClaim")

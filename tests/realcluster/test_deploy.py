@@ -162,6 +162,7 @@ NOT_IN_THE_SCENARIO = {
                                "modelCacheVolumes=true (delete: a volume left Released, tests/controller/"
                                "test_prefetch.py)",
     ("", "persistentvolumeclaims"): "as persistentvolumes",
+    ("", "services"): "get and patch: a routing Service found on create (tests/controller/test_routing.py)",
 }
 
 
