@@ -1,0 +1,83 @@
+"""Stock engines end to end: an InferenceService of vLLM's image and one of SGLang's, with the shipped policies
+(every query from the engine's runtime profile, no query of the test's own), run by the node agent as the
+stand-ins of their images (the Pod template the controller wrote is what runs: the engine's args, port and
+probes), under a load above one replica's capacity through the front door. The controller reads the engine's own
+counter and gauges from each replica's /metrics and scales up; every request is answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from tests.builders import InferenceServiceBuilder, completion
+from tests.controller.conftest import Cluster
+from tests.controller.test_reconciler import wait_for
+
+MODEL = "example/small"
+
+
+@pytest.mark.parametrize(("image", "port"), [("vllm/vllm-openai:v0.16.0", 8000), ("lmsysorg/sglang:v0.5.2", 30000)],
+                         ids=["vLLM", "SGLang"])
+async def test_a_stock_engine_behind_the_front_door_is_scaled_from_its_own_metrics(cluster: Cluster, image: str,
+                                                                                   port: int) -> None:
+    kube = cluster.kube
+    name = "engine"
+    kube.create(INFERENCE_SERVICES, InferenceServiceBuilder(name)
+                .with_("metadata.annotations", {"sandbox.infer-ctl.io/service-time-ms": "100",
+                                                "sandbox.infer-ctl.io/concurrency": "2"})
+                .with_("spec.model", {"name": MODEL, "memory": "20Gi"})
+                .with_("spec.runtime", {"image": image, "coldStartSeconds": 1})
+                .with_("spec.scaling.maxReplicas", 4).with_("spec.scaling.targetRequestsPerReplica", 10)
+                .with_("spec.scaling.forecast", {"enabled": False}).build(), "default")
+    reconciler = Reconciler(kube, Settings(cluster.policies))
+    history: list[tuple[float, int, float, str]] = []
+
+    async def cycle(started: float) -> None:
+        result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, name, "default"), datetime.now(UTC))
+        desired = (result.status.get("desired") or {}).get("serving", 0)
+        history.append((time.monotonic() - started, int(desired), result.output.observed_rps,
+                        result.output.decision.message))
+
+    def ready_serving() -> list[dict[str, object]]:
+        return [p for p in kube.list(PODS, "default", label_selector=f"infer-ctl.io/service={name},"
+                                                                     "infer-ctl.io/role=serving")
+                if any(c["type"] == "Ready" and c["status"] == "True"
+                       for c in (p.get("status") or {}).get("conditions") or ())]
+
+    started = time.monotonic()
+    try:
+        while not ready_serving():
+            assert time.monotonic() - started < 60, history
+            await cycle(started)
+            await asyncio.sleep(1.0)
+        (first,) = ready_serving()
+        container = first["spec"]["containers"][0]  # type: ignore[index]
+        assert container["ports"][0]["containerPort"] == port  # the engine's default, from its profile
+        url = wait_for("the front door", lambda: ((kube.get(INFERENCE_SERVICES, name, "default") or {}).get(
+            "metadata", {}).get("annotations") or {}).get("sandbox.infer-ctl.io/url"))
+        # 40 req/s at replicas that answer 20/s each, for 20 s
+        loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body",
+                                    completion(MODEL), "--shape", "40@20s", "--json", "--no-progress",
+                                    "--max-error-ratio", "1", "--timeout", "30s"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        loaded = time.monotonic()
+        while time.monotonic() - loaded < 20:
+            await cycle(started)
+            await asyncio.sleep(1.0)
+        out, _ = loadgen.communicate(timeout=60)
+    finally:
+        await reconciler.close()
+    table = "\n".join(f"{t:5.1f} s  {n} serving  {rps:5.1f} rps  {m}" for t, n, rps, m in history)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert max(n for _, n, _, _ in history) >= 3, table  # 40 req/s over a target of 10 a replica, within max 4
+    assert max(rps for _, _, rps, _ in history if rps == rps) >= 20, table  # read off the engine's own counter
+    assert len(ready_serving()) >= 2, table
+    assert summary["errors"] == 0 and summary["ok"] == summary["sent"], summary
