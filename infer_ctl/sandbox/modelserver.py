@@ -28,11 +28,6 @@ from infer_ctl.sandbox.engines import sglang, vllm
 from infer_ctl.sandbox.engines.hardware import Hardware, hardware_from_env
 from infer_ctl.sandbox.engines.http import Answer, HttpServer
 
-# To be removed at merge: the front door's owner drops its imports of these two (router.py), which belong to the
-# private dialect the stand-ins no longer speak.
-LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
-ASLEEP_HEADER = "X-Infer-Ctl-Asleep"
-
 ENGINES = ("vllm", "sglang")
 
 
