@@ -15,11 +15,12 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
 from tests.builders import InferenceServiceBuilder, completion
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import ROOT, Cluster
 from tests.controller.test_reconciler import wait_for
 
 MODEL = "example/small"
@@ -82,3 +83,49 @@ async def test_a_stock_engine_behind_the_front_door_is_scaled_from_its_own_metri
     assert max(rps for _, _, rps, _ in history if not math.isnan(rps)) >= 20, table  # read off the engine's own counter
     assert len(ready_serving()) >= 2, table
     assert summary["errors"] == 0 and summary["ok"] == summary["sent"], summary
+
+
+async def test_the_sglang_example_is_scaled_from_sglang_s_own_metrics(cluster: Cluster) -> None:
+    """deploy/examples/sglang-qwen-7b.yaml (its cold start shortened, its load the test's): the controller starts
+    SGLang's launcher with --enable-metrics and scales it from sglang:num_requests_total under 30 req/s."""
+    body = yaml.safe_load((ROOT / "deploy/examples/sglang-qwen-7b.yaml").read_text())
+    body["metadata"]["annotations"] = {"sandbox.infer-ctl.io/service-time-ms": "100",
+                                       "sandbox.infer-ctl.io/concurrency": "2"}
+    body["spec"]["runtime"]["coldStartSeconds"] = 1
+    body["spec"]["scaling"].update(targetRequestsPerReplica=10, maxReplicas=4, forecast={"enabled": False})
+    kube = cluster.kube
+    kube.create(INFERENCE_SERVICES, body, "default")
+    name, model = body["metadata"]["name"], body["spec"]["model"]["name"]
+    reconciler = Reconciler(kube, Settings(cluster.policies))
+    desired: list[int] = []
+    try:
+        async def cycle() -> None:
+            result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, name, "default"), datetime.now(UTC))
+            desired.append(int((result.status.get("desired") or {}).get("serving", 0)))
+
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None:
+            assert time.monotonic() < deadline, desired
+            await cycle()
+            url = ((kube.get(INFERENCE_SERVICES, name, "default") or {}).get("metadata", {}).get("annotations")
+                   or {}).get("sandbox.infer-ctl.io/url")
+            await asyncio.sleep(1.0)
+        (pod, *_) = kube.list(PODS, "default", label_selector=f"infer-ctl.io/service={name}")
+        container = pod["spec"]["containers"][0]
+        assert container["command"] == ["python3", "-m", "sglang.launch_server"]
+        assert "--enable-metrics" in container["args"] and container["ports"][0]["containerPort"] == 30000
+        loadgen = subprocess.Popen([sys.executable, "-m", "loadgen", f"{url}/v1/completions", "--body",
+                                    completion(model), "--shape", "30@15s", "--no-progress", "--max-error-ratio",
+                                    "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            loaded = time.monotonic()
+            while time.monotonic() - loaded < 15 and max(desired) < 3:
+                await cycle()
+                await asyncio.sleep(1.0)
+        finally:
+            loadgen.kill()
+            loadgen.wait(10)
+    finally:
+        await reconciler.close()
+    assert max(desired) >= 3, desired  # 30 req/s over a target of 10 a replica

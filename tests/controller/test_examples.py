@@ -35,6 +35,13 @@ CHECKED_BY = {
                           "test_reconciler.py::test_the_example_services_get_devices_that_fit_them"),
     "scale-to-zero.yaml": ("A rarely used model that scales to zero when idle and wakes on the first request.",
                            "test_scale_to_zero.py (every test)"),
+    "sglang-qwen-7b.yaml": ("A 7B chat model on SGLang, its engine found from the image (policies/runtimes.yaml's "
+                            "sglang profile).",
+                            "test_engines.py::test_the_sglang_example_is_scaled_from_sglang_s_own_metrics"),
+    "sleeping-vllm.yaml": ("The sleeping tier with stock vLLM: sleepers held asleep beside the awake replicas, "
+                           "woken in seconds.",
+                           "test_sleeping.py::test_the_sleeping_example_holds_stock_vllm_replicas_asleep_through_"
+                           "their_own_sleep_mode"),
 }
 
 

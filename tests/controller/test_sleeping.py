@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST, LABEL_WARM_HOST
 from infer_ctl.controller.explain import explain
@@ -37,7 +38,7 @@ from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import INFLIGHT_METRIC, QUEUE_DEPTH_METRIC
 from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder, completion
-from tests.controller.conftest import Cluster
+from tests.controller.conftest import ROOT, Cluster
 from tests.controller.test_reconciler import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster_file(Path(__file__).with_name("sleeping-cluster.yaml"))]
@@ -378,3 +379,25 @@ async def test_a_wake_the_warm_host_refuses_falls_back_to_a_new_replica_visibly(
                for _, n, _, m in cycles.history if n == "big"), table
     findings = explain(kube, cluster.policies, "default", "big")
     assert any(f.subject == mine and "DeviceMemory" in f.message for f in findings), findings
+
+
+async def test_the_sleeping_example_holds_stock_vllm_replicas_asleep_through_their_own_sleep_mode(
+        cluster: Cluster) -> None:
+    """deploy/examples/sleeping-vllm.yaml as shipped (its cold start shortened): its sleepers run stock vLLM with
+    dev mode and --enable-sleep-mode, which only the Pod template gives them, and their servers say they sleep."""
+    body = yaml.safe_load((ROOT / "deploy/examples/sleeping-vllm.yaml").read_text())
+    body["spec"]["runtime"]["coldStartSeconds"] = 2
+    kube, reconciler = setup(cluster, body)
+    name = body["metadata"]["name"]
+    try:
+        with Cycles(kube, reconciler, (name,)) as cycles:
+            sleepers = await cycles.until("2 sleepers asleep", lambda: (s := asleep(kube, name)) and len(s) >= 2
+                                          and s, 60, name)
+            await cycles.until("1 serving", lambda: serving(kube, name), 30, name)
+    finally:
+        await reconciler.close()
+    for pod in pods(kube, name):
+        if pod["metadata"]["name"] in sleepers:
+            (container,) = pod["spec"]["containers"]
+            assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in container["env"]
+            assert "--enable-sleep-mode" in container["args"]
