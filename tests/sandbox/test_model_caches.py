@@ -39,6 +39,8 @@ UNCACHED = {
     "examples/scale-to-zero.yaml#qwen-coder-small": "a rarely used model: it wakes from zero with a cold start "
                                                     "(the README's wake times)",
     "demo/chat.yaml#chat": "the demo shows replicas loading ahead of the ramp: cold starts from the network",
+    "examples/sglang-qwen-7b.yaml#qwen-7b": "the SGLang example: its test starts it cold (test_engines.py)",
+    "examples/sleeping-vllm.yaml#chat-sleepy": "its sleepers load once from the network, then wake from host memory",
 }
 
 
