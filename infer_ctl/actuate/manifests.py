@@ -14,8 +14,8 @@
   annotated with that claim (`infer-ctl.io/warm-host`), its weight bytes (`infer-ctl.io/model-bytes`: what it
   holds in host memory asleep), its device memory (`infer-ctl.io/device-memory-bytes`: what it takes awake),
   and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
-  wake); `infer-ctl.io/start-asleep` asks the model server to load straight into host memory (the sandbox's does;
-  one that does not is put to sleep with `POST /sleep?level=1` once ready).
+  wake). Its model server loads onto the device as any replica's does (neither vLLM nor SGLang can start asleep)
+  and is put to sleep once ready (`POST /sleep?level=1` for vLLM).
 - The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`)
   read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
   (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
@@ -44,7 +44,6 @@ from infer_ctl.kube.labels import (
     ANNOTATION_CACHE_KEY,
     ANNOTATION_MODEL_BYTES,
     ANNOTATION_SPEC_HASH,
-    ANNOTATION_START_ASLEEP,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA,
@@ -134,7 +133,7 @@ def sleeper_annotations(spec: api.InferenceServiceSpec, warm_host: str, weight_b
                         device_bytes: int = 0) -> dict[str, str]:
     """The annotations of a new sleeper's Pod on `warm_host`: the weights it holds asleep, and the device memory
     it takes awake (`device_bytes`, the engine's `awake_device_bytes`; 0: its model's memory)."""
-    return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true", ANNOTATION_START_ASLEEP: "true",
+    return {ANNOTATION_WARM_HOST: warm_host, ANNOTATION_ASLEEP: "true",
             ANNOTATION_MODEL_BYTES: str(weight_bytes),
             ANNOTATION_DEVICE_BYTES: str(device_bytes or spec.model.memory_bytes)}
 

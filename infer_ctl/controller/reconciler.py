@@ -23,7 +23,8 @@ the background: it lets the requests in flight finish); a wake asks it to wake (
 a deadline of its weights over the policies' wakeGbps plus WAKE_TIMEOUT_S) and then labels it serving. A refused
 wake (409 DeviceMemory: the warm host's device is taken) is an Event, is named in the decision's message, is not
 tried again for WAKE_REFUSED_PERIODS, and the cycle plans again without it, creating replicas instead. New
-sleepers reference their warm host (made first when it is new) and start asleep; warm hosts no Pod references are
+sleepers reference their warm host (made first when it is new), load on its device (no engine starts asleep) and
+are put to sleep once ready (`_ensure_asleep`); warm hosts no Pod references are
 deleted after a control period, in every namespace the controller manages (`collect_warm_hosts`).
 
 Lent GPUs (`spec.scaling.prewarm.yieldToSleepers`): a yielding service's new replicas go awake onto a warm host
@@ -1137,9 +1138,9 @@ class Reconciler:
     def _ensure_asleep(self, svc: api.InferenceService, memory: ServiceMemory,
                        replicas: Sequence[ReplicaPod], pods: Sequence[Mapping[str, Any]], *,
                        woken: frozenset[str] = frozenset()) -> None:
-        """Sleepers held asleep whose model server has not answered a sleep yet (a new one, once ready: a server
-        that does not start asleep; one whose sleep failed; any after a controller restart) are put to sleep
-        (idempotent: a sleeping server answers at once)."""
+        """Sleepers held asleep whose model server has not answered a sleep yet (a new one, once ready: vLLM and
+        SGLang load onto the device and cannot start asleep; one whose sleep failed; any after a controller
+        restart) are put to sleep (idempotent: a sleeping server answers at once)."""
         held = {str(p["metadata"]["name"]) for p in pods if held_asleep(p)}
         memory.asleep &= held
         due = [r for r in replicas if r.name in held and r.name not in memory.asleep and r.name not in woken

@@ -1,17 +1,18 @@
 """The sleeping tier's cluster side: warm hosts, read from the watch caches, and the claim that makes one.
 
-A warm host is a ResourceClaim of one whole GPU, labelled `infer-ctl.io/warm-host`, that several Pods reference
-(a shared claim: kube-scheduler allocates it once and lists every Pod in `reservedFor`, up to 256). The sleepers
-of any service of its namespace whose model fits the device may sit on it: asleep, their weights are in the
-node's host memory and the device is free; a wake copies the weights back, if the device has the memory its
-replica takes awake free (the engine's `awake_device_bytes`: the whole device for an `Exclusive` service, its
-memory share for a `Shared` one; written on the Pod as `infer-ctl.io/device-memory-bytes`, which the model server's
-node agent reserves and refuses with 409 DeviceMemory when other awake models fill the device). Claims are
-namespaced, so warm hosts are per namespace. A warm host is made on a free GPU when a sleeper needs room and the
-GPU could hold two of its service's replicas awake (the engine's rule: a host for one whole-device replica costs
-what a standby does; never on a GPU a pending gang needs: `free_gpus`), and deleted once no Pod has referenced it
-for a control period (two sightings), in any namespace the controller manages, whether or not a service is left
-there.
+A warm host is a ResourceClaim of one whole GPU, labelled `infer-ctl.io/warm-host`, that several Pods reference (a
+shared claim: kube-scheduler allocates it once and lists every Pod in `reservedFor`, up to 256). The sleepers of any
+service of its namespace whose model fits the device may sit on it: asleep, their weights are in the node's host
+memory and the device is free; a wake copies the weights back, if the device has the memory its replica takes awake
+free (the engine's `awake_device_bytes`: the whole device for an `Exclusive` service, its memory share for a
+`Shared` one; written on the Pod as `infer-ctl.io/device-memory-bytes`, which the model server's node agent reserves
+and refuses with 409 DeviceMemory when other awake models fill the device). Claims are namespaced, so warm hosts are
+per namespace. A new sleeper loads onto the device like any replica (no engine starts asleep) and is put to sleep
+once ready: until then it holds the device memory it takes awake (`loading_sleeper`), so the engine places one only
+where that memory is free. A warm host is made on a free GPU when a sleeper needs room and the GPU could hold two of
+its service's replicas awake (the engine's rule: a host for one whole-device replica costs what a standby does;
+never on a GPU a pending gang needs: `free_gpus`), and deleted once no Pod has referenced it for a control period
+(two sightings), in any namespace the controller manages, whether or not a service is left there.
 
 What the pure cycle gets (`infer_ctl.engine.cycle.WarmHosts`) for one service: the warm hosts of its namespace
 whose device could take its model awake (a product the service may use, enough memory), the free GPUs a warm host
@@ -198,6 +199,9 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
             out.used[node] += _bytes(annotations, ANNOTATION_MODEL_BYTES)
             if local:
                 out.sleepers[host] += 1
+                if loading_sleeper(pod):  # loads on the device, then sleeps
+                    out.awake[host] += _bytes(annotations, ANNOTATION_DEVICE_BYTES) or \
+                        _bytes(annotations, ANNOTATION_MODEL_BYTES)
                 if annotations.get(ANNOTATION_YIELDED_AT):
                     out.yielded[host] += 1
                     out.yielded_by[str((meta.get("labels") or {}).get(LABEL_SERVICE, ""))] += 1
@@ -212,6 +216,15 @@ def _usage(namespace: str, pods: Sequence[Mapping[str, Any]], host_nodes: Mappin
                                                   _bytes(annotations, ANNOTATION_MODEL_BYTES),
                                                   str((meta.get("labels") or {}).get(LABEL_SERVICE, ""))))
     return out
+
+
+def loading_sleeper(pod: Mapping[str, Any]) -> bool:
+    """A sleeper in its first load: no engine starts asleep (vLLM and SGLang load onto the device and sleep on
+    request), so until it has been ready and put to sleep it holds the device memory it takes awake (the engine's
+    `starting_sleepers`: never ready, loading or pending)."""
+    r = replica_pod(pod)
+    return r.ready_since is None and r.unready_since is None and r.state in (api.ReplicaState.LOADING,
+                                                                             api.ReplicaState.PENDING)
 
 
 def free_gpus(svc: api.InferenceService, catalog: AcceleratorCatalog, state: ClusterState,

@@ -373,7 +373,7 @@ class NewReplica:
     standby: bool  # labelled standby: out of traffic
     placement: ReplicaPlacement | None = None  # None when the cycle had no cluster to place on
     held: bool = False  # a swap's replacement: labelled standby, at the serving priority
-    sleeping: bool = False  # made to sleep: its model server starts asleep on a warm host
+    sleeping: bool = False  # made to sleep: its model server loads on a warm host, then is put to sleep
     # the warm host (shared claim) the cycle chose for a sleeper ("" when it had no cluster), or, for a service
     # that yields to sleepers, the one its awake replica sits on: an existing one (`placement` None) or one made
     # on the device its placement chose (`warm_host_name`)
@@ -993,9 +993,15 @@ class _WarmLedger:
         self.device_free = {c: d.memory_bytes - d.awake_bytes for c, d in self.devices.items()}
         self.host_free = {node: budget - warm.host_used.get(node, 0) for node, budget in warm.host_budget.items()}
         self.host_of = {r.name: r.warm_host for r in replicas if r.warm_host}
-        asleep = {r.name for r in replicas if r.state is api.ReplicaState.SLEEPING} | starting_sleepers(replicas)
+        loading = starting_sleepers(replicas)
+        asleep = {r.name for r in replicas if r.state is api.ReplicaState.SLEEPING} | loading
         self.own_awake = Counter[str]()  # this service's awake replicas, per warm host
         self.own_sleepers = Counter[str]()
+        # of those sleepers, the ones still loading: a model server loads onto the device (no engine starts
+        # asleep), so they hold the device memory an awake replica takes until their sleep (`awake_bytes` counts
+        # them), and are room once asleep, not other services' load
+        self.own_loading = Counter[str](r.warm_host for r in replicas if r.name in loading)
+        self.loading_taken = Counter[str]()  # device memory the cycle's new sleepers load in, per warm host
         for r in replicas:
             if r.warm_host and r.state is not api.ReplicaState.DRAINING:
                 (self.own_sleepers if r.name in asleep else self.own_awake)[r.warm_host] += 1
@@ -1102,7 +1108,8 @@ class _WarmLedger:
         need = self.need(device)
         if need <= 0:
             return 0
-        others = device.awake_bytes - self.own_awake[device.claim] * need - self.lent_bytes.get(device.claim, 0)
+        mine = self.own_awake[device.claim] + self.own_loading[device.claim]
+        others = device.awake_bytes - mine * need - self.lent_bytes.get(device.claim, 0)
         return max(0, (device.memory_bytes - max(0, others)) // need)
 
     def place_awake(self) -> tuple[str, int] | None:
@@ -1134,17 +1141,19 @@ class _WarmLedger:
         return 0 if device is None else max(0, device.sleepers - self.own_sleepers[claim])
 
     def _candidate(self, sleepers: Counter[str], host_free: Mapping[str, int], lent: bool | None = None,
-                   pool: int = 0) -> WarmDevice | None:
+                   pool: int = 0, loads: bool = False) -> WarmDevice | None:
         """Where a new sleeper goes: a warm host with a device slot and host memory for it, existing ones before
         free GPUs, then the one whose device is most free. A free GPU only where it could hold two of this
         service's replicas awake, or while the warm pool has room (`pool`: new hosts it may still have made): a
         new warm host for one replica that takes the whole device awake (an `Exclusive` service's) costs a GPU,
         what an awake standby costs, and pays only as a pool that the sleepers of many services share (whichever
         service's burst comes first wakes there); else such a service's sleepers go to warm hosts that exist.
-        `lent`: only lent devices (True), none (False), or any (None), those last."""
+        `lent`: only lent devices (True), none (False), or any (None), those last. `loads`: a new sleeper, which
+        loads awake, so only a device with the memory it takes awake free now."""
         fits = [d for d in self.devices.values() if sleepers[d.claim] + self.own_awake[d.claim] < self._slots(d)
                 and host_free.get(d.node, 0) >= self.weights and (d.exists or pool > 0 or self._slots(d) >= 2)
-                and (lent is None or (d.claim in self.lent_devices) == lent) and d.claim not in self.stranded]
+                and (lent is None or (d.claim in self.lent_devices) == lent) and d.claim not in self.stranded
+                and (not loads or self.device_free[d.claim] >= self.need(d))]
         if not fits:
             return None
         return min(fits, key=self._order)
@@ -1165,14 +1174,21 @@ class _WarmLedger:
 
     def place(self) -> tuple[str, int] | None:
         """The warm host a new sleeper goes to (its memory taken) and the device memory it takes awake there, or
-        None when none has room."""
-        device = self._candidate(self.own_sleepers, self.host_free, pool=self.pool)
+        None when none has room. A sleeper loads awake and is put to sleep once ready (vLLM and SGLang have no
+        start asleep): it needs its device memory free now as well as the host memory it holds asleep, so the
+        sleepers of a host whose device one of them takes whole load one after the other, a cycle or more
+        apart."""
+        device = self._candidate(self.own_sleepers, self.host_free, pool=self.pool, loads=True)
         if device is None:
             return None
+        need = self.need(device)
         self.pool -= self._new_pool_host(device)
         self.own_sleepers[device.claim] += 1
+        self.own_loading[device.claim] += 1
+        self.device_free[device.claim] -= need
+        self.loading_taken[device.claim] += need
         self.host_free[device.node] -= self.weights
-        return device.claim, self.need(device)
+        return device.claim, need
 
     def _new_pool_host(self, device: WarmDevice) -> int:
         """1 when a new sleeper on `device` makes a warm host of the pool (a free GPU it could hold fewer than two
@@ -1197,8 +1213,8 @@ class _WarmLedger:
             if held + more >= limit:
                 break
             slots = self._slots(device)
-            if not (device.exists or pool > 0 or slots >= 2):
-                continue
+            if not (device.exists or pool > 0 or slots >= 2) or self.device_free[device.claim] < self.need(device):
+                continue  # a new sleeper loads on the device: none where another model fills it now
             fit = min(slots - self.own_sleepers[device.claim] - self.own_awake[device.claim],
                       max(0, host_free.get(device.node, 0)) // max(1, self.weights), limit - held - more)
             if fit <= 0:
@@ -1210,9 +1226,10 @@ class _WarmLedger:
 
     def _order(self, device: WarmDevice) -> tuple[bool, bool, int, str]:
         """`_candidate`'s preference: existing warm hosts before free GPUs, others' before lent ones, the device
-        with the most memory free, then by name."""
-        return (not device.exists, device.claim in self.lent_devices, -self.device_free.get(device.claim, 0),
-                device.claim)
+        with the most memory free (the cycle's new sleepers' loads not counted: they sleep once loaded, so the
+        sleepers fill one device before the next), then by name."""
+        free = self.device_free.get(device.claim, 0) + self.loading_taken[device.claim]
+        return (not device.exists, device.claim in self.lent_devices, -free, device.claim)
 
 
 def _prefetch(output: EngineOutput, prefetchable: Sequence[tuple[str, int]],

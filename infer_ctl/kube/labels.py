@@ -22,7 +22,6 @@ ROLE_PREFETCH = "prefetch"  # a Pod that fills its node's model cache and comple
 # on replica and prefetch Pods: the model's weights in bytes (what a sleeping replica holds in host memory and an
 # awake one on its device; what a prefetch downloads)
 ANNOTATION_MODEL_BYTES = "infer-ctl.io/model-bytes"
-ANNOTATION_START_ASLEEP = "infer-ctl.io/start-asleep"  # on replica Pods: "true" loads into host memory and sleeps
 ANNOTATION_HOST_MEMORY_BYTES = "infer-ctl.io/host-memory-bytes"  # on Nodes: budget for sleeping replicas' weights
 ANNOTATION_HOST_MEMORY_USED = "infer-ctl.io/host-memory-used-bytes"  # on Nodes: what sleeping replicas hold now
 # The sandbox's simulated links, in GB/s (10^9 bytes per second), on Nodes (or on a Pod, overriding its Node's):

@@ -17,7 +17,7 @@ a Warning Event, tried again with back-off) plus the simulated hardware, `INFER_
 accelerator (from its allocated ResourceClaim, whoever allocated it, the emulator's scheduler or kube-scheduler: the
 device's productName, MIG profile), the service time scaled by the catalog's relative throughput, the concurrency,
 the cold start (shorter when the node has the model cached), the model's bytes, the wake/sleep links, the memory
-ledger's URL, start asleep, the engine version from the image tag and the grace period.
+ledger's URL, the engine version from the image tag and the grace period.
 Each Pod gets its own loopback address (`podnet.py`), written to status.podIP/podIPs; the controller, the front door
 and Prometheus address it as `<podIP>:<containerPort>`. The agent then writes pods/status: phase Running, host and
 pod IPs, a status per container, and the conditions PodReadyToStartContainers, Initialized, ContainersReady and
@@ -44,19 +44,18 @@ catalog's relative throughput), `.../concurrency`, `.../cold-start-seconds` (def
 InferenceService's `spec.runtime.coldStartSeconds`, else 5), `.../warm-start-seconds` (cached model; default a
 fifth of the cold start), and `.../runtime: pause` for a Pod that needs no process (Ready at once).
 
-Warm tiers. A replica Pod annotated `infer-ctl.io/start-asleep: "true"` loads into host memory and sleeps (its
-server reports ready once loaded; `POST /wake_up` moves the weights to its device, `POST /sleep?level=1` back),
+Warm tiers. Every model server loads onto its device (neither vLLM nor SGLang can start asleep); a sleeper is put to
+sleep by its controller once ready (`POST /sleep?level=1` moves the weights to host memory, `POST /wake_up` back),
 with `infer-ctl.io/model-bytes` as the weights' size. The agent keeps a ledger of that memory: per node, the host
 memory held by sleeping replicas, within a budget (the Node's annotation `infer-ctl.io/host-memory-bytes`, else its
-`status.capacity.memory`); per device (from the Pod's allocated claims: a shared ResourceClaim gives several Pods
-the same device, the "warm host"), the memory of the awake models, within the device's `memory` capacity in its
-ResourceSlice (split evenly over a Pod's devices). A model server asks the agent before each move (an HTTP
-endpoint of the agent's on 127.0.0.1, passed as INFER_CTL_SANDBOX_AGENT_URL): a wake that would overfill the
-device is refused (the stand-in answers as its engine answers an error), a sleep that would overfill the host budget too
-(`HostMemory`). A start that does not fit fails as the container would: a start asleep over the host budget is
-terminated `OOMKilled` (exit 137), a start awake on a full device exits with CUDA's out-of-memory error (exit 1);
-either is restarted with kubelet's back-off (container waiting in CrashLoopBackOff, `lastState.terminated` naming
-the reason), or with `restartPolicy: Never` leaves the Pod Failed.
+`status.capacity.memory`); per device (from the Pod's allocated claims: a shared ResourceClaim gives several Pods the
+same device, the "warm host"), the memory of the awake models, within the device's `memory` capacity in its
+ResourceSlice (split evenly over a Pod's devices). A model server asks the agent before each move (an HTTP endpoint of
+the agent's on 127.0.0.1, passed as INFER_CTL_SANDBOX_AGENT_URL): a wake that would overfill the device is refused
+(the stand-in answers as its engine answers an error), a sleep that would overfill the host budget too (`HostMemory`).
+A start that does not fit fails as the container would: on a full device it exits with CUDA's out-of-memory error
+(exit 1), and is restarted with kubelet's back-off (container waiting in CrashLoopBackOff, `lastState.terminated`
+naming the reason), or with `restartPolicy: Never` leaves the Pod Failed.
 Bandwidths, in GB/s (10^9 bytes/s), from the Pod's annotation, else its Node's, else the agent's defaults:
 `sandbox.infer-ctl.io/h2d-gbps` (a wake; default 12), `.../d2h-gbps` (a sleep; default 12) and
 `.../network-gbps` (a prefetch; default 0.5). The defaults are conservative against what is published: PCIe Gen4
@@ -130,7 +129,6 @@ from infer_ctl.kube.labels import (
     ANNOTATION_MODEL_BYTES,
     ANNOTATION_MODEL_CACHE,
     ANNOTATION_NETWORK_GBPS,
-    ANNOTATION_START_ASLEEP,
     LABEL_ROLE,
     ROLE_PREFETCH,
 )
@@ -155,7 +153,6 @@ DEFAULT_H2D_GBPS = 12.0
 DEFAULT_D2H_GBPS = 12.0
 DEFAULT_NETWORK_GBPS = 0.5
 _GB = 1e9
-_OOM_EXIT_CODE = 137  # 128 + SIGKILL, what kubelet reports for an OOM-killed container
 # Node conditions as kubelet posts them on a healthy node: (type, status, reason, message).
 _NODE_CONDITIONS = (
     ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -563,14 +560,8 @@ class NodeAgent:
             return value
         return default
 
-    async def _reserve_start(self, running: _Running, start_asleep: bool) -> str | None:
-        """What the start fills: host memory (asleep) or its devices (awake); None, or why it does not fit."""
-        if start_asleep:
-            budget = await self._host_budget(running.node)
-            refused = self.ledger.reserve_host(running.pod_uid, budget)
-            if refused is None:
-                self._node_changed(running.node)
-            return refused
+    def _reserve_start(self, running: _Running) -> str | None:
+        """What the start fills: its devices (every engine loads awake); None, or why it does not fit."""
         return self.ledger.reserve_device(running.pod_uid)
 
     def _forget(self, running: _Running) -> None:
@@ -604,7 +595,6 @@ class NodeAgent:
         warm = float(self._knob(pod, "warm-start-seconds", owner) or cold / 5)
         cached = self._cached_start(running, pod, model)
         start_s = warm if cached else cold
-        start_asleep = str(annotations.get(ANNOTATION_START_ASLEEP, "")).lower() == "true"
         try:
             model_bytes = _model_bytes(annotations, required=False)
             device_bytes = _model_bytes(annotations, required=False, key=ANNOTATION_DEVICE_BYTES)
@@ -629,7 +619,6 @@ class NodeAgent:
             "INFER_CTL_SANDBOX_COLD_START_S": f"{start_s:.3f}", "INFER_CTL_SANDBOX_MODEL_BYTES": str(model_bytes),
             "INFER_CTL_SANDBOX_H2D_GBPS": repr(h2d), "INFER_CTL_SANDBOX_D2H_GBPS": repr(d2h),
             "INFER_CTL_SANDBOX_AGENT_URL": f"http://127.0.0.1:{self.ledger_port}/v1/pods/{running.pod_uid}",
-            "INFER_CTL_SANDBOX_START_ASLEEP": "true" if start_asleep else "false",
             "INFER_CTL_SANDBOX_ENGINE_VERSION": images.engine_version(image),
             "INFER_CTL_SANDBOX_DRAIN_S": f"{grace_s:g}",
         }
@@ -648,16 +637,15 @@ class NodeAgent:
             self.ledger.holdings[running.pod_uid] = Holding(f"{running.namespace}/{running.name}", running.node,
                                                             model_bytes, capacities, device_bytes=device_bytes)
             try:
-                refused = await self._reserve_start(running, start_asleep)
+                refused = self._reserve_start(running)
             except ValueError as e:
                 self._forget(running)
                 await self._config_error(running, str(e))
                 return
             if refused is not None:
                 self._forget(running)
-                reason, code = ("OOMKilled", _OOM_EXIT_CODE) if start_asleep else ("Error", 1)
-                message = refused if start_asleep else f"CUDA out of memory: {refused}"
-                if not await self._failed_start(running, pod, reason, code, message, backoff_s=backoff_s):
+                if not await self._failed_start(running, pod, "Error", 1, f"CUDA out of memory: {refused}",
+                                                backoff_s=backoff_s):
                     return
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 10.0)
@@ -676,8 +664,7 @@ class NodeAgent:
             running.child = child
             self._event(running, "Started", f"Started container {container.get('name', 'main')} on {running.ip} "
                                             f"({accelerator}, {model}, cold start {start_s:.1f} s"
-                                            f"{' from the node cache' if cached else ''}"
-                                            f"{', then asleep in host memory' if start_asleep else ''})")
+                                            f"{' from the node cache' if cached else ''})")
             prober = asyncio.ensure_future(self._probe_container(
                 running, child, container, probes, grace_s=grace_s,
                 on_ready=lambda: self._keep_loaded(running, model, model_bytes, cache_budget)))

@@ -705,9 +705,12 @@ class _ServiceRun:
             return PRIORITY_DEFAULT
         return PRIORITY_STANDBY if self.replicas.replicas[name].low_priority else PRIORITY_SERVING
 
-    def serve(self, t: int, now: float, dt: float) -> None:
-        """Replicas whose cold start is over become ready; the tick's arrivals meet the ready replicas."""
+    def serve(self, t: int, now: float, dt: float) -> list[str]:
+        """Replicas whose cold start is over become ready (new sleepers asleep: returned, their devices' memory to
+        free); the tick's arrivals meet the ready replicas."""
+        loading = set(self.replicas.to_sleep)
         self.replicas.advance(now)
+        slept = sorted(loading - self.replicas.to_sleep)
         self.ready = self.replicas.serving
         self.backlog[t] = self.q
         self.ready_n[t] = self.ready
@@ -715,6 +718,7 @@ class _ServiceRun:
         slot = t % self.ongoing_k
         self.ongoing_sum += ongoing_now - self.ongoing_ring[slot]
         self.ongoing_ring[slot] = ongoing_now
+        return slept
 
     def record(self, t: int) -> None:
         self.desired_n[t] = self.desired
@@ -988,8 +992,8 @@ class _FleetSim:
             run.replicas.add_ready(name, node)
         for _ in range(run.use.pool):
             name = run.replicas.new_name()
-            host = self.warm.place((run.index, name), g, run.weight, awake_device_bytes(run.spec,
-                                                                                     self.warm.device_memory), 0.0)
+            host = self.warm.place((run.index, name), g, run.weight,
+                                   awake_device_bytes(run.spec, self.warm.device_memory), 0.0, loads=False)
             if host is None:
                 break  # made by the pool's upkeep once there is room
             run.replicas.add_asleep(name, host.name, host.node)
@@ -1340,7 +1344,8 @@ def simulate_fleet(
     for t in range(n_ticks):
         now = t * dt
         for run in runs:
-            run.serve(t, now, dt)
+            for slept in run.serve(t, now, dt):
+                sim.warm.loaded((run.index, slept))
         for run in runs:
             if run.cycle_due(t, config):
                 sim.decide(run, t, now)

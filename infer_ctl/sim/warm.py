@@ -11,6 +11,9 @@ agent enforces the same; `infer_ctl.controller.warm`):
   device (an `Exclusive` service's the whole device: one awake at a time per GPU, as llm-d FMA and AIBrix run
   them; a `Shared` service's its memory share); a wake needs that much free (else it is refused) and takes the
   weight bytes over the host-to-device bandwidth.
+- A new sleeper loads onto the device like any replica (neither vLLM nor SGLang can start asleep) and sleeps once
+  loaded: while it loads it takes its device memory (`WarmHost.loading`), so it is placed only where that memory
+  is free, and a wake there waits for its sleep.
 - Host memory: a sleeper (from its placement, while it loads to sleep, and whenever asleep) holds its weights in
   its node's host memory; an awake one does not. The sleepers on a node never hold more than its budget
   (`TierPhysics.host_memory_fraction` x its host memory, the controller's `hostMemoryFraction`). Host-memory
@@ -76,13 +79,14 @@ class WarmHost:
     members: dict[Key, int] = field(default_factory=dict)  # replica -> bytes of weights
     need: dict[Key, int] = field(default_factory=dict)  # replica -> device bytes it takes awake
     awake: set[Key] = field(default_factory=set)
+    loading: set[Key] = field(default_factory=set)  # new sleepers loading on the device (to sleep once loaded)
 
     def services(self) -> set[int]:
         return {k[0] for k in self.members}
 
     @property
     def awake_bytes(self) -> int:
-        return sum(self.need[k] for k in self.awake)
+        return sum(self.need[k] for k in self.awake) + sum(self.need[k] for k in self.loading)
 
     def fits_awake(self, key: Key) -> bool:
         return key in self.awake or self.awake_bytes + self.need[key] <= self.memory_bytes
@@ -213,6 +217,8 @@ class WarmHosts:
             self._made[claim] = host
         if self.used[host.node] + weight > self.budget:
             raise ValueError(f"place_on: node-{host.node}'s host-memory budget cannot hold {key}'s weights")
+        if host.awake_bytes + need > host.memory_bytes:
+            raise ValueError(f"place_on: {host.name}'s device has not the {need} bytes {key} loads in free")
         self._join(host, key, weight, need)
         return host
 
@@ -234,21 +240,27 @@ class WarmHosts:
 
     # -- the baselines' pools
 
-    def place(self, key: Key, gpus: int, weight: int, need: int, now: float) -> WarmHost | None:
-        """A sleeper onto a warm host of `gpus` GPUs: an existing one with no replica of its service and host
-        memory for it (those where it could wake now first, then the fullest); else a new one on the node with the
-        most free GPUs whose budget holds the weights; None when the cluster has no room."""
-        fits = [h for h in self.hosts.values() if h.gpus == gpus and key[0] not in h.services()
+    def place(self, key: Key, gpus: int, weight: int, need: int, now: float, *,
+              loads: bool = True) -> WarmHost | None:
+        """A sleeper onto a warm host of `gpus` GPUs: an existing one with no replica of its service, host memory
+        for it and (`loads`: it loads on the device before it sleeps) the device memory it loads in free, the
+        fullest first; else, when no host has room even after the models loading there sleep, a new one on the node with
+        the most free GPUs whose budget holds the weights; None when the cluster has no room now (the pool's upkeep
+        tries again). `loads` False: a pool made asleep before the trace starts."""
+        room = [h for h in self.hosts.values() if h.gpus == gpus and key[0] not in h.services()
                 and self.used[h.node] + weight <= self.budget]
+        fits = [h for h in room if not loads or h.awake_bytes + need <= h.memory_bytes]
         if fits:
             host = max(fits, key=lambda h: (h.awake_bytes + need <= h.memory_bytes, len(h.members), h.name))
+        elif any(sum(h.need[k] for k in h.awake) + need <= h.memory_bytes for h in room):
+            return None  # a host has room once the models loading on its device sleep: the pool's upkeep waits
         else:
             nodes = [n for n in range(self.gpus.nodes)
                      if self.gpus.free(n) >= gpus and self.used[n] + weight <= self.budget]
             if not nodes:
                 return None
             host = self._new_host(max(nodes, key=lambda n: (self.gpus.free(n), -n)), gpus, now)
-        self._join(host, key, weight, need)
+        self._join(host, key, weight, need, loading=loads)
         return host
 
     def _new_host(self, node: int, gpus: int, now: float) -> WarmHost:
@@ -259,13 +271,16 @@ class WarmHosts:
         self.gpus_held += gpus
         return host
 
-    def _join(self, host: WarmHost, key: Key, weight: int, need: int, *, awake: bool = False) -> None:
+    def _join(self, host: WarmHost, key: Key, weight: int, need: int, *, awake: bool = False,
+              loading: bool = True) -> None:
         host.members[key] = weight
         host.need[key] = need
         if awake:  # a lending service's replica: its weights on the device
             host.awake.add(key)
-        else:  # a new sleeper: its weights go to host memory as it loads
+        else:  # a new sleeper: it loads on the device (`loaded` ends that); its weights' host memory is held
             self.used[host.node] += weight
+            if loading:
+                host.loading.add(key)
         self.where[key] = host.name
         self._shares = None
 
@@ -310,6 +325,12 @@ class WarmHosts:
             self._shares = None
         return True
 
+    def loaded(self, key: Key) -> None:
+        """A new sleeper's load is over and its model server asleep: its device memory is free."""
+        host = self.host_of(key)
+        if host is not None:
+            host.loading.discard(key)
+
     def remove(self, key: Key, now: float) -> None:
         """The replica leaves its warm host; a host no replica references is deleted (its GPUs given back)."""
         name = self.where.pop(key, None)
@@ -317,6 +338,7 @@ class WarmHosts:
             return
         host = self.hosts[name]
         weight = host.members.pop(key)
+        host.loading.discard(key)
         host.need.pop(key)
         if key in host.awake:
             host.awake.discard(key)

@@ -58,11 +58,22 @@ def plan(obs: Observation, state: CycleState | None = None, now: float = T0) -> 
     return plan_cycle(obs, state or CycleState(), CYCLE, now)[0]
 
 
-def test_a_sleeper_waits_on_a_lent_gpu_one_per_device() -> None:
+def test_a_new_sleeper_is_never_made_on_a_lent_gpu_its_lender_fills_it_loads_on_the_device_first() -> None:
+    # no engine starts asleep: a sleeper loads on its warm host's device, then sleeps; a lender's replica awake
+    # there takes the whole device, so none can load there (it would fail with CUDA's out of memory)
     p = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
-                     warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1"),
+                     warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1"))), held_warm(1))
+    assert not [r for r in p.create if r.sleeping], p.message
+    assert p.displace == ()
+
+
+def test_sleepers_wait_on_lent_gpus_one_per_device() -> None:
+    # made while their devices were free, then the lender's replicas joined them awake (`place_awake`)
+    p = plan(replace(observe(borrower(), ready("llm-r0"), asleep("llm-r1", "warm-a"), asleep("llm-r2", "warm-b"),
+                             rate=5.0),
+                     warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1), lent("warm-b", "batch-r1", sleepers=1),
                                       lent("warm-c", "batch-r2"))), held_warm(1))
-    assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU), ("warm-b", GPU)]
+    assert p.sleeping == 2 and not [r for r in p.create if r.sleeping] and not p.actions.remove, p.message
     assert p.displace == ()
     # they wake only for load already here: a pool beyond the awake replicas, whose horizon stays the one they
     # would have without the tier (a sleeper on a GPU of its own would shorten it to the wake time)

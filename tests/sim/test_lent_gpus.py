@@ -1,8 +1,9 @@
 """Lent GPUs in the simulator (`spec.scaling.prewarm.yieldToSleepers`), as the controller runs them: a lending
-service's replicas are made awake on warm hosts (one made of the GPU the scheduler gives each); another service's
-sleepers wait there; a burst's wake puts the lender's replica to sleep first (`CyclePlan.displace`), the lender
-holds it asleep and takes no other GPU, and wakes it there once the borrower gives the GPU back. Every decision is
-`plan_cycle`'s: the simulator only applies them to its cluster model."""
+service's replicas are made awake on warm hosts (where another service's sleepers wait, their devices free, else one
+made of the GPU the scheduler gives each); another service's sleepers wait there (made while the device was free: a
+sleeper loads on the device before it sleeps); a burst's wake puts the lender's replica to sleep first
+(`CyclePlan.displace`), the lender holds it asleep and takes no other GPU, and wakes it there once the borrower
+gives the GPU back. Every decision is `plan_cycle`'s: the simulator only applies them to its cluster model."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl
 from infer_ctl.sim.run import SimConfig
 from infer_ctl.sim.suite import build_policy, with_prewarm
-from infer_ctl.sim.warm import GIB
+from infer_ctl.sim.warm import GIB, TierPhysics
 from tests.sim.test_warm_tiers import run_within
 
 TICK = 5.0
@@ -37,18 +38,23 @@ def service(name: str, arrivals: np.ndarray, seed: int, bounds: tuple[int, int],
 def run_lending(**lender: Any) -> tuple[Any, dict[str, list[tuple[Observation, CyclePlan]]]]:
     ticks = 720  # an hour
     rng = np.random.default_rng(7)
-    # batch: steady, 2 replicas' worth; chat: quiet (one replica), a burst of 3 replicas' worth at 20-25 min
-    batch = rng.poisson(np.full(ticks, 10.0) * TICK).astype(np.float64)
+    # chat: quiet (one replica), a burst of 3 replicas' worth at 20-25 min; batch: from 10 min, steady, 2 replicas'
+    # worth. No engine starts asleep: chat's sleepers load on their warm hosts' devices (the warm pool's two GPUs)
+    # while those are free, and sleep; batch's replicas then join them awake (`place_awake`)
     rate = np.full(ticks, 3.0)
     rate[240:300] = 22.0
     chat = rng.poisson(rate * TICK).astype(np.float64)
-    services = [service("batch", batch, 1, (2, 2), yieldToSleepers=True, **lender),
-                service("chat", chat, 2, (1, 4), sleepingReplicas=2)]
-    policies = [build_policy("infer-ctl", services[0].settings, batch, TICK),
-                build_policy("infer-ctl+tiers", services[1].settings, chat, TICK)]
+    steady = np.full(ticks, 10.0)
+    steady[:120] = 0.0
+    batch = rng.poisson(steady * TICK).astype(np.float64)
+    services = [service("chat", chat, 2, (1, 4), sleepingReplicas=2),
+                service("batch", batch, 1, (0, 2), yieldToSleepers=True, **lender)]
+    policies = [build_policy("infer-ctl+tiers", services[0].settings, chat, TICK),
+                build_policy("infer-ctl", services[1].settings, batch, TICK)]
     assert all(isinstance(p, InferCtl) for p in policies)
     cycles: dict[str, list[tuple[Observation, CyclePlan]]] = {"batch": [], "chat": []}
-    result = simulate_fleet(services, policies, ClusterSpec(1, 6), SimConfig(tick_s=TICK), initial=[0, 1],
+    result = simulate_fleet(services, policies, ClusterSpec(1, 6), SimConfig(tick_s=TICK), initial=[1, 0],
+                            physics=TierPhysics(pool_gpus=2),
                             on_cycle=lambda name, o, p: cycles[name].append((o, p)))
     return result, cycles
 

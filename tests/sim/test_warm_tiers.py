@@ -20,7 +20,7 @@ from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
 from infer_ctl.sim.run import SimConfig, simulate
 from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service, with_prewarm
-from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHosts
+from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHost, WarmHosts
 
 TICK = 5.0
 
@@ -58,13 +58,35 @@ DEVICE = 80 * GIB
 WHOLE = DEVICE  # what an Exclusive service's replica takes awake
 
 
+def slept(warm: WarmHosts, key: tuple[int, str], gpus: int, weight: int, need: int) -> WarmHost | None:
+    """A sleeper placed (`WarmHosts.place`) whose load is over and whose model server is asleep."""
+    host = warm.place(key, gpus, weight, need, 0.0)
+    if host is not None:
+        warm.loaded(key)
+    return host
+
+
+def test_a_new_sleeper_loads_on_the_device_so_it_waits_for_the_model_loading_there() -> None:
+    gpus = Gpus(nodes=1, per_node=1)
+    warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
+    a = warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
+    assert a is not None and a.awake_bytes == WHOLE  # loading: on the device, its weights' host memory held
+    assert warm.used[0] == GIB and not warm.can_wake((0, "a"))
+    assert warm.place((1, "b"), 1, GIB, WHOLE, 0.0) is None  # the host has room once a sleeps: none made
+    assert warm.gpus_held == 1
+    with pytest.raises(ValueError, match="loads in"):
+        warm.place_on((1, "b"), a.name, GIB, WHOLE, 0.0)
+    warm.loaded((0, "a"))
+    assert a.awake_bytes == 0 and warm.place((1, "b"), 1, GIB, WHOLE, 0.0) is a
+
+
 def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share_them() -> None:
     gpus = Gpus(nodes=1, per_node=4)
     warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
     w = 10 * GIB
-    a1 = warm.place((0, "a1"), 1, w, WHOLE, 0.0)
-    a2 = warm.place((0, "a2"), 1, w, WHOLE, 0.0)
-    b1 = warm.place((1, "b1"), 1, w, WHOLE, 0.0)
+    a1 = slept(warm, (0, "a1"), 1, w, WHOLE)
+    a2 = slept(warm, (0, "a2"), 1, w, WHOLE)
+    b1 = slept(warm, (1, "b1"), 1, w, WHOLE)
     assert a1 is not None and a2 is not None and b1 is not None
     assert a1.name != a2.name  # so that both can wake at once
     assert b1.name in (a1.name, a2.name)  # another service shares an existing host
@@ -81,8 +103,8 @@ def test_a_services_sleepers_go_to_different_warm_hosts_and_other_services_share
 def test_a_wake_needs_the_device_memory_its_replica_takes_awake() -> None:
     gpus = Gpus(nodes=1, per_node=1)
     warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
-    a = warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
-    b = warm.place((1, "b"), 1, GIB, WHOLE, 0.0)
+    a = slept(warm, (0, "a"), 1, GIB, WHOLE)
+    b = slept(warm, (1, "b"), 1, GIB, WHOLE)
     assert a is not None and b is not None and a.name == b.name  # one GPU: one host
     assert warm.wake((0, "a"))
     assert not warm.can_wake((1, "b")) and not warm.wake((1, "b"))  # exclusive: one awake per GPU
@@ -91,31 +113,32 @@ def test_a_wake_needs_the_device_memory_its_replica_takes_awake() -> None:
     assert warm.wake((1, "b"))
     # memory shares: three replicas of 24 GiB fit awake on the 80 GiB device, a fourth does not
     shared = WarmHosts(Gpus(nodes=1, per_node=1).book(), 100 * GIB, TierPhysics(host_memory_fraction=1.0), DEVICE)
-    host = shared.place((0, "s0"), 1, GIB, 24 * GIB, 0.0)
+    host = slept(shared, (0, "s0"), 1, GIB, 24 * GIB)
     assert host is not None
     for i in range(1, 4):
-        shared.place_on((i, f"s{i}"), host.name, GIB, 24 * GIB, 0.0)
+        shared.place_on((i, f"s{i}"), host.name, GIB, 24 * GIB, 0.0)  # three load at once: 72 of 80 GiB
+        shared.loaded((i, f"s{i}"))
     assert [shared.wake((i, f"s{i}")) for i in range(4)] == [True, True, True, False]
 
 
 def test_the_host_memory_budget_bounds_the_sleepers_of_a_node_and_a_wake_gives_it_back() -> None:
     gpus = Gpus(nodes=2, per_node=8)
     warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(host_memory_fraction=0.5), DEVICE)  # 50 GiB per node
-    placed = [warm.place((i, f"r{i}"), 1, 20 * GIB, WHOLE, 0.0) for i in range(6)]
+    placed = [slept(warm, (i, f"r{i}"), 1, 20 * GIB, WHOLE) for i in range(6)]
     assert sum(p is not None for p in placed) == 4  # two 20 GiB sleepers per node
     assert max(warm.used) <= 50 * GIB
     view = warm.observe(20 * GIB, "H100-80GB", free_gpus=4)
     assert all(view.host_used[n] == view.host_budget[n] - 10 * GIB for n in view.host_budget)
     assert warm.wake((0, "r0"))  # awake, its weights leave host memory ...
     assert warm.used[warm.hosts[warm.where[(0, "r0")]].node] == 20 * GIB
-    warm.place((9, "r9"), 1, 20 * GIB, WHOLE, 0.0)  # ... and another sleeper takes the room
+    slept(warm, (9, "r9"), 1, 20 * GIB, WHOLE)  # ... and another sleeper takes the room
     assert not warm.sleep((0, "r0")) and warm.sleep_refused == 1  # so it cannot go back to sleep there
 
 
 def test_the_engine_is_shown_the_warm_hosts_its_model_fits_and_free_gpus_and_places_on_them() -> None:
     gpus = Gpus(nodes=2, per_node=2)
     warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(), DEVICE)
-    warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
+    slept(warm, (0, "a"), 1, GIB, WHOLE)
     view = warm.observe(20 * GIB, "H100-80GB", free_gpus=8)
     assert [(d.claim, d.exists) for d in view.devices] == [("warm-1", True), ("free-0001-0", False),
                                                            ("free-0001-1", False), ("free-0000-0", False)]
@@ -123,6 +146,7 @@ def test_the_engine_is_shown_the_warm_hosts_its_model_fits_and_free_gpus_and_pla
     warm.observe(20 * GIB, "H100-80GB", free_gpus=8)  # the engine places on what the last view offered
     host = warm.place_on((1, "b"), "free-0001-0", GIB, WHOLE, 0.0)
     assert host.node == 1 and gpus.free == [1, 1]
+    warm.loaded((1, "b"))
     assert warm.place_on((1, "c"), "free-0001-0", GIB, WHOLE, 0.0) is host  # the same free GPU: the host made on it
     with pytest.raises(ValueError, match="free-0000-9"):
         warm.place_on((1, "d"), "free-0000-9", GIB, WHOLE, 0.0)
@@ -131,8 +155,8 @@ def test_the_engine_is_shown_the_warm_hosts_its_model_fits_and_free_gpus_and_pla
 def test_a_warm_host_is_deleted_with_its_last_replica() -> None:
     gpus = Gpus(nodes=1, per_node=2)
     warm = WarmHosts(gpus.book(), 100 * GIB, TierPhysics(), DEVICE)
-    warm.place((0, "a"), 1, GIB, WHOLE, 0.0)
-    warm.place((1, "b"), 1, GIB, WHOLE, 0.0)
+    slept(warm, (0, "a"), 1, GIB, WHOLE)
+    slept(warm, (1, "b"), 1, GIB, WHOLE)
     warm.remove((0, "a"), 5.0)
     assert warm.gpus_held == 1 and gpus.free == [1]
     warm.remove((1, "b"), 6.0)

@@ -30,7 +30,6 @@ class Hardware:
     h2d_gbps: float
     d2h_gbps: float
     agent_url: str
-    start_asleep: bool
     engine_version: tuple[int, ...]  # () = latest/untagged: the newest behaviour
     drain_s: float
 
@@ -76,7 +75,6 @@ def hardware_from_env(env: Mapping[str, str] | None = None) -> Hardware:
         h2d_gbps=number("H2D_GBPS", 12.0, 0, strict=True),
         d2h_gbps=number("D2H_GBPS", 12.0, 0, strict=True),
         agent_url=text("AGENT_URL", ""),
-        start_asleep=text("START_ASLEEP", "").lower() == "true",
         engine_version=parse_version(text("ENGINE_VERSION", "")),
         drain_s=number("DRAIN_S", 30.0, 0),
     )

@@ -102,9 +102,6 @@ class SglangEngine:
                              ITL_BUCKETS_S)
         self.e2e = histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
                              E2E_BUCKETS_S)
-        if hardware.start_asleep and args.enable_memory_saver:
-            self.released = True
-            self.batch.pause()
 
     def watched(self, method: str, path: str) -> bool:
         return method == "POST" and (path.startswith("/v1/") or path == "/generate")

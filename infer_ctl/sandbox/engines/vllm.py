@@ -148,7 +148,7 @@ class VllmEngine:
                                  "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS_S)
         self.decode = histogram("vllm:request_decode_time_seconds",
                                 "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self._set_sleep_level(1 if hardware.start_asleep else 0)
+        self._set_sleep_level(0)  # an engine loads awake: none starts asleep
 
     # ------------------------------------------------------------------------------------------ HTTP
 
