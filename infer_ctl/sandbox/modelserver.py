@@ -33,6 +33,7 @@ ENGINES = ("vllm", "sglang")
 
 class Engine(Protocol):
     hw: Hardware
+    emit: Callable[[str], None]
 
     def watched(self, method: str, path: str) -> bool: ...
 
@@ -72,6 +73,7 @@ async def serve(engine: Engine, host: str, port: int, emit: Callable[[str], None
     if stop.is_set():
         loading.cancel()
         return 0
+    engine.emit = emit
     server = HttpServer(engine.route, engine.watched)
     bound_host, bound_port = await server.start(host, port)
     emit(f"LISTENING {bound_host}:{bound_port}")

@@ -96,6 +96,7 @@ probes' local URLs in `pod_probes`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import datetime
@@ -134,6 +135,7 @@ from infer_ctl.kube.labels import (
 )
 from infer_ctl.sandbox import containerenv, controllerpod, images
 from infer_ctl.sandbox import probes as probes_
+from infer_ctl.sandbox.engines.http import ASLEEP_REQUEST
 from infer_ctl.sandbox.loops import run_on_changes
 from infer_ctl.sandbox.podnet import PodAddresses
 from infer_ctl.sandbox.store import Obj, rfc3339
@@ -393,6 +395,9 @@ class NodeAgent:
     _registered_at: str = ""
     pod_logs: dict[tuple[str, str], Path] = field(default_factory=dict)  # infer-ctl's own Pods' output
     pod_probes: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # their probes' local URLs
+    # requests that reached a stand-in while it slept (or had released its memory), per Pod: the sleeping tier
+    # routes none there (a Pod leaves routing before its sleep and joins after a confirmed wake)
+    asleep_requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     _workdir: Path | None = None
     _ledger_runner: aiohttp.web.AppRunner | None = None
     _downloads: dict[str, asyncio.Lock] = field(default_factory=dict)  # one download at a time per node
@@ -723,6 +728,10 @@ class NodeAgent:
                 if line.startswith("LISTENING "):
                     running.port = int(line.rpartition(":")[2]) if ":" in line else int(line.split()[1])
                     self._keep_loaded(running, model, model_bytes, cache_budget)
+                elif line == ASLEEP_REQUEST:
+                    self.asleep_requests[running.namespace, running.name] += 1
+                    log.warning("%s/%s: a request reached its model server while it slept", running.namespace,
+                                running.name)
 
             return await zygote.spawn(engine_args, env, on_line)
         if self._workdir is None:

@@ -34,6 +34,7 @@ from infer_ctl.actuate.manifests import ANNOTATION_ASLEEP, ANNOTATION_WARM_HOST,
 from infer_ctl.controller.explain import explain
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, RESOURCE_CLAIMS, KubeClient
+from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import INFLIGHT_METRIC, QUEUE_DEPTH_METRIC
 from infer_ctl.sandbox.runtime import Sandbox
@@ -195,9 +196,14 @@ def front_door(kube: KubeClient, name: str) -> str:
     return str(wait_for("front door", url))
 
 
+def agent_of(cluster: Cluster) -> NodeAgent:
+    sandbox = cluster.sandbox
+    return sandbox.agent if isinstance(sandbox, Sandbox) else sandbox.side.agent
+
+
 def setup(cluster: Cluster, *services: dict[str, Any]) -> tuple[KubeClient, Reconciler]:
     sandbox = cluster.sandbox
-    agent = sandbox.agent if isinstance(sandbox, Sandbox) else sandbox.side.agent
+    agent = agent_of(cluster)
     agent.default_concurrency, agent.default_service_time_ms = 2, 100.0
     for svc in services:
         cluster.kube.create(INFERENCE_SERVICES, svc, "default")
@@ -295,6 +301,8 @@ async def test_a_burst_is_served_by_woken_sleepers_in_seconds_not_by_cold_starts
     # the front door sees the serving label: seconds, where a new replica would take the cold start
     assert took < COLD_START_S / 2, f"{took:.1f} s from the burst to the sleepers serving:\n{table}"
     print(f"\nfrom the burst to {len(sleepers)} woken sleepers serving: {took:.1f} s (cold start {COLD_START_S:g} s)")
+    # through two sleeps and a wake under load, no request reached a sleeping engine (each left routing first)
+    assert not agent_of(cluster).asleep_requests, dict(agent_of(cluster).asleep_requests)
 
 
 @pytest.mark.parametrize("cluster", ["emulator", "kube"], indirect=True)

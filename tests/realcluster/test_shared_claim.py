@@ -24,7 +24,7 @@ import pytest
 from infer_ctl.config.cluster import parse_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.kube.client import NODES, PODS, RESOURCE_CLAIMS, KubeClient
-from infer_ctl.kube.labels import ANNOTATION_H2D_GBPS, ANNOTATION_MODEL_BYTES, ANNOTATION_START_ASLEEP
+from infer_ctl.kube.labels import ANNOTATION_H2D_GBPS, ANNOTATION_MODEL_BYTES
 from infer_ctl.sandbox.kubesandbox import wait_nodes_schedulable
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster
@@ -141,7 +141,7 @@ def sleeper(name: str, ns: str) -> dict[str, Any]:
                claims={"gpu": "warm-host"}, nodeSelector={"kubernetes.io/hostname": "warm-l4-0"},
                terminationGracePeriodSeconds=1, args=("model", "--enable-sleep-mode"))
     body["spec"]["containers"][0]["env"] = [{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}]  # vLLM's sleep routes
-    body["metadata"]["annotations"] = {ANNOTATION_START_ASLEEP: "true", ANNOTATION_MODEL_BYTES: str(16 * GB),
+    body["metadata"]["annotations"] = {ANNOTATION_MODEL_BYTES: str(16 * GB),
                                        ANNOTATION_H2D_GBPS: "200", "sandbox.infer-ctl.io/d2h-gbps": "200",
                                        "sandbox.infer-ctl.io/cold-start-seconds": "0.2"}
     return body
@@ -153,8 +153,6 @@ def test_two_sleepers_on_one_shared_claim_run_and_wake_one_at_a_time(warm_host_n
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "warm-host"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
         namespace)
-    for name in ("a", "b"):
-        kube.create(PODS, sleeper(name, namespace), namespace)
 
     def ready(name: str) -> dict[str, Any] | None:
         found = kube.get(PODS, name, namespace)
@@ -162,8 +160,14 @@ def test_two_sleepers_on_one_shared_claim_run_and_wake_one_at_a_time(warm_host_n
                            for c in (found.get("status") or {}).get("conditions") or [])
         return found if ok else None
 
-    a = wait_for(lambda: ready("a"), what="a loaded asleep", timeout_s=60)
-    b = wait_for(lambda: ready("b"), what="b loaded asleep", timeout_s=60)
+    # one after the other, as the controller makes them: each loads on the device (16 of the L4's 24 GB), then sleeps
+    loaded = {}
+    with httpx.Client(timeout=10) as http:
+        for name in ("a", "b"):
+            kube.create(PODS, sleeper(name, namespace), namespace)
+            loaded[name] = wait_for(lambda name=name: ready(name), what=f"{name} loaded", timeout_s=60)
+            assert http.post(f"http://{pod_endpoint(loaded[name])}/sleep", params={"level": "1"}).status_code == 200
+    a, b = loaded["a"], loaded["b"]
     assert a["spec"]["nodeName"] == b["spec"]["nodeName"] == "warm-l4-0"
     status = (kube.get(RESOURCE_CLAIMS, "warm-host", namespace) or {}).get("status") or {}
     assert sorted(r["name"] for r in status.get("reservedFor") or []) == ["a", "b"]

@@ -32,7 +32,7 @@ def mounting_cache(body: dict[str, Any], key: str, *, mount: str = MODEL_CACHE_D
 
 
 def user_of(key: str, name: str, *, mounted: bool = True, cold_start_s: float = 30) -> dict[str, Any]:
-    """A replica of model `key` (1 GB) that starts asleep (no GPU needed): 0.2 s from the cache, else cold."""
+    """A replica of model `key` (1 GB) with no claim (no device to fill): 0.2 s from the cache, else cold."""
     body = replica(name, cache_key=key, model_bytes=GB, cold_start_s=cold_start_s)
     body["metadata"]["annotations"]["sandbox.infer-ctl.io/warm-start-seconds"] = "0.2"
     return mounting_cache(body, key) if mounted else body

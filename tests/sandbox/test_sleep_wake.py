@@ -31,7 +31,6 @@ from infer_ctl.kube.labels import (
     ANNOTATION_MODEL_BYTES,
     ANNOTATION_MODEL_CACHE,
     ANNOTATION_NETWORK_GBPS,
-    ANNOTATION_START_ASLEEP,
 )
 from infer_ctl.sandbox.podnet import pod_endpoint
 from infer_ctl.sandbox.router import ANNOTATION_URL
@@ -134,8 +133,9 @@ def address(pod_obj: Obj) -> str:
     return f"http://{pod_endpoint(pod_obj)}"
 
 
-def replica(name: str, *, claim: str | None = None, model_bytes: int = 16 * GB, asleep: bool = True,
+def replica(name: str, *, claim: str | None = None, model_bytes: int = 16 * GB,
             cache_key: str = "llm-16g", cold_start_s: float = 0.2, **spec: Any) -> dict[str, Any]:
+    """A vLLM replica with sleep mode on (it loads on its device, as every engine does: none starts asleep)."""
     body = pod(name, labels={"infer-ctl.io/service": "llm", "infer-ctl.io/role": "standby"},
                claims={"gpu": claim} if claim else None,
                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -146,9 +146,14 @@ def replica(name: str, *, claim: str | None = None, model_bytes: int = 16 * GB, 
         "sandbox.infer-ctl.io/cold-start-seconds": str(cold_start_s), "sandbox.infer-ctl.io/service-time-ms": "5",
         ANNOTATION_CACHE_KEY: cache_key, ANNOTATION_MODEL_BYTES: str(model_bytes),
         ANNOTATION_H2D_GBPS: "200", "sandbox.infer-ctl.io/d2h-gbps": "200"}
-    if asleep:
-        body["metadata"]["annotations"][ANNOTATION_START_ASLEEP] = "true"
     return body
+
+
+async def loaded_asleep(box: Sandbox, http: httpx.AsyncClient, name: str) -> Obj:
+    """Wait until the replica is ready (loaded on its device), then put it to sleep, as the controller does."""
+    ready = await until(box, ready_pod(box, name), what=f"{name} loaded")
+    assert (await http.post(f"{address(ready)}/sleep", params={"level": "1"})).status_code == 200
+    return ready
 
 
 def shared_claim(name: str) -> dict[str, Any]:
@@ -164,10 +169,11 @@ def container(pod_obj: Obj) -> dict[str, Any]:
 async def test_a_wake_is_refused_while_another_awake_model_fills_the_device_of_their_shared_claim() -> None:
     async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
         create(box, shared_claim("warm-host"))
-        for name in ("a", "b"):
-            create(box, replica(name, claim="warm-host"))
-        a = await until(box, ready_pod(box, "a"), what="a loaded asleep")
-        b = await until(box, ready_pod(box, "b"), what="b loaded asleep")
+        # one after the other: each loads on the device (16 of its 24 GB) before it sleeps
+        create(box, replica("a", claim="warm-host"))
+        a = await loaded_asleep(box, http, "a")
+        create(box, replica("b", claim="warm-host"))
+        b = await loaded_asleep(box, http, "b")
         # The emulator's scheduler put both on the one device of the claim, reserved for both.
         claim = get(box, "ResourceClaim", "warm-host")
         assert claim is not None
@@ -181,6 +187,11 @@ async def test_a_wake_is_refused_while_another_awake_model_fills_the_device_of_t
         message = refused.json()["error"]["message"]
         assert "out of memory" in message and "gpu.nvidia.com/l4-0/gpu-0" in message and "default/a" in message
         assert (await http.get(f"{address(b)}/is_sleeping")).json() == {"is_sleeping": True}
+        # a request sent to a sleeping engine (vLLM >= 0.16 holds it until a wake) is on the agent's record
+        assert not box.agent.asleep_requests
+        with pytest.raises(httpx.TimeoutException):
+            await http.post(f"{address(b)}/v1/completions", json=REQUEST, timeout=0.5)
+        assert box.agent.asleep_requests == {("default", "b"): 1}
 
         assert (await http.post(f"{address(a)}/sleep", params={"level": "1"})).status_code == 200
         assert (await http.post(f"{address(b)}/wake_up")).status_code == 200  # the device is free again
@@ -190,34 +201,47 @@ async def test_a_wake_is_refused_while_another_awake_model_fills_the_device_of_t
         assert box.agent.ledger.host_used("l4-0") == 16 * GB  # a, asleep
 
 
-async def test_a_start_asleep_over_the_nodes_host_memory_budget_is_oom_killed_and_restarts_once_it_fits() -> None:
-    async with sandbox() as box:
-        node = get(box, "Node", "l4-0", None)
-        assert node is not None
-        box.store.patch(box.store.type("", "v1", "nodes"), None, "l4-0", "application/merge-patch+json",
-                        {"metadata": {"annotations": {ANNOTATION_HOST_MEMORY_BYTES: str(20 * GB)}}})
-        create(box, replica("first"))
-        await until(box, ready_pod(box, "first"), what="first loaded asleep")
-        await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and (n["metadata"].get("annotations") or {})
-                    .get(ANNOTATION_HOST_MEMORY_USED) == str(16 * GB), what="host memory published")
+async def test_a_start_on_a_device_another_awake_model_fills_exits_out_of_memory_and_restarts_once_it_fits() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        create(box, shared_claim("warm-host"))
+        create(box, replica("first", claim="warm-host"))
+        first = await until(box, ready_pod(box, "first"), what="first loaded")
 
-        create(box, replica("never", restartPolicy="Never"))
+        create(box, replica("never", claim="warm-host", restartPolicy="Never"))
         failed = await until(box, lambda: (p := get(box, "Pod", "never")) and p["status"].get("phase") == "Failed"
                              and p, what="never Failed")
         terminated = container(failed)["state"]["terminated"]
-        assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
-        assert "host memory of node l4-0" in terminated["message"] and "default/first" in terminated["message"]
+        assert (terminated["reason"], terminated["exitCode"]) == ("Error", 1)
+        assert "CUDA out of memory" in terminated["message"] and "default/first" in terminated["message"]
 
-        create(box, replica("again"))
+        create(box, replica("again", claim="warm-host"))
         looping = await until(box, lambda: (p := get(box, "Pod", "again")) and
                               container(p).get("lastState", {}).get("terminated") and p, what="again restarting")
         status = container(looping)
-        assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
-        assert status["lastState"]["terminated"]["reason"] == "OOMKilled" and status["restartCount"] >= 1
+        assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff" and status["restartCount"] >= 1
         assert looping["status"]["phase"] == "Running"
 
-        box.store.delete(box.store.type("", "v1", "pods"), "default", "first")  # its host memory is freed
-        await until(box, ready_pod(box, "again"), timeout_s=15, what="again loaded once the memory was free")
+        assert (await http.post(f"{address(first)}/sleep", params={"level": "1"})).status_code == 200
+        await until(box, ready_pod(box, "again"), timeout_s=15, what="again loaded once first slept")
+
+
+async def test_a_sleep_over_the_nodes_host_memory_budget_is_refused_and_the_replica_stays_awake() -> None:
+    async with sandbox() as box, httpx.AsyncClient(timeout=10) as http:
+        box.store.patch(box.store.type("", "v1", "nodes"), None, "l4-0", "application/merge-patch+json",
+                        {"metadata": {"annotations": {ANNOTATION_HOST_MEMORY_BYTES: str(20 * GB)}}})
+        create(box, shared_claim("warm-host"))
+        create(box, replica("first", claim="warm-host"))
+        await loaded_asleep(box, http, "first")
+        await until(box, lambda: (n := get(box, "Node", "l4-0", None)) and (n["metadata"].get("annotations") or {})
+                    .get(ANNOTATION_HOST_MEMORY_USED) == str(16 * GB), what="host memory published")
+        create(box, replica("second", claim="warm-host"))
+        second = await until(box, ready_pod(box, "second"), what="second loaded")
+        refused = await http.post(f"{address(second)}/sleep", params={"level": "1"})
+        assert refused.status_code == 500, refused.text  # vLLM's answer to a sleep that fails
+        assert "host memory of node l4-0" in refused.json()["error"]["message"]
+        assert (await http.get(f"{address(second)}/is_sleeping")).json() == {"is_sleeping": False}
+        served = await http.post(f"{address(second)}/v1/completions", json=REQUEST)
+        assert served.status_code == 200
 
 
 async def test_a_prefetch_pod_fills_the_nodes_cache_and_the_next_start_there_is_warm() -> None:
@@ -266,9 +290,10 @@ async def test_node_annotations_are_patched_only_when_what_they_say_changes() ->
         create(box, quiet)
         ready = await until(box, ready_pod(box, "quiet"), what="quiet ready")
         async with httpx.AsyncClient(timeout=10) as http:
-            assert (await http.post(f"{address(ready)}/wake_up")).status_code == 200
             assert (await http.post(f"{address(ready)}/sleep")).status_code == 200
-        create(box, replica("sized", cache_key="cached-model", model_bytes=GB))
+            assert (await http.post(f"{address(ready)}/wake_up")).status_code == 200
+            create(box, replica("sized", cache_key="cached-model", model_bytes=GB))
+            await loaded_asleep(box, http, "sized")
         await until(box, lambda: patches, what="a patch for the sized sleeper")
         assert patches[0][ANNOTATION_HOST_MEMORY_USED] == str(GB)
         assert patches[0][ANNOTATION_MODEL_CACHE] == "cached-model"

@@ -17,6 +17,14 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+# A line a stand-in prints (its stdout, which the node agent reads) when a request reaches it while it sleeps:
+# neither engine counts those, and the sleeping tier must route none there (`NodeAgent.asleep_requests`)
+ASLEEP_REQUEST = "ASLEEP_REQUEST"
+
+
+def ignore(_line: str) -> None:
+    """An engine's `emit` until it is served (`modelserver.serve` gives it the process's stdout)."""
+
 Answer = tuple[int, str, bytes]  # status, content type, body
 Route = Callable[[str, str, dict[str, list[str]], bytes], Awaitable[Answer]]
 

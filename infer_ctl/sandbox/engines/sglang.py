@@ -14,13 +14,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from infer_ctl.sandbox.engines.batch import Aborted, Batch
 from infer_ctl.sandbox.engines.hardware import Hardware, Ledger
-from infer_ctl.sandbox.engines.http import Answer, empty, exposition, json_answer
+from infer_ctl.sandbox.engines.http import ASLEEP_REQUEST, Answer, empty, exposition, ignore, json_answer
 
 DEFAULT_PORT = 30000
 # python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector defaults)
@@ -64,6 +64,7 @@ class SglangEngine:
     def __init__(self, args: argparse.Namespace, hardware: Hardware) -> None:
         self.args = args
         self.hw = hardware
+        self.emit: Callable[[str], None] = ignore  # a line on the process's stdout
         self.name: str = args.served_model_name or args.model_path
         slots = min(hardware.concurrency, args.max_running_requests) if args.max_running_requests \
             else hardware.concurrency
@@ -124,6 +125,8 @@ class SglangEngine:
                 {"id": self.name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
                  "root": self.name, "max_model_len": self.args.context_length or 4096}]})
         if path in ("/v1/completions", "/v1/chat/completions", "/generate") and method == "POST":
+            if self.released:
+                self.emit(ASLEEP_REQUEST)  # the sandbox's record of a request routed to a released engine
             return await self.infer(path, body)
         if path == "/release_memory_occupation" and method in ("GET", "POST"):
             return await self.release()

@@ -15,13 +15,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from infer_ctl.sandbox.engines.batch import Aborted, Batch, Timing
 from infer_ctl.sandbox.engines.hardware import Hardware, Ledger, at_least
-from infer_ctl.sandbox.engines.http import Answer, empty, exposition, json_answer
+from infer_ctl.sandbox.engines.http import ASLEEP_REQUEST, Answer, empty, exposition, ignore, json_answer
 
 DEFAULT_PORT = 8000
 MODE_SINCE = (0, 16, 0)  # vllm PR #34528 (merged 2026-02-13): sleep(level, mode) pauses the scheduler first
@@ -93,6 +93,7 @@ class VllmEngine:
     def __init__(self, args: argparse.Namespace, hardware: Hardware, env: dict[str, str]) -> None:
         self.args = args
         self.hw = hardware
+        self.emit: Callable[[str], None] = ignore  # a line on the process's stdout
         self.names: list[str] = list(args.served_model_name or [args.model])
         self.dev_mode = env.get("VLLM_SERVER_DEV_MODE", "").lower() in ("1", "true")
         self.has_mode = at_least(hardware.engine_version, MODE_SINCE)
@@ -188,6 +189,8 @@ class VllmEngine:
 
     async def infer(self, path: str, body: bytes) -> Answer:
         arrived = time.perf_counter()
+        if self.sleep_level:
+            self.emit(ASLEEP_REQUEST)  # the sandbox's record of a request routed to a sleeping engine
         try:
             request = json.loads(body or b"{}")
             if not isinstance(request, dict):
