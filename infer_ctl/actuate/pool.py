@@ -94,7 +94,7 @@ def inference_pool(svc: api.InferenceService, port: int, picker: EndpointPicker)
 
 def pool_differs(existing: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     """Whether the stored pool's spec is not the one wanted (what a patch would change)."""
-    return (existing.get("spec") or {}) != want["spec"]
+    return bool((existing.get("spec") or {}) != want["spec"])
 
 
 def pool_patch(want: Mapping[str, Any]) -> dict[str, Any]:

@@ -1091,7 +1091,7 @@ class Reconciler:
         await self._ensure_service(body, svc, memory, runtime.port, now)
         await self._ensure_pool(body, svc, memory, runtime.port, now)
 
-    async def _ensure_service(self, body: Mapping[str, Any], svc: api.InferenceService,  # noqa: PLR0917
+    async def _ensure_service(self, body: Mapping[str, Any], svc: api.InferenceService,
                               memory: ServiceMemory, port: int, now: datetime) -> None:
         """The Service routing to the serving replicas (`routing_service`): made when this controller has not made
         it for the service's current port yet (a create, or a patch of one it owns; nothing while they agree:
@@ -1130,7 +1130,7 @@ class Reconciler:
             return
         memory.routing_port = port
 
-    async def _ensure_pool(self, body: Mapping[str, Any], svc: api.InferenceService,  # noqa: PLR0917
+    async def _ensure_pool(self, body: Mapping[str, Any], svc: api.InferenceService,
                            memory: ServiceMemory, port: int, now: datetime) -> None:
         """The service's InferencePool (`infer_ctl.actuate.pool`), as `_ensure_service` keeps its Service: made
         when this controller has not made it for the current port and endpoint picker yet (a create, or a patch
@@ -1166,7 +1166,7 @@ class Reconciler:
             await self._event(body, "RoutingFailed", f"the InferencePool {svc.meta.name} could not be written: {exc}",
                               "Warning", "Route", now)
 
-    async def _write_pool(self, body: Mapping[str, Any], svc: api.InferenceService, port: int,  # noqa: PLR0917
+    async def _write_pool(self, body: Mapping[str, Any], svc: api.InferenceService, port: int,
                           picker: EndpointPicker, now: datetime) -> bool:
         """Create the pool, or patch the service's own; False when it was found deleted in between (made next
         cycle). One of somebody else's is said in a Warning Event and left alone (True: not tried again)."""
