@@ -141,10 +141,12 @@ class EndpointLoad:
 
 
 def _spread_score(values: Mapping[str, float | None]) -> dict[str, float]:
-    """GIE's queue scorer over any load: (max - value) / (max - min), so the least loaded scores 1 and the most
-    0; all equal: 1 each. An endpoint without a reading scores a neutral 0.5."""
+    """GIE's queue scorer over any load (>= 0): (max - value) / (max - min), so the least loaded scores 1 and the
+    most 0. Here min counts an idle endpoint (0) in, so that among endpoints with a reading the order is GIE's,
+    while one endpoint's lone reading is not a perfect score next to one without a reading, which scores a
+    neutral 0.5: a lone queue of 5 scores 0, a lone 0 scores 1. All at 0: 1 each."""
     known = [v for v in values.values() if v is not None]
-    low, high = (min(known), max(known)) if known else (0.0, 0.0)
+    low, high = (min(0.0, *known), max(known)) if known else (0.0, 0.0)
     return {e: 0.5 if v is None else 1.0 if high == low else (high - v) / (high - low) for e, v in values.items()}
 
 
@@ -154,7 +156,7 @@ def score_endpoints(loads: Mapping[str, EndpointLoad]) -> dict[str, float]:
     one of the requests this door has in flight at each endpoint (llm-d's active-request scorer): the metrics are
     up to a scrape period old, and without it a burst between two scrapes would all go to the one endpoint that
     looked best at the last one.
-    - queue: (max waiting - waiting) / (max - min) over the endpoints (1 when all equal);
+    - queue: (max waiting - waiting) / (max - min) over the endpoints (`_spread_score`);
     - KV cache: 1 - kv usage (usage 0..1);
     - active: the same spread as the queue's, over the door's requests in flight.
     An endpoint without a fresh reading scores 0.5 on the first two.
