@@ -114,8 +114,8 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
                            extra_admins: Sequence[str] = (), images: ImageTable | None = None
                            ) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
-    CRDs (with `crd`: the InferenceService's, and the InferencePool's when its file is cached, `pool_crd_path`) and
-    the PriorityClasses the controller's replicas use; stop everything on exit."""
+    InferenceService CRD (with `crd`), the InferencePool CRD (when its file is cached, `pool_crd_path`) and the
+    PriorityClasses the controller's replicas use; stop everything on exit."""
     local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
     local.start()
     thread: LoopThread | None = None
@@ -127,9 +127,9 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
                 "value": value, "description": description})
         if crd:
             install_crd(local)
-            pool_crd = pool_crd_path()
-            if pool_crd is not None:
-                install_pool_crd(local, pool_crd)
+        pool_crd = pool_crd_path()  # not deploy/'s to install: a cluster has it from the extension's install
+        if pool_crd is not None:
+            install_pool_crd(local, pool_crd)
         target = kubeconfig or local.kubeconfig
         if kubeconfig is not None:
             kubeconfig.parent.mkdir(parents=True, exist_ok=True)
