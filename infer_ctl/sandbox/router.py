@@ -378,6 +378,12 @@ class FrontDoor:
             self._scraper = loop.create_task(self._scrape_loop(), name=f"scrape {self.namespace}/{self.service}")
 
     async def _scrape_loop(self) -> None:
+        try:
+            await self._scrape()
+        except Exception:  # the next pooled request starts it again; meanwhile the picks use stale (no) readings
+            log.exception("front door %s/%s: reading the endpoints' metrics failed", self.namespace, self.service)
+
+    async def _scrape(self) -> None:
         loop = asyncio.get_running_loop()
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
         while loop.time() - self._last_request <= IDLE_S:
