@@ -2,7 +2,8 @@
 
 Like a Kubernetes Service with the selector `infer-ctl.io/service=<name>,infer-ctl.io/role=serving`: only pods
 that are Ready and not being deleted receive traffic; the choice is least-outstanding-requests (ties by
-round-robin), which is what a mesh or the gateway API inference extension does for model servers.
+round-robin), which is what a mesh does for model servers (with an InferencePool: its selector, and an endpoint
+picker's scores, below).
 With no ready serving endpoint, a request is held while the service has a replica on its way: any of its Pods
 not being deleted and not finished (loading, sleeping, standby: the controller decides which becomes a serving
 endpoint). It is forwarded as soon as an endpoint is ready, or answered 503 with Retry-After after `hold_s`
