@@ -74,8 +74,12 @@ bootstrap_debian_package() {
 
 # bootstrap_kube: the real control plane's binaries (built from their Go modules on first use, into a cache outside
 # the repository; see scripts/kube-binaries.sh); exports INFER_CTL_KUBE_BIN for infer_ctl.sandbox.localcluster.
+# Also the Gateway API Inference Extension's InferencePool CRD (scripts/gie-assets.sh, a cache of its own); exports
+# INFER_CTL_GIE_DIR for infer_ctl.sandbox.kubesandbox, which installs it on the real control plane.
 bootstrap_kube() {
-  local bin
+  local bin gie
   bin=$(bash scripts/kube-binaries.sh) || return 1
   export INFER_CTL_KUBE_BIN=$bin
+  gie=$(bash scripts/gie-assets.sh) || return 1
+  export INFER_CTL_GIE_DIR=$gie
 }

@@ -6,9 +6,9 @@ installer asks for cluster-wide management explicitly):
   waiting for GPUs), kopf's own watches, and the one peering object the controller replicas elect through. Granted
   by the ClusterRole `infer-ctl`, bound cluster-wide.
 - MANAGED: the InferenceServices of a managed namespace and what the controller writes there: its replicas'
-  Pods and ResourceClaims, each service's routing Service, the services' status, Events. Granted by the
-  ClusterRole `infer-ctl-manager`, bound by a RoleBinding in each managed namespace (`--namespace`; Helm's
-  `watchNamespaces`).
+  Pods and ResourceClaims, each service's routing Service and InferencePool, the services' status, Events.
+  Granted by the ClusterRole `infer-ctl-manager`, bound by a RoleBinding in each managed namespace
+  (`--namespace`; Helm's `watchNamespaces`).
 - MODEL_CACHE_VOLUMES, opt-in: the local PersistentVolumes of the nodes' model caches, one per managed namespace
   (policies' `modelCacheVolume: persistentVolume`). Cluster-scoped writes, and a volume gives its claim's Pods a
   directory of every node: granted only by the ClusterRole `infer-ctl-model-cache-volumes`, which an install
@@ -83,6 +83,10 @@ ACCESS: tuple[Access, ...] = (
     Access("", "services", ("get", "create", "patch"), Scope.MANAGED,
            "each service's routing Service (its serving replicas); get and patch: one found on create, checked to be "
            "the service's and given the engine's port"),
+    Access("inference.networking.k8s.io", "inferencepools", ("get", "create", "patch"), Scope.MANAGED,
+           "each service's InferencePool (Gateway API Inference Extension) where its CRD is served: the same "
+           "replicas as the routing Service; get and patch: one found on create, checked to be the service's and "
+           "given the engine's port"),
     Access("events.k8s.io", "events", ("create", "patch"), Scope.MANAGED,
            "the controller's Events; patch: a repeating Event's series count"),
     Access("", "events", ("create",), Scope.MANAGED, "kopf's own warnings as Events"),

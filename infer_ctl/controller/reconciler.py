@@ -82,6 +82,15 @@ from infer_ctl.actuate.manifests import (
     without_model_cache,
 )
 from infer_ctl.actuate.metrics import ControllerMetrics
+from infer_ctl.actuate.pool import (
+    INFERENCE_POOLS,
+    POOL_VERSION,
+    EndpointPicker,
+    endpoint_picker,
+    inference_pool,
+    pool_differs,
+    pool_patch,
+)
 from infer_ctl.controller.snapshot import ClusterView, Snapshot
 from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
@@ -159,6 +168,8 @@ EVENT_SERIES_WRITE_S = 300.0
 # sleep/wake client's, with the engine profile's drain timeout)
 WAKE_REFUSED_PERIODS = 3.0
 WAKE_TIMEOUT_S = 10.0
+# how long the answer "does the API server serve InferencePools" is trusted (`PoolApi`)
+POOL_API_RECHECK_S = 60.0
 
 
 class NameTaken(Exception):
@@ -223,6 +234,7 @@ class ServiceMemory:
     scrape: ScrapeRates = field(default_factory=lambda: ScrapeRates(metric=""))
     invalid_message: str = ""
     routing_port: int | None = None  # the port of the routing Service this controller made or checked
+    pool_made: object = None  # what its InferencePool was last made, checked or found taken for (`_pool_key`)
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
     rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)
@@ -388,6 +400,7 @@ class Reconciler:
         self._made_hosts: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
         # sleeps under way (a sleep lets the requests in flight finish first: it does not hold up the cycle)
         self._sleeping: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._pool_api = PoolApi()  # whether the API server serves InferencePools (`_ensure_pool`)
 
     def _check(self, uid: str, body: Mapping[str, Any]) -> Any:
         """The spec check (parser and catalog), done again only when the object changed."""
@@ -1071,15 +1084,24 @@ class Reconciler:
 
     async def _ensure_routing(self, body: Mapping[str, Any], svc: api.InferenceService, memory: ServiceMemory,
                               now: datetime) -> None:
+        """The routing the controller owns: the Service to the serving replicas (`_ensure_service`), and, where the
+        InferencePool CRD is served, an InferencePool over the same replicas (`_ensure_pool`)."""
+        runtime = self.runtime_of(svc)
+        if runtime is None:
+            return
+        await self._ensure_service(body, svc, memory, runtime.port, now)
+        await self._ensure_pool(body, svc, memory, runtime.port, now)
+
+    async def _ensure_service(self, body: Mapping[str, Any], svc: api.InferenceService,
+                              memory: ServiceMemory, port: int, now: datetime) -> None:
         """The Service routing to the serving replicas (`routing_service`): made when this controller has not made
         it for the service's current port yet (a create, or a patch of one it owns; nothing while they agree:
         no request per cycle). A Service of that name that is not the InferenceService's is left alone, said in
         one Warning Event; a refusal (RBAC, a quota) too, and tried again next cycle. Neither stops the cycle."""
-        runtime = self.runtime_of(svc)
-        if runtime is None or memory.routing_port == runtime.port:
+        if memory.routing_port == port:
             return
         ns, name = svc.meta.namespace, svc.meta.name
-        want = routing_service(svc, runtime.port)
+        want = routing_service(svc, port)
         try:
             try:
                 await self._k(self.kube.create, SERVICES, want, ns)
@@ -1095,7 +1117,7 @@ class Reconciler:
                     await self._event(body, "ServiceNameTaken", f"Service {name} exists and is not this "
                                       f"InferenceService's ({owners}): route to the Pods labelled "
                                       f"{serving_label_selector(svc.meta)} yourself", "Warning", "Route", now)
-                    memory.routing_port = runtime.port  # not tried again until the spec's port changes
+                    memory.routing_port = port  # not tried again until the spec's port changes
                     return
                 if (existing.get("spec") or {}).get("ports") != want["spec"]["ports"] or \
                         (existing.get("spec") or {}).get("selector") != want["spec"]["selector"]:
@@ -1107,7 +1129,70 @@ class Reconciler:
             await self._event(body, "RoutingFailed", f"the Service {name} could not be written: {exc}", "Warning",
                               "Route", now)
             return
-        memory.routing_port = runtime.port
+        memory.routing_port = port
+
+    async def _ensure_pool(self, body: Mapping[str, Any], svc: api.InferenceService,
+                           memory: ServiceMemory, port: int, now: datetime) -> None:
+        """The service's InferencePool (`infer_ctl.actuate.pool`), as `_ensure_service` keeps its Service: made
+        when this controller has not made it for the current port and endpoint picker yet (a create, or a patch
+        of one it owns whose spec differs; nothing while they agree). A pool of that name that is not the
+        service's is left alone, said in one Warning Event; a refusal is a Warning Event and tried again next
+        cycle; an endpoint picker annotation that does not parse is a Warning Event naming it, and no pool.
+        Nothing of it stops the cycle. Where the API server does not serve InferencePools (no CRD: the emulator,
+        a cluster without the extension) nothing is written, and it is asked again at most every
+        POOL_API_RECHECK_S, not per cycle."""
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        try:
+            picker = endpoint_picker(svc.meta.name, annotations)
+        except ValueError as exc:
+            key: object = ("invalid", str(exc))
+            if memory.pool_made != key:
+                memory.pool_made = key
+                await self._event(body, "InvalidEndpointPicker", f"no InferencePool {svc.meta.name}: {exc}",
+                                  "Warning", "Route", now)
+            return
+        key = _pool_key(port, picker)
+        if memory.pool_made == key:
+            return
+        try:
+            if not await self._pool_api.served(self.kube, self._k, now.timestamp()):
+                return
+            if await self._write_pool(body, svc, port, picker, now):
+                memory.pool_made = key
+        except KubeError as exc:
+            if exc.not_found:  # the CRD went away since it was seen: asked again after the re-check period
+                self._pool_api.gone(now.timestamp())
+                return
+            log.warning("%s: the InferencePool could not be written (tried again next cycle): %s", svc.meta.key, exc)
+            await self._event(body, "RoutingFailed", f"the InferencePool {svc.meta.name} could not be written: {exc}",
+                              "Warning", "Route", now)
+
+    async def _write_pool(self, body: Mapping[str, Any], svc: api.InferenceService, port: int,
+                          picker: EndpointPicker, now: datetime) -> bool:
+        """Create the pool, or patch the service's own; False when it was found deleted in between (made next
+        cycle). One of somebody else's is said in a Warning Event and left alone (True: not tried again)."""
+        ns, name = svc.meta.namespace, svc.meta.name
+        want = inference_pool(svc, port, picker)
+        try:
+            await self._k(self.kube.create, INFERENCE_POOLS, want, ns)
+            return True
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+        existing = await self._k(self.kube.get, INFERENCE_POOLS, name, ns)
+        if existing is None:
+            return False
+        if not _owned_by(existing, svc.meta.uid):
+            owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
+                               existing["metadata"].get("ownerReferences") or ()) or "no owner"
+            await self._event(body, "InferencePoolNameTaken", f"InferencePool {name} exists and is not this "
+                              f"InferenceService's ({owners}): it is left alone; a pool of this service would select "
+                              f"the Pods labelled {serving_label_selector(svc.meta)} on port {port}", "Warning",
+                              "Route", now)
+            return True
+        if pool_differs(existing, want):
+            await self._k(self.kube.merge_patch, INFERENCE_POOLS, name, pool_patch(want), ns)
+        return True
 
     def _held_metric(self) -> str:
         """The front door's gauge of the requests it holds (the policies' gatewayHeldQuery's metric; "": none)."""
@@ -1698,6 +1783,31 @@ def _owner_ref(pod: Mapping[str, Any]) -> dict[str, Any] | None:
                     "metadata": {"name": ref.get("name"), "namespace": pod["metadata"].get("namespace"),
                                  "uid": ref.get("uid")}}
     return None
+
+
+def _pool_key(port: int, picker: EndpointPicker) -> tuple[int, str, int]:
+    """What a service's InferencePool is written for: a change of any of it patches the pool."""
+    return (port, picker.service, picker.port)
+
+
+@dataclass
+class PoolApi:
+    """Whether the API server serves InferencePools (`inference.networking.k8s.io/v1`), asked through discovery
+    when a pool is to be written and remembered for POOL_API_RECHECK_S: a cluster without the CRD costs one
+    request a minute for the whole controller, not one per service or cycle, and a CRD installed later is found
+    within a minute."""
+
+    checked_at_s: float | None = None
+    is_served: bool = False
+
+    async def served(self, kube: KubeClient, call: Callable[..., Awaitable[Any]], now_s: float) -> bool:
+        if self.checked_at_s is None or now_s - self.checked_at_s >= POOL_API_RECHECK_S or now_s < self.checked_at_s:
+            self.is_served = bool(await call(kube.has_api, POOL_VERSION))
+            self.checked_at_s = now_s
+        return self.is_served
+
+    def gone(self, now_s: float) -> None:
+        self.is_served, self.checked_at_s = False, now_s
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:

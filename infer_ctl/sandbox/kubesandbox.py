@@ -6,11 +6,18 @@ and gang scheduling by kube-scheduler, garbage collection, ResourceClaim and nod
 is simulated: the nodes (registered and kept alive by the node agent, which plays kubelet and NVIDIA's DRA
 driver), the GPUs (ResourceSlices from the cluster file) and the model servers (local processes with a cold
 start, as on the emulator).
+
+The Gateway API Inference Extension's InferencePool CRD (`inference.networking.k8s.io/v1`) is installed beside the
+InferenceService CRD when its file is in the cache `scripts/gie-assets.sh` fills from the extension's Go module
+(`$INFER_CTL_GIE_DIR`, else the script's `--check`): the controller then makes a pool per service and the front
+door routes by it (`infer_ctl.sandbox.router`). The emulator serves no such API.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,12 +31,14 @@ from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.kubeside import KubeSide
-from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError
+from infer_ctl.sandbox.localcluster import ROOT, LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router
 from infer_ctl.sandbox.runtime import PRIORITY_CLASSES
 from infer_ctl.sandbox.threaded import LoopThread
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+GIE_SCRIPT = ROOT / "scripts" / "gie-assets.sh"
+POOL_CRD_FILE = "inference.networking.k8s.io_inferencepools.yaml"
 
 
 @dataclass
@@ -58,6 +67,30 @@ def install_crd(local: LocalCluster) -> None:
     local.wait_established(name)
 
 
+def pool_crd_path() -> Path | None:
+    """The InferencePool CRD from the extension's Go module: `$INFER_CTL_GIE_DIR/crd/...`, else the cache of
+    `scripts/gie-assets.sh` when it is filled (`--check`: nothing is downloaded here); None when there is none."""
+    explicit = os.environ.get("INFER_CTL_GIE_DIR")
+    if explicit:
+        path = Path(explicit) / "crd" / POOL_CRD_FILE
+        return path if path.is_file() else None
+    if not GIE_SCRIPT.is_file():
+        return None
+    result = subprocess.run(["bash", str(GIE_SCRIPT), "--check"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    path = Path(result.stdout.strip().splitlines()[-1]) / "crd" / POOL_CRD_FILE
+    return path if path.is_file() else None
+
+
+def install_pool_crd(local: LocalCluster, path: Path) -> None:
+    """Apply the InferencePool CRD (server-side) and wait until it is served."""
+    text = path.read_text()
+    local.kubectl("apply", "--server-side", "-f", "-", input_text=text)
+    local.wait_established(yaml.safe_load(text)["metadata"]["name"])
+
+
 def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: float = 60.0) -> None:
     """Until the node-lifecycle controller has lifted the `node.kubernetes.io/not-ready` taint that every new Node
     gets (it does once the node's Lease is fresh: a few seconds); before that nothing can be scheduled there."""
@@ -81,7 +114,8 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
                            extra_admins: Sequence[str] = (), images: ImageTable | None = None
                            ) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
-    CRD (with `crd`) and the PriorityClasses the controller's replicas use; stop everything on exit."""
+    InferenceService CRD (with `crd`), the InferencePool CRD (when its file is cached, `pool_crd_path`) and the
+    PriorityClasses the controller's replicas use; stop everything on exit."""
     local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
     local.start()
     thread: LoopThread | None = None
@@ -93,6 +127,9 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
                 "value": value, "description": description})
         if crd:
             install_crd(local)
+        pool_crd = pool_crd_path()  # not deploy/'s to install: a cluster has it from the extension's install
+        if pool_crd is not None:
+            install_pool_crd(local, pool_crd)
         target = kubeconfig or local.kubeconfig
         if kubeconfig is not None:
             kubeconfig.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ kube-controller-manager, no kubelet) this is what runs the cluster file's GPU no
 the Nodes, publishes NVIDIA's DeviceClasses and ResourceSlices, keeps a Lease per node, runs every Pod that
 kube-scheduler binds to one of them as a local model-server process and finishes its deletion; the router
 opens a front door per InferenceService. Both see the cluster through one `KubeView` (watch-fed caches of Pods
-and InferenceServices). `infer-ctl sandbox up --control-plane kube` runs it next to `LocalCluster`:
+and InferenceServices); the router also watches InferencePools (routing by a service's pool where there is
+one: `infer_ctl.sandbox.router`; on a server without their CRD the watch retries quietly every 10 s).
+`infer-ctl sandbox up --control-plane kube` runs it next to `LocalCluster`:
 
     async with KubeSide(cluster.kubeconfig, sandbox_cluster, catalog) as side:
         print(side.endpoints())
@@ -19,9 +21,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infer_ctl.actuate.pool import INFERENCE_POOLS
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.client import KubeClient, KubeError
+from infer_ctl.kube.informer import Informer
 from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.nodeagent import NodeAgent
 from infer_ctl.sandbox.router import Router
@@ -48,6 +52,7 @@ class KubeSide:
     _view: KubeView | None = None
     _agent: NodeAgent | None = None
     _router: Router | None = None
+    _pools: Informer | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -88,9 +93,11 @@ class KubeSide:
         self._agent = NodeAgent(self._view, {n.name: n for n in self.cluster.nodes}, self.catalog,
                                 publish=tuple(self.cluster.objects()) if self.publish else (),
                                 image_table=self.images)
-        self._router = Router(self._view)
+        self._pools = Informer(client, INFERENCE_POOLS, self.watch_timeout_s)
+        self._router = Router(self._view, pools=self._pools)
         await self._router.serve_metrics()
         self._tasks = [asyncio.create_task(self._agent.run(), name="node-agent"),
+                       asyncio.create_task(self._pools.run(), name="inferencepools informer"),
                        asyncio.create_task(self._router.run(), name="router")]
         try:
             await asyncio.wait_for(self._agent.registered.wait(), self.startup_timeout_s)
@@ -106,6 +113,9 @@ class KubeSide:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._pools is not None:
+            self._pools.close()
+            self._pools = None
         if self._view is not None:
             await self._view.stop()
         if self._client is not None:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infer_ctl.actuate.pool import INFERENCE_POOLS
 from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
 from infer_ctl.controller import access
@@ -115,6 +116,8 @@ def reconciles_the_example(sandbox: KubeSandbox, kube: KubeClient, namespace: st
     try:
         wait_for(lambda: serving(kube) >= 1, what="a serving replica of llama-8b", timeout_s=90)
         print(f"llama-8b serving after {time.monotonic() - started:.1f} s")
+        # the sandbox serves the InferencePool CRD: the controller made the service's pool under deploy/'s RBAC
+        assert kube.get(INFERENCE_POOLS, "llama-8b", "default") is not None
         # pinned to two, then one: the controller creates a second replica, then removes one (Pod and claim)
         kube.merge_patch(INFERENCE_SERVICES, "llama-8b", {"spec": {"replicas": 2}}, "default")
         wait_for(lambda: serving(kube) == 2, what="two serving replicas of llama-8b", timeout_s=90)
@@ -163,6 +166,8 @@ NOT_IN_THE_SCENARIO = {
                                "test_prefetch.py)",
     ("", "persistentvolumeclaims"): "as persistentvolumes",
     ("", "services"): "get and patch: a routing Service found on create (tests/controller/test_routing.py)",
+    ("inference.networking.k8s.io", "inferencepools"): "get and patch: a pool found on create, a port change "
+                                                        "(tests/controller/test_routing.py)",
 }
 
 
