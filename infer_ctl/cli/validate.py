@@ -551,9 +551,9 @@ class Checker:
     def _check_inference_service(self, body: dict[str, Any], report: Report) -> None:
         from infer_ctl.kube.inferenceservice import check_inference_service
 
-        result = check_inference_service(body, self.policies.catalog)
+        result = check_inference_service(body, self.policies.catalog, runtimes=self.policies.runtimes)
         report.errors += [with_hint(e, body, self.policies.catalog) for e in result.errors]
-        report.checked_against = "CRD, CEL rules, parser and catalog"
+        report.checked_against = "CRD, CEL rules, parser, catalog and runtime profiles"
         if result.ok:
             assert result.service is not None
             report.summary = explain_service(result.service, self.policies)

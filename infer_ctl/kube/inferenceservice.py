@@ -109,13 +109,14 @@ def _catalog_of_unparsed(obj: Mapping[str, Any], catalog: AcceleratorCatalog) ->
 
 
 def check_inference_service(obj: Mapping[str, Any], catalog: AcceleratorCatalog | None = None,
-                            crd: Crd | None = None, *, schema: bool = True) -> CheckResult:
+                            crd: Crd | None = None, *, schema: bool = True,
+                            runtimes: RuntimeProfiles = NO_RUNTIMES) -> CheckResult:
     """The CRD's schema with its defaults (`schema`: for a manifest no API server has seen, as `infer-ctl
-    validate` reads it), then `check_spec`'s. `schema=False` is `check_spec`: what an API server admitted was
-    defaulted and validated by it already."""
+    validate` reads it), then `check_spec`'s (the engine against `runtimes` too). `schema=False` is `check_spec`:
+    what an API server admitted was defaulted and validated by it already."""
     if not schema:
-        return check_spec(obj, catalog)
+        return check_spec(obj, catalog, runtimes)
     version = (crd or load_crd()).storage_version
     defaulted = apply_defaults(version.schema, dict(obj))
-    result = check_spec(defaulted, catalog)
+    result = check_spec(defaulted, catalog, runtimes)
     return replace(result, schema_errors=tuple(validate(version.schema, defaulted)))

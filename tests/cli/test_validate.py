@@ -80,6 +80,8 @@ BAD = [
      "spec.model.memory", "no allowed product can hold a replica"),
     ("mig-on-a-gpu-without-mig", InferenceServiceBuilder().with_("spec.accelerator.sharing", "MIG")
      .with_("spec.accelerator.products", ["L4"]), "spec.accelerator.sharing", "L4: has no MIG"),
+    ("an-engine-without-a-runtime-profile", InferenceServiceBuilder().with_("spec.runtime.engine", "tgi"),
+     "spec.runtime.engine", "unknown engine 'tgi': the runtime profiles (policies/runtimes.yaml) have vllm, sglang"),
 ]
 
 
