@@ -603,7 +603,8 @@ class Reconciler:
         ns = svc.meta.namespace
         new_hosts, host_nodes = placed
         moves = self._write_moves(body, svc, plan, memory, now, orphaned, addresses)
-        together = bool(plan.create) and bool(plan.actions.wake or plan.displace)
+        # a sleeper made room for on a lent GPU (a displacement and no wake) loads once the lender slept: after
+        together = bool(plan.create) and bool(plan.actions.wake)
         if together:
             woken_refused, refused = await _both(moves, self._write_new(svc, plan, now, new_hosts, host_nodes))
         else:
@@ -971,7 +972,9 @@ class Reconciler:
         ns = svc.meta.namespace
         pods = {str(p["metadata"]["name"]): p for p in (await self.view.cached(PODS))[0]
                 if (p.get("metadata") or {}).get("namespace") == ns}
-        to = ", ".join(plan.actions.wake)
+        loads = [r.name for r in plan.create if r.sleeping]
+        to = ", ".join(plan.actions.wake) if plan.actions.wake else \
+            f"new sleeper(s) {', '.join(loads)} to load on (no engine starts asleep)"
 
         async def one(name: str) -> None:
             pod = pods.get(name)
@@ -986,9 +989,10 @@ class Reconciler:
                 await self._engine.sleep(kube_pods.replica_pod(pod).address, runtime)
             owner = _owner_ref(pod)
             if owner is not None:
+                lent_for = f"wake of {to}" if plan.actions.wake else to
                 note = (f"replica {name} went to sleep: its GPU (warm host "
                         f"{(pod['metadata'].get('annotations') or {}).get(ANNOTATION_WARM_HOST, '')}) is lent to "
-                        f"{svc.meta.name}'s wake of {to}")
+                        f"{svc.meta.name}'s {lent_for}")
                 await self._event(owner, "Yielded", note + (f"; the sleep failed: {why}" if why else ""),
                                   "Warning" if why else "Normal", "Yield", now)
             if why:

@@ -508,6 +508,7 @@ def plan_cycle(observation: Observation, state: CycleState, policies: CyclePolic
         refused = observation.wake_refused
         if ledger is not None:
             ledger.may_displace = output.decision.urgent and spec.replicas is None
+            ledger.may_make_room = not output.decision.urgent and spec.replicas is None
 
         def on_warm_host(name: str) -> bool:
             return bool(hosts.get(name)) and name not in returning and name not in held_back \
@@ -583,9 +584,11 @@ def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSp
     # the pool as the tiers size it: beyond the awake replicas, within maxReplicas (`engine.step._tiers`)
     pool = min(policy.decide.sleeping_replicas, max(0, spec.scaling.max_replicas - serving - standby))
     if pool and sleeping < pool and spec.replicas is None:
-        why = ("an Exclusive service's sleepers only join warm hosts that exist: made for a Shared service's "
-               "sleepers, or lent by a service that yields to sleepers"
-               if spec.accelerator.sharing is api.Sharing.EXCLUSIVE else "no warm host has room for more")
+        why = ("an Exclusive service's sleepers only join warm hosts that exist (made for a Shared service's "
+               "sleepers, lent by a service that yields to sleepers, or the warm pool's) whose device has the "
+               "memory free to load one: a sleeper loads awake, then sleeps"
+               if spec.accelerator.sharing is api.Sharing.EXCLUSIVE
+               else "no warm host has room for more, its device memory free to load one included")
         message = f"{message}; sleeping pool: {sleeping} of {pool} held ({why})"
     if fallback:
         message = f"{message}; {fallback}"
@@ -1035,6 +1038,9 @@ class _WarmLedger:
         # the burst guard, the observed rate without a forecast, a request at zero, even clipped to maxReplicas);
         # one ahead of a forecast has a cold start's time, and creates
         self.may_displace = True
+        # whether a new sleeper may make room on a lent device (`_make_room`), and whether one did this cycle
+        self.may_make_room = False
+        self.made_room = False
 
     def drop_taken(self, state: ClusterState) -> None:
         """Forget the free GPUs no longer whole on `state` (the cycle's awake replicas were placed there)."""
@@ -1065,8 +1071,19 @@ class _WarmLedger:
         device = self.devices.get(self.host_of.get(name, ""))
         if device is None or (device.claim in self.lent_devices and not self.may_displace):
             return False
+        if not self._free_by_displacing(device, self.may_displace):
+            return False
+        self.device_free[device.claim] -= self.need(device)
+        return True
+
+    def _free_by_displacing(self, device: WarmDevice, displace: bool, extra_host: int = 0) -> bool:
+        """Whether `device` has the memory one of this service's replicas takes awake free, putting lent
+        replicas there to sleep (with `displace`) when that is what frees it: each then takes its weights' host
+        memory on the node, and is named in `displaced`; False, and nothing taken, when even that would not do
+        (or the lenders there have as many replicas asleep for others as they allow: `bounded` names them).
+        `extra_host`: host memory on the node that must be left after the displaced replicas' weights."""
         need, free = self.need(device), self.device_free[device.claim]
-        lent = self.lent.get(device.claim, []) if self.may_displace else []
+        lent = self.lent.get(device.claim, []) if displace else []
         taken: list[LentReplica] = []
         room = dict(self.yield_room)
         bound: set[str] = set()
@@ -1081,7 +1098,7 @@ class _WarmLedger:
             taken.append(x)
             free += x.device_bytes
         host = sum(x.weight_bytes for x in taken)
-        if free < need or (taken and self.host_free.get(device.node, 0) < host):
+        if free < need or ((taken or extra_host) and self.host_free.get(device.node, 0) < host + extra_host):
             if free < need:
                 self.bounded |= bound
             return False
@@ -1091,7 +1108,7 @@ class _WarmLedger:
             self.displaced.append(x.name)
         if taken:
             self.host_free[device.node] -= host
-        self.device_free[device.claim] = free - need
+        self.device_free[device.claim] = free
         return True
 
     def sleep(self, name: str) -> bool:
@@ -1180,6 +1197,8 @@ class _WarmLedger:
         apart."""
         device = self._candidate(self.own_sleepers, self.host_free, pool=self.pool, loads=True)
         if device is None:
+            device = self._make_room()
+        if device is None:
             return None
         need = self.need(device)
         self.pool -= self._new_pool_host(device)
@@ -1189,6 +1208,25 @@ class _WarmLedger:
         self.loading_taken[device.claim] += need
         self.host_free[device.node] -= self.weights
         return device.claim, need
+
+    def _make_room(self) -> WarmDevice | None:
+        """A lent device a new sleeper can load on once the lender's replica there sleeps (it yields its GPU to
+        other services' sleepers: to their loads too), that replica put to sleep (`displaced`); None when no such
+        device, or when making room is not for now (`may_make_room`: only in calm, never on load already here,
+        and one load at a time: no sleeper of this service loading on a lent device, none made room for yet this
+        cycle). The lender takes its GPU back once the sleeper sleeps (`_yielded`): it lends it for one cold
+        start."""
+        if not self.may_make_room or self.made_room or any(
+                n for c, n in self.own_loading.items() if c in self.lent_devices):
+            return None
+        for device in sorted((d for d in self.devices.values() if self.lent.get(d.claim)), key=self._order):
+            if device.claim in self.stranded or self.host_free.get(device.node, 0) < self.weights or \
+                    self.own_sleepers[device.claim] + self.own_awake[device.claim] >= self._slots(device):
+                continue
+            if self._free_by_displacing(device, True, extra_host=self.weights):
+                self.made_room = True
+                return device
+        return None
 
     def _new_pool_host(self, device: WarmDevice) -> int:
         """1 when a new sleeper on `device` makes a warm host of the pool (a free GPU it could hold fewer than two
@@ -1213,8 +1251,9 @@ class _WarmLedger:
             if held + more >= limit:
                 break
             slots = self._slots(device)
-            if not (device.exists or pool > 0 or slots >= 2) or self.device_free[device.claim] < self.need(device):
-                continue  # a new sleeper loads on the device: none where another model fills it now
+            if not (device.exists or pool > 0 or slots >= 2) or (
+                    self.device_free[device.claim] < self.need(device) and not self.lent.get(device.claim)):
+                continue  # a new sleeper loads on the device: none where another model fills it (lent: freed)
             fit = min(slots - self.own_sleepers[device.claim] - self.own_awake[device.claim],
                       max(0, host_free.get(device.node, 0)) // max(1, self.weights), limit - held - more)
             if fit <= 0:

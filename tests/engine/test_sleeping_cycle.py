@@ -438,11 +438,11 @@ def test_a_sleeping_pool_the_warm_hosts_cannot_hold_says_why() -> None:
     lone = plan(replace(observe(exclusive(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
                         warm_hosts=hosts(*free)), held_warm(1))
     assert lone.sleeping == 0
-    assert "sleeping pool: 0 of 2 held (an Exclusive service's sleepers only join warm hosts that exist: " \
-        in lone.message, lone.message
+    assert "sleeping pool: 0 of 2 held (an Exclusive service's sleepers only join warm hosts that exist (" \
+        in lone.message and "a sleeper loads awake, then sleeps" in lone.message, lone.message
     tight = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
                          warm_hosts=hosts(*free, budget=30 * GIB)), held_warm(1))
-    assert "sleeping pool: 1 of 2 held (no warm host has room for more)" in tight.message, tight.message
+    assert "sleeping pool: 1 of 2 held (no warm host has room for more, " in tight.message, tight.message
     held = plan(replace(observe(sleepy(spec__scaling__prewarm__sleepingReplicas=2), ready("llm-r0"), rate=5.0),
                         warm_hosts=hosts(*free)), held_warm(1))
     assert "sleeping pool" not in held.message

@@ -58,13 +58,26 @@ def plan(obs: Observation, state: CycleState | None = None, now: float = T0) -> 
     return plan_cycle(obs, state or CycleState(), CYCLE, now)[0]
 
 
-def test_a_new_sleeper_is_never_made_on_a_lent_gpu_its_lender_fills_it_loads_on_the_device_first() -> None:
+def test_a_new_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time() -> None:
     # no engine starts asleep: a sleeper loads on its warm host's device, then sleeps; a lender's replica awake
-    # there takes the whole device, so none can load there (it would fail with CUDA's out of memory)
-    p = plan(replace(observe(borrower(), ready("llm-r0"), rate=5.0),
-                     warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1"))), held_warm(1))
-    assert not [r for r in p.create if r.sleeping], p.message
-    assert p.displace == ()
+    # there takes the whole device, so it yields it for the load (to sleep first, as for a wake), one at a time
+    obs = replace(observe(borrower(), ready("llm-r0"), rate=5.0),
+                  warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1")))
+    p = plan(obs, held_warm(1))
+    assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU)], p.message
+    assert p.displace == ("batch-r0",)
+    # while that sleeper loads on the lent GPU, no other room is made
+    loading = ObservedReplica("llm-r1", S.LOADING, True, created_s=T0 - 5, spec_hash=HASH, warm_host="warm-a")
+    waits = plan(replace(obs, replicas=(*obs.replicas, loading),
+                         warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1), lent("warm-b", "batch-r1"))),
+                 held_warm(1))
+    assert not [r for r in waits.create if r.sleeping] and waits.displace == (), waits.message
+    # nor on load already here (a burst): the lender keeps serving, the load goes to new replicas
+    urgent = plan(replace(obs, samples=((T0, 18.0),)), held_warm(1))
+    assert urgent.displace == () and not [r for r in urgent.create if r.sleeping], urgent.message
+    # nor beyond what the lender allows asleep for others (`maxYielded`)
+    bounded = plan(replace(obs, warm_hosts=replace(obs.warm_hosts, yield_room={"batch": 0})), held_warm(1))
+    assert bounded.displace == () and not [r for r in bounded.create if r.sleeping], bounded.message
 
 
 def test_sleepers_wait_on_lent_gpus_one_per_device() -> None:
@@ -335,9 +348,12 @@ def test_wakes_and_displacements_stay_within_every_device_and_host_budget(
         lent_left = sum(x.device_bytes for x in d.lent if x.name not in displaced)
         others = d.awake_bytes - sum(x.device_bytes for x in d.lent)
         assert others + lent_left + wakes * GPU <= d.memory_bytes, (claim, p.message)
-        # a displacement is only for a wake on its device
+        # a displacement is only for a wake on its device, or for a new sleeper to load there (one per cycle)
         if any(x.name in displaced for x in d.lent):
-            assert wakes >= 1
+            assert wakes >= 1 or any(r.sleeping and r.warm_host == claim for r in p.create), p.message
+    made_room = [c for c, d in by_claim.items() if any(x.name in displaced for x in d.lent)
+                 and not any(host_of.get(n) == c for n in p.actions.wake)]
+    assert len(made_room) <= 1, p.message
     new = (sum(r.sleeping for r in p.create) + len(p.actions.sleep)) * weight_bytes(svc.spec.model)
     assert used_gib * GIB + new + len(displaced) * BATCH_WEIGHTS <= max(budget_gib * GIB, used_gib * GIB), p.message
     # a borrowed GPU is given back only beyond what the load here needs awake, and never for a burst
