@@ -167,6 +167,7 @@ class _Demo:
         self.slo_ms = float(((driven.get("spec") or {}).get("slo") or {}).get("latencyP95Ms") or math.nan)
         self.gateway_metrics: str | None = None  # the sandbox's front doors' /metrics (set when it starts)
         self.measured: dict[str, Any] = {}  # the driven service's status.slo, as the last poll read it
+        self.sandbox: Any = None  # the running sandbox (its node agent counts requests to sleeping engines)
         self.cold_start_s = float(driven["spec"]["runtime"].get("coldStartSeconds") or 60.0)
         self.kubeconfig = out / "kubeconfig"
         self.recorder = Recorder()
@@ -216,6 +217,7 @@ class _Demo:
             stack.callback(kube.close)
             kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                          body=yaml.safe_load(CRD_PATH.read_text()))
+        self.sandbox = sandbox
         print(f"  API server  {sandbox.url}   (KUBECONFIG={self.kubeconfig})", flush=True)
         # the front doors' /metrics: a Prometheus target beside the replicas (their latency at the door, their
         # refusals, the requests they hold), or the controller's own scrape without Prometheus
@@ -464,6 +466,10 @@ class _Demo:
                   f"door (time held for a replica included, refusals as misses) over the last "
                   f"{measured.get('windowSeconds')} s, objective {float(measured.get('objective', 'nan')) * 100:g} % "
                   f"(the controller's status.slo: {measured.get('message', '')})", flush=True)
+        if self.sandbox is not None:
+            print(f"  asleep      {self.sandbox.asleep_requests()} requests (every service's) reached a model server "
+                  "while it slept (the node agent's count: a replica leaves routing before its sleep and joins "
+                  "after a confirmed wake)", flush=True)
         print(f"  replicas    peak {peak} serving; {gpu_s / 3600:.2f} GPU-hours held (the GPUs its Pods' claims "
               "hold, loading included; a warm host's GPU charged to the services awake on it, else shared by its "
               "sleepers' services)", flush=True)

@@ -59,6 +59,10 @@ class KubeSandbox:
     def endpoints(self) -> dict[str, str]:
         return self.thread.call_sync(self.side.endpoints)
 
+    def asleep_requests(self) -> int:
+        """Requests that reached a model server while it slept (`NodeAgent.asleep_requests`), all Pods."""
+        return sum(self.side.agent.asleep_requests.values())
+
 
 def install_crd(local: LocalCluster) -> None:
     """Apply the InferenceService CRD (server-side) and wait until it is served."""

@@ -87,6 +87,10 @@ class Sandbox:
             await self._server.stop()
             self._server = None
 
+    def asleep_requests(self) -> int:
+        """Requests that reached a model server while it slept (`NodeAgent.asleep_requests`), all Pods."""
+        return sum(self.agent.asleep_requests.values())
+
     def endpoints(self) -> dict[str, str]:
         out = {"api": self.url, "gateway-metrics": self._router.metrics_url}
         for (namespace, name), door in sorted(self._router.doors.items()):
