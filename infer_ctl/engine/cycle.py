@@ -593,8 +593,9 @@ def _warm_notes(message: str, output: EngineOutput, spec: api.InferenceServiceSp
     if fallback:
         message = f"{message}; {fallback}"
     if displace:
+        why = "the wakes" if output.decision.urgent else "a new sleeper to load on its GPU (then sleep)"
         message = (f"{message}; {len(displace)} replica(s) of services that yield to sleepers put to sleep for "
-                   f"the wakes: {', '.join(displace)}")
+                   f"{why}: {', '.join(displace)}")
     if held_back:
         message = (f"{message}; {held_back} replica(s) asleep, their GPU yielded to another service's sleeper "
                    "(counted, not made up elsewhere, until it is given back)")

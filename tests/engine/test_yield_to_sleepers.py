@@ -66,6 +66,7 @@ def test_a_new_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time() -> None:
     p = plan(obs, held_warm(1))
     assert [(r.warm_host, r.device_bytes) for r in p.create if r.sleeping] == [("warm-a", GPU)], p.message
     assert p.displace == ("batch-r0",)
+    assert "put to sleep for a new sleeper to load on its GPU (then sleep): batch-r0" in p.message
     # while that sleeper loads on the lent GPU, no other room is made
     loading = ObservedReplica("llm-r1", S.LOADING, True, created_s=T0 - 5, spec_hash=HASH, warm_host="warm-a")
     waits = plan(replace(obs, replicas=(*obs.replicas, loading),
