@@ -1211,13 +1211,13 @@ class _WarmLedger:
         return device.claim, need
 
     def _make_room(self) -> WarmDevice | None:
-        """A lent device a new sleeper can load on once the lender's replica there sleeps (it yields its GPU to
-        other services' sleepers: to their loads too), that replica put to sleep (`displaced`); None when no such
-        device, or when making room is not for now (`may_make_room`: only in calm, never on load already here,
-        and one load at a time: no sleeper of this service loading on a lent device, none made room for yet this
-        cycle). The lender takes its GPU back once the sleeper sleeps (`_yielded`): it lends it for one cold
-        start."""
-        if not self.may_make_room or self.made_room or any(
+        """A lent device a new sleeper can load on once the lender's replica there sleeps (it yields its GPU to other
+        services' sleepers: to their loads too), that replica put to sleep (`displaced`); None when no such device,
+        or when making room is not for now (`may_make_room`: only in calm, never on load already here, and one load
+        at a time: no lender's replica asleep because it yielded (until it has taken its GPU back), no sleeper of
+        this service loading on a lent device, none made room for yet this cycle). The lender takes its GPU back
+        once the sleeper sleeps (`_yielded`): it lends it for one cold start."""
+        if not self.may_make_room or self.made_room or any(d.yielded for d in self.devices.values()) or any(
                 n for c, n in self.own_loading.items() if c in self.lent_devices):
             return None
         for device in sorted((d for d in self.devices.values() if self.lent.get(d.claim)), key=self._order):

@@ -73,6 +73,10 @@ def test_a_new_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time() -> None:
                          warm_hosts=hosts(lent("warm-a", "batch-r0", sleepers=1), lent("warm-b", "batch-r1"))),
                  held_warm(1))
     assert not [r for r in waits.create if r.sleeping] and waits.displace == (), waits.message
+    # nor while a lender's replica is still asleep for an earlier load (until it has taken its GPU back)
+    yielded = plan(replace(obs, warm_hosts=hosts(lent("warm-a", "batch-r0"), lent("warm-b", "batch-r1", yielded=1))),
+                   held_warm(1))
+    assert not [r for r in yielded.create if r.sleeping] and yielded.displace == (), yielded.message
     # nor on load already here (a burst): the lender keeps serving, the load goes to new replicas
     urgent = plan(replace(obs, samples=((T0, 18.0),)), held_warm(1))
     assert urgent.displace == () and not [r for r in urgent.create if r.sleeping], urgent.message
