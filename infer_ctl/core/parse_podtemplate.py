@@ -156,13 +156,13 @@ def parse_volumes(r: FieldReader, rt: Mapping[str, Any], runtime: Prop, path: st
             body = r.sub(item, schema, kind.value, ip)
             if item.get(kind.value) is None:
                 continue
-            volume = _volume(r, name or "", kind, body, schema[kind.value], f"{ip}.{kind.value}")
+            volume = _volume(r, name or "", kind, body, schema=schema[kind.value], path=f"{ip}.{kind.value}")
         if name is not None and volume is not None:
             out.append(volume)
     return tuple(out)
 
 
-def _volume(r: FieldReader, name: str, kind: pt.VolumeType, body: Mapping[str, Any], schema: Prop,
+def _volume(r: FieldReader, name: str, kind: pt.VolumeType, body: Mapping[str, Any], *, schema: Prop,
             path: str) -> pt.Volume | None:
     if kind is pt.VolumeType.EMPTY_DIR:
         limit = r.read_parsed(body, schema, "sizeLimit", path, _non_negative_quantity)
@@ -341,7 +341,8 @@ def _bytes(text: str) -> int:
 def check_across(r: FieldReader, rt: Mapping[str, Any], path: str, *, pre_stop: pt.PreStop | None,
                  grace_s: int | None) -> None:
     """The runtime's CEL rules across fields (`podtemplate.POD_TEMPLATE_RULES`), in Python with the numbers."""
-    limits = rt.get("limits") if isinstance(rt.get("limits"), Mapping) else {}
+    raw = rt.get("limits")
+    limits: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     for key in ("cpu", "memory"):
         request, limit = _quantity_or_none(rt.get(key)), _quantity_or_none(limits.get(key))
         if request is not None and limit is not None and limit < request:
