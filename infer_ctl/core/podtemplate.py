@@ -20,6 +20,7 @@ limit when one is set.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from infer_ctl.core.fields import Prop, Rule
@@ -223,6 +224,28 @@ class NodeRequirement:
     key: str
     operator: SelectorOperator
     values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with `labels` meets it (Kubernetes' node selector semantics: NotIn and DoesNotExist hold
+        where the label is absent; Gt and Lt compare integers, and fail on a value that is none)."""
+        value = labels.get(self.key)
+        if self.operator is SelectorOperator.IN:
+            return value is not None and value in self.values
+        if self.operator is SelectorOperator.NOT_IN:
+            return value is None or value not in self.values
+        if self.operator is SelectorOperator.EXISTS:
+            return value is not None
+        if self.operator is SelectorOperator.DOES_NOT_EXIST:
+            return value is None
+        try:
+            have, bound = int(value or ""), int(self.values[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if self.operator is SelectorOperator.GT else have < bound
+
+    def describe(self) -> str:
+        return f"{self.key} {self.operator.value} {list(self.values)}" if self.values else \
+            f"{self.key} {self.operator.value}"
 
     def to_dict(self) -> dict[str, object]:
         return {"key": self.key, "operator": self.operator.value, **({"values": list(self.values)}
