@@ -38,7 +38,8 @@ def waiting(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or ())
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 async def test_a_replica_gets_its_token_from_a_secret_and_its_settings_from_a_config_map(cluster: Cluster) -> None:
