@@ -16,6 +16,13 @@
   and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
   wake); `infer-ctl.io/start-asleep` asks the model server to load straight into host memory (the sandbox's does;
   one that does not is put to sleep with `POST /sleep?level=1` once ready).
+- The rest of the Pod is the service's template (`spec.runtime`, `infer_ctl.core.podtemplate`): env (values or
+  Secret/ConfigMap keys: an HF_TOKEN is a secretKeyRef), envFrom, its volumes and mounts beside the controller's
+  own (`model-cache`, and `shm`: /dev/shm as a Memory emptyDir of shmSize, 2Gi by default, what vLLM's tensor
+  parallelism needs), host CPU and memory requests and limits (the GPU is the claim's), the startup, readiness and
+  liveness probes on the engine's health path (`probes`), the preStop hook and grace period, its ServiceAccount
+  with no API token mounted unless asked, pull secrets; its tolerations after the policies' and its required node
+  expressions ANDed into the term that holds it to the chosen node (the placement chose a node that meets them).
 - The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`)
   read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
   (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
