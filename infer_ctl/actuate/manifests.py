@@ -218,6 +218,8 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
     the replica's share of its device's memory where it shares the device (vLLM's --gpu-memory-utilization)."""
     spec = svc.spec
     runtime = spec.runtime
+    if any(m.mount_path.rstrip("/") == model_cache_dir.rstrip("/") for m in runtime.volume_mounts):
+        model_cache_dir = ""  # the service mounts a volume of its own there (its weights): no node cache for it
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
               LABEL_NAME: svc.meta.name}
     container: dict[str, Any] = {
@@ -244,17 +246,7 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         container["env"] = env
     if runtime.env_from:
         container["envFrom"] = [source.to_dict() for source in runtime.env_from]
-    volumes: list[dict[str, Any]] = [v.to_dict() for v in runtime.volumes]
-    mounts: list[dict[str, Any]] = [m.to_dict() for m in runtime.volume_mounts]
-    if model_cache_dir:
-        # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
-        # writable or not): the server finds its model's directory there, or loads from the network
-        mounts.append({"name": MODEL_CACHE_VOLUME, "mountPath": model_cache_dir, "readOnly": True})
-        volumes.append(model_cache_volume(model_cache, model_cache_dir, read_only=True))
-    shm_bytes = pt.DEFAULT_SHM_BYTES if runtime.shm_bytes is None else runtime.shm_bytes
-    if shm_bytes:
-        volumes.append({"name": pt.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity(shm_bytes)}})
-        mounts.append({"name": pt.SHM_VOLUME, "mountPath": pt.SHM_PATH})
+    volumes, mounts = pod_volumes(runtime, model_cache_dir, model_cache)
     if mounts:
         container["volumeMounts"] = mounts
     if runtime.pre_stop is not None:
@@ -292,6 +284,24 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         },
         "spec": pod_spec,
     }
+
+
+def pod_volumes(runtime: api.RuntimeSpec, model_cache_dir: str, model_cache: ModelCacheVolume
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A replica's volumes and its container's mounts: the service's, the node's model cache (when
+    `model_cache_dir`), /dev/shm (shmSize; 2Gi by default, none with 0)."""
+    volumes: list[dict[str, Any]] = [v.to_dict() for v in runtime.volumes]
+    mounts: list[dict[str, Any]] = [m.to_dict() for m in runtime.volume_mounts]
+    if model_cache_dir:
+        # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
+        # writable or not): the server finds its model's directory there, or loads from the network
+        mounts.append({"name": MODEL_CACHE_VOLUME, "mountPath": model_cache_dir, "readOnly": True})
+        volumes.append(model_cache_volume(model_cache, model_cache_dir, read_only=True))
+    shm_bytes = pt.DEFAULT_SHM_BYTES if runtime.shm_bytes is None else runtime.shm_bytes
+    if shm_bytes:
+        volumes.append({"name": pt.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity(shm_bytes)}})
+        mounts.append({"name": pt.SHM_VOLUME, "mountPath": pt.SHM_PATH})
+    return volumes, mounts
 
 
 def probes(runtime: api.RuntimeSpec, health_path: str) -> dict[str, Any]:

@@ -131,6 +131,16 @@ def test_defaults_mount_two_gi_of_shm_mount_no_api_token_and_give_a_minute_to_dr
     assert "shm" not in {v["name"] for v in none["spec"]["volumes"]}
 
 
+def test_a_volume_of_the_service_s_own_at_the_model_cache_directory_replaces_the_node_cache() -> None:
+    # two mounts at one path would be refused by the API server: the service's own (its weights) wins
+    pod = built(spec__runtime__volumeMounts=[{"name": "weights", "mountPath": MODEL_CACHE_DIR, "readOnly": True}])
+    kubernetes_validate.validate(pod, "1.37.0", strict=True)
+    (container,) = pod["spec"]["containers"]
+    assert [m["name"] for m in container["volumeMounts"] if m["mountPath"] == MODEL_CACHE_DIR] == ["weights"]
+    assert "model-cache" not in {v["name"] for v in pod["spec"]["volumes"]}
+    assert "INFER_CTL_MODEL_CACHE_DIR" not in {e["name"] for e in container["env"]}
+
+
 def test_the_template_s_volumes_survive_the_removal_of_the_model_cache() -> None:
     bare = without_model_cache(built())
     assert {v["name"] for v in bare["spec"]["volumes"]} == {"chat-template", "weights", "scratch", "shm"}
