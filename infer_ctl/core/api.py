@@ -18,9 +18,6 @@ from typing import Any
 from infer_ctl.core.duration import DURATION_PATTERN
 from infer_ctl.core.fields import Prop, Rule
 from infer_ctl.core.podtemplate import (
-    ENV_SCHEMA,
-    POD_TEMPLATE_PROPS,
-    POD_TEMPLATE_RULES,
     EnvFromSource,
     EnvVarSource,
     NodeRequirement,
@@ -31,6 +28,7 @@ from infer_ctl.core.podtemplate import (
     Volume,
     VolumeMount,
 )
+from infer_ctl.core.podtemplate_schema import ENV_SCHEMA, POD_TEMPLATE_PROPS, POD_TEMPLATE_RULES
 from infer_ctl.core.quantity import QUANTITY_PATTERN
 
 GROUP = "infer-ctl.io"

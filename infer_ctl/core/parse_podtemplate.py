@@ -14,6 +14,7 @@ from typing import Any
 
 from infer_ctl.core import podtemplate as pt
 from infer_ctl.core.fields import FieldReader, Prop, type_name
+from infer_ctl.core.podtemplate_schema import VALUE_FROM_SOURCES
 from infer_ctl.core.quantity import parse_bytes, parse_quantity
 
 
@@ -89,7 +90,7 @@ def _value_from(r: FieldReader, item: Mapping[str, Any], item_schema: Prop, ip: 
         if isinstance(item.get("valueFrom"), Mapping):
             r.error(p, "exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef is required")
         return None
-    if _count(vf, pt.VALUE_FROM_SOURCES) != 1:
+    if _count(vf, VALUE_FROM_SOURCES) != 1:
         r.error(p, "exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef is required")
     secret = _key_ref(r, vf, schema, "secretKeyRef", p)
     config = _key_ref(r, vf, schema, "configMapKeyRef", p)
