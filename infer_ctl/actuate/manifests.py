@@ -16,6 +16,13 @@
   and `infer-ctl.io/asleep: "true"` while the controller holds it asleep (written before a sleep, removed after a
   wake). Its model server loads onto the device as any replica's does (neither vLLM nor SGLang can start asleep)
   and is put to sleep once ready (`POST /sleep?level=1` for vLLM).
+- The rest of the Pod is the service's template (`spec.runtime`, `infer_ctl.core.podtemplate`): env (values or
+  Secret/ConfigMap keys: an HF_TOKEN is a secretKeyRef), envFrom, its volumes and mounts beside the controller's
+  own (`model-cache`, and `shm`: /dev/shm as a Memory emptyDir of shmSize, 2Gi by default, what vLLM's tensor
+  parallelism needs), host CPU and memory requests and limits (the GPU is the claim's), the startup, readiness and
+  liveness probes on the engine's health path (`probes`), the preStop hook and grace period, its ServiceAccount
+  with no API token mounted unless asked, pull secrets; its tolerations after the policies' and its required node
+  expressions ANDed into the term that holds it to the chosen node (the placement chose a node that meets them).
 - The cached tier: every replica mounts its node's model cache directory (policies' `modelCacheHostPath`)
   read-only at the same path, with `INFER_CTL_MODEL_CACHE_DIR` naming its model's directory there
   (`<dir>/<cache key>`), so that its model server loads from it when the node holds the model (written there by a
@@ -34,10 +41,12 @@ import dataclasses
 import enum
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infer_ctl.core import api
+from infer_ctl.core import podtemplate as pt
 from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, ModelCacheVolume
 from infer_ctl.core.runtime import ServiceRuntime
 from infer_ctl.kube.labels import (
@@ -75,8 +84,8 @@ CONTAINER_NAME = "model-server"
 PRIORITY_CLASS_SERVING = "infer-ctl-serving"
 PRIORITY_CLASS_STANDBY = "infer-ctl-standby"
 DRAIN_SECONDS = 60
-# the startup probe (every 2 s) gives a model this long to load before kubelet restarts its server: an hour
-STARTUP_PROBE_FAILURES = 1800
+# the startup probe (every 2 s) gives a model at least an hour to load before kubelet restarts its server
+STARTUP_PROBE_FAILURES = pt.MIN_STARTUP_WINDOW_S // pt.STARTUP_PERIOD_S
 
 
 class Role(enum.StrEnum):
@@ -208,23 +217,16 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
     the replica's share of its device's memory where it shares the device (vLLM's --gpu-memory-utilization)."""
     spec = svc.spec
     runtime = spec.runtime
+    if any(m.mount_path.rstrip("/") == model_cache_dir.rstrip("/") for m in runtime.volume_mounts):
+        model_cache_dir = ""  # the service mounts a volume of its own there (its weights): no node cache for it
     labels = {**selector_labels(svc.meta), LABEL_ROLE: role.value, LABEL_REPLICA: replica,
               LABEL_NAME: svc.meta.name}
-    requests: dict[str, str] = {}
-    if runtime.cpu_milli:
-        requests["cpu"] = f"{runtime.cpu_milli}m"
-    if runtime.host_memory_bytes:
-        requests["memory"] = str(runtime.host_memory_bytes)
-    health = {"httpGet": {"path": engine.health_path, "port": "http"}}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": runtime.image,
         "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
-        # the engines listen only once the model is loaded: the startup probe covers the load (up to an hour, as
-        # a 70B model from the network may take), readiness then says when it serves
-        "startupProbe": {**health, "periodSeconds": 2, "failureThreshold": STARTUP_PROBE_FAILURES},
-        "readinessProbe": {**health, "periodSeconds": 2, "failureThreshold": 3},
-        "resources": {"claims": [{"name": CLAIM_NAME_IN_POD}], **({"requests": requests} if requests else {})},
+        **probes(runtime, engine.health_path),
+        "resources": resources(runtime),
     }
     if engine.profile.command:
         container["command"] = list(engine.profile.command)
@@ -233,37 +235,38 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
     args = engine_args(spec, engine, sleeps=sleeps, memory_share=memory_share)
     if args:
         container["args"] = args
-    env = [{"name": e.name, "value": e.value} for e in runtime.env]
+    env = [e.to_dict() for e in runtime.env]
+    named = {e.name for e in runtime.env}
     if sleeps and engine.profile.sleep is not None:
-        named = {e.name for e in runtime.env}
         env += [{"name": k, "value": v} for k, v in sorted(engine.profile.sleep.env.items()) if k not in named]
+    if model_cache_dir and ENV_MODEL_CACHE_DIR not in named:
+        env.append({"name": ENV_MODEL_CACHE_DIR, "value": f"{model_cache_dir}/{spec.model.cache_key}"})
     if env:
         container["env"] = env
-    volumes: list[dict[str, Any]] = []
-    if model_cache_dir:
-        # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
-        # writable or not): the server finds its model's directory there, or loads from the network
-        container["volumeMounts"] = [{"name": MODEL_CACHE_VOLUME, "mountPath": model_cache_dir, "readOnly": True}]
-        if not any(e.name == ENV_MODEL_CACHE_DIR for e in runtime.env):
-            container.setdefault("env", []).append({"name": ENV_MODEL_CACHE_DIR,
-                                                    "value": f"{model_cache_dir}/{spec.model.cache_key}"})
-        volumes.append(model_cache_volume(model_cache, model_cache_dir, read_only=True))
+    if runtime.env_from:
+        container["envFrom"] = [source.to_dict() for source in runtime.env_from]
+    volumes, mounts = pod_volumes(runtime, model_cache_dir, model_cache)
+    if mounts:
+        container["volumeMounts"] = mounts
+    if runtime.pre_stop is not None:
+        container["lifecycle"] = {"preStop": runtime.pre_stop.to_dict()}
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "resourceClaims": [{"name": CLAIM_NAME_IN_POD, "resourceClaimName": claim_name}],
         "priorityClassName": PRIORITY_CLASS_SERVING if (priority or role) is Role.SERVING else PRIORITY_CLASS_STANDBY,
-        "terminationGracePeriodSeconds": DRAIN_SECONDS,
+        "terminationGracePeriodSeconds": DRAIN_SECONDS if runtime.termination_grace_s is None
+        else runtime.termination_grace_s,
         "restartPolicy": "Always",
+        **pod_identity(runtime),
     }
     if volumes:
         pod_spec["volumes"] = volumes
-    if tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in tolerations]
-    if node_selector:
-        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": key, "operator": "In", "values": [value]} for key, value in sorted(node_selector.items())
-            ]}]}}}
+    all_tolerations = merged_tolerations(tolerations, runtime)
+    if all_tolerations:
+        pod_spec["tolerations"] = all_tolerations
+    affinity = node_affinity(node_selector, runtime)
+    if affinity:
+        pod_spec["affinity"] = {"nodeAffinity": affinity}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -280,6 +283,115 @@ def replica_pod(svc: api.InferenceService, *, replica: str, claim_name: str, rol
         },
         "spec": pod_spec,
     }
+
+
+def pod_volumes(runtime: api.RuntimeSpec, model_cache_dir: str, model_cache: ModelCacheVolume
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A replica's volumes and its container's mounts: the service's, the node's model cache (when
+    `model_cache_dir`), /dev/shm (shmSize; 2Gi by default, none with 0)."""
+    volumes: list[dict[str, Any]] = [v.to_dict() for v in runtime.volumes]
+    mounts: list[dict[str, Any]] = [m.to_dict() for m in runtime.volume_mounts]
+    if model_cache_dir:
+        # the whole cache, read-only (a subPath of a model the node does not hold yet would be created by kubelet,
+        # writable or not): the server finds its model's directory there, or loads from the network
+        mounts.append({"name": MODEL_CACHE_VOLUME, "mountPath": model_cache_dir, "readOnly": True})
+        volumes.append(model_cache_volume(model_cache, model_cache_dir, read_only=True))
+    shm_bytes = pt.DEFAULT_SHM_BYTES if runtime.shm_bytes is None else runtime.shm_bytes
+    if shm_bytes:
+        volumes.append({"name": pt.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity(shm_bytes)}})
+        mounts.append({"name": pt.SHM_VOLUME, "mountPath": pt.SHM_PATH})
+    return volumes, mounts
+
+
+def probes(runtime: api.RuntimeSpec, health_path: str) -> dict[str, Any]:
+    """The container's startup, readiness and liveness probes on the engine's health path (vLLM's /health), the
+    service's overrides over the defaults (`infer_ctl.core.podtemplate`). The startup probe covers the model's load
+    (the engines listen only once loaded): every 2 s for the longer of an hour and three cold starts (the service's
+    coldStartSeconds hint), e.g. coldStartSeconds 1800 -> 5400 s / 2 s = 2700 failures; readiness then says when it
+    serves; liveness (on by default) has kubelet restart an engine whose /health failed for a minute (vLLM answers
+    503 once its engine core died)."""
+    health = {"httpGet": {"path": health_path, "port": "http"}}
+    timing = runtime.probes
+    startup_period = timing.startup.period_s or pt.STARTUP_PERIOD_S
+    window_s = max(pt.MIN_STARTUP_WINDOW_S, pt.STARTUP_COLD_START_FACTOR * (runtime.cold_start_s or 0))
+    out = {
+        "startupProbe": _probe(health, timing.startup, period_s=startup_period,
+                               failures=math.ceil(window_s / startup_period)),
+        "readinessProbe": _probe(health, timing.readiness, period_s=pt.READINESS_PERIOD_S,
+                                 failures=pt.READINESS_FAILURES),
+    }
+    if timing.liveness_enabled:
+        out["livenessProbe"] = _probe(health, timing.liveness, period_s=pt.LIVENESS_PERIOD_S,
+                                      failures=pt.LIVENESS_FAILURES, timeout_s=pt.LIVENESS_TIMEOUT_S)
+    return out
+
+
+def _probe(health: Mapping[str, Any], given: pt.ProbeTiming, *, period_s: int, failures: int,
+           timeout_s: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {**health, "periodSeconds": given.period_s or period_s,
+                           "failureThreshold": given.failure_threshold or failures}
+    if given.timeout_s or timeout_s:
+        out["timeoutSeconds"] = given.timeout_s or timeout_s
+    if given.initial_delay_s:
+        out["initialDelaySeconds"] = given.initial_delay_s
+    return out
+
+
+def resources(runtime: api.RuntimeSpec) -> dict[str, Any]:
+    """The container's resources: its claim (the GPU is the DRA claim's business), host CPU and memory requests and
+    limits."""
+    out: dict[str, Any] = {"claims": [{"name": CLAIM_NAME_IN_POD}]}
+    for key, cpu_milli, memory_bytes in (("requests", runtime.cpu_milli, runtime.host_memory_bytes),
+                                         ("limits", runtime.cpu_limit_milli, runtime.memory_limit_bytes)):
+        values = {**({"cpu": f"{cpu_milli}m"} if cpu_milli else {}),
+                  **({"memory": str(memory_bytes)} if memory_bytes else {})}
+        if values:
+            out[key] = values
+    return out
+
+
+def pod_identity(runtime: api.RuntimeSpec) -> dict[str, Any]:
+    """Who the Pod runs as and pulls with: its ServiceAccount, no API token unless the service asks (a model server
+    does not call the Kubernetes API), its registry credentials."""
+    out: dict[str, Any] = {"automountServiceAccountToken": runtime.automount_service_account_token}
+    if runtime.service_account_name:
+        out["serviceAccountName"] = runtime.service_account_name
+    if runtime.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": name} for name in runtime.image_pull_secrets]
+    return out
+
+
+def merged_tolerations(fixed: Sequence[Mapping[str, Any]], runtime: api.RuntimeSpec) -> list[dict[str, Any]]:
+    """The policies' tolerations, then the service's that are not among them."""
+    out = [dict(t) for t in fixed]
+    for toleration in runtime.tolerations:
+        written = toleration.to_dict()
+        if written not in out:
+            out.append(written)
+    return out
+
+
+def node_affinity(node_selector: Mapping[str, str], runtime: api.RuntimeSpec) -> dict[str, Any]:
+    """The node affinity of a replica: the placement's node (`node_selector`) and the service's required
+    expressions in one term (ANDed: kube-scheduler ORs terms), the service's preferred terms as they are."""
+    expressions: list[dict[str, object]] = [{"key": key, "operator": "In", "values": [value]}
+                                            for key, value in sorted(node_selector.items())]
+    expressions += [e.to_dict() for e in runtime.node_required]
+    out: dict[str, Any] = {}
+    if expressions:
+        out["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [
+            {"matchExpressions": expressions}]}
+    if runtime.node_preferred:
+        out["preferredDuringSchedulingIgnoredDuringExecution"] = [t.to_dict() for t in runtime.node_preferred]
+    return out
+
+
+def quantity(n_bytes: int) -> str:
+    """Bytes as an exact quantity in the largest binary unit that divides them: 2147483648 -> '2Gi'."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n_bytes % size == 0:
+            return f"{n_bytes // size}{unit}"
+    return str(n_bytes)
 
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
@@ -380,7 +492,7 @@ def without_model_cache(pod: Mapping[str, Any]) -> dict[str, Any]:
 # Where prefetch Pods put a model's weights on a node by default (a hostPath; one directory per model cache key):
 # policies' modelCacheHostPath.
 MODEL_CACHE_DIR = DEFAULT_MODEL_CACHE_HOST_PATH
-MODEL_CACHE_VOLUME = "model-cache"
+MODEL_CACHE_VOLUME = pt.MODEL_CACHE_VOLUME
 # modelCacheVolume persistentVolume: each namespace's claim of its nodes' model caches, and its PersistentVolume
 MODEL_CACHE_CLAIM = "infer-ctl-model-cache"
 # What the claim asks and the volume offers: nominal (a local volume's capacity is not enforced; what a node's cache
@@ -451,10 +563,14 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
     the model's name and URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the
     weights there with the Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates
     the download (bytes over the node's network bandwidth) and publishes the node's cache on the Node. Owned by
-    the service, so deleting the service deletes it."""
+    the service, so deleting the service deletes it. It runs with the service's variables (`env`, `envFrom`: the hub
+    token from its Secret), ServiceAccount, registry credentials and tolerations (besides `tolerations`, the
+    policies'), as its replicas do; no volumes of the service's, no probes."""
     spec = svc.spec
     key = spec.model.cache_key
     directory = f"{cache_dir}/{key}"
+    own = {"INFER_CTL_MODEL_NAME": spec.model.name, "INFER_CTL_MODEL_URI": spec.model.uri or "",
+           ENV_MODEL_CACHE_DIR: directory}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -469,15 +585,19 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
             "nodeName": node,
             "restartPolicy": "Never",
             "priorityClassName": PRIORITY_CLASS_STANDBY,
-            **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
+            **({"tolerations": merged} if (merged := merged_tolerations(tolerations, spec.runtime)) else {}),
+            **pod_identity(spec.runtime),
             "containers": [{
                 "name": PREFETCH_CONTAINER,
                 "image": spec.runtime.image,
                 "command": ["sh", "-c", 'huggingface-cli download "$INFER_CTL_MODEL_NAME" '
                                         '--local-dir "$INFER_CTL_MODEL_CACHE_DIR"'],
-                "env": [{"name": "INFER_CTL_MODEL_NAME", "value": spec.model.name},
-                        {"name": "INFER_CTL_MODEL_URI", "value": spec.model.uri or ""},
-                        {"name": ENV_MODEL_CACHE_DIR, "value": directory}],
+                # the service's variables (HF_TOKEN from its Secret, HF_ENDPOINT, a proxy: what the download needs)
+                # before the prefetch's own, which no service variable overrides
+                "env": [e.to_dict() for e in spec.runtime.env if e.name not in own]
+                + [{"name": name, "value": value} for name, value in own.items()],
+                **({"envFrom": [source.to_dict() for source in spec.runtime.env_from]}
+                   if spec.runtime.env_from else {}),
                 "volumeMounts": [{"name": MODEL_CACHE_VOLUME, "mountPath": directory, "subPath": key}],
                 **({"securityContext": security_context(spec.runtime.security_context)}
                    if spec.runtime.security_context is not None else {}),

@@ -386,7 +386,7 @@ class _Demo:
         yielded = sum(int(e.get("count") or (e.get("series") or {}).get("count") or 1)
                       for e in kube.list(EVENTS, "default") if e.get("reason") == "Yielded")
         lent = "lending no GPU (--without-sleepers)" if self.args.without_sleepers else \
-            f"its GPUs lent to chat's sleepers: {yielded} replica(s) put to sleep for chat's wakes"
+            f"its GPUs lent to chat's sleepers: {yielded} replica(s) put to sleep for chat's wakes and loads"
         print(f"\nsummary of {BACKGROUND} (steady {BACKGROUND_RPS * self.day.rate_scale:g} req/s; {lent})", flush=True)
         if not summary:
             print("  loadgen printed no summary", flush=True)

@@ -17,6 +17,18 @@ from typing import Any
 
 from infer_ctl.core.duration import DURATION_PATTERN
 from infer_ctl.core.fields import Prop, Rule
+from infer_ctl.core.podtemplate import (
+    EnvFromSource,
+    EnvVarSource,
+    NodeRequirement,
+    PreferredTerm,
+    PreStop,
+    Probes,
+    Toleration,
+    Volume,
+    VolumeMount,
+)
+from infer_ctl.core.podtemplate_schema import ENV_SCHEMA, POD_TEMPLATE_PROPS, POD_TEMPLATE_RULES
 from infer_ctl.core.quantity import QUANTITY_PATTERN
 
 GROUP = "infer-ctl.io"
@@ -117,8 +129,16 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class EnvVar:
+    """A variable of the server: `value`, or `value_from` (a Secret's or ConfigMap's key, a field, a resource)."""
+
     name: str
-    value: str
+    value: str = ""
+    value_from: EnvVarSource | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.value_from is not None:
+            return {"name": self.name, "valueFrom": self.value_from.to_dict()}
+        return {"name": self.name, "value": self.value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +173,22 @@ class RuntimeSpec:
     cpu_milli: int = 0  # host CPU request, millicores
     host_memory_bytes: int = 0  # host memory request
     security_context: SecurityContext | None = None  # the container's, and the service's prefetch Pods'
+    # the rest of the Pod template (infer_ctl.core.podtemplate)
+    env_from: tuple[EnvFromSource, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    shm_bytes: int | None = None  # /dev/shm's size; None: podtemplate.DEFAULT_SHM_BYTES; 0: none
+    tolerations: tuple[Toleration, ...] = ()  # added to the policies' own
+    node_required: tuple[NodeRequirement, ...] = ()  # ANDed into the placement's required node term
+    node_preferred: tuple[PreferredTerm, ...] = ()
+    cpu_limit_milli: int = 0  # 0: no limit
+    memory_limit_bytes: int = 0
+    probes: Probes = field(default_factory=Probes)
+    pre_stop: PreStop | None = None
+    termination_grace_s: int | None = None  # None: podtemplate.DEFAULT_GRACE_S
+    service_account_name: str = ""  # "": the namespace's default
+    automount_service_account_token: bool = False
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +281,6 @@ MIN_ATTAINMENT = 0.5
 MAX_ATTAINMENT = 0.9999
 MAX_GPUS_PER_REPLICA = 16
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 COMPUTE_CAPABILITY_PATTERN = r"^[0-9]+\.[0-9]+$"
 PARAMETERS_PATTERN = r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([KMBT])$"
 AUTO_OR_DURATION_PATTERN = "^(auto|" + DURATION_PATTERN[1:-1] + ")$"
@@ -304,8 +339,9 @@ MODEL_SCHEMA = Prop(
 
 RUNTIME_SCHEMA = Prop(
     "object",
-    "The model server container.",
+    "The model server container and the rest of its replica Pods' template.",
     required=("image",),
+    rules=POD_TEMPLATE_RULES,
     properties={
         "image": Prop("string", "Container image of the model server, e.g. vllm/vllm-openai:v0.16.0.",
                       min_length=1, max_length=1024),
@@ -320,11 +356,7 @@ RUNTIME_SCHEMA = Prop(
         "port": Prop("integer", "Port the server listens on for requests, /metrics and the probes. Default: the "
                      "engine's (vLLM 8000, SGLang 30000).", minimum=1, maximum=65535),
         "args": Prop("array", "Arguments to the server.", items=Prop("string")),
-        "env": Prop("array", "Environment variables of the server.", list_type="map", list_map_keys=("name",),
-                    items=Prop("object", required=("name",), properties={
-                        "name": Prop("string", "Variable name.", pattern=ENV_NAME_PATTERN),
-                        "value": Prop("string", "Variable value."),
-                    })),
+        "env": ENV_SCHEMA,
         "readinessPath": Prop("string", "HTTP path that answers 200 once the model is loaded (the startup and "
                               "readiness probes'). Default: the engine's health path (/health).", pattern="^/"),
         "coldStartSeconds": Prop("number", "Expected time from replica creation to ready, used until infer-ctl "
@@ -361,6 +393,7 @@ RUNTIME_SCHEMA = Prop(
                                "localhostProfile is required with type Localhost, and only then"),)),
             },
         ),
+        **POD_TEMPLATE_PROPS,
     },
 )
 

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from infer_ctl.core import api
+from infer_ctl.core import parse_podtemplate as pod
 from infer_ctl.core.duration import DurationError, parse_duration_s
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.fields import FieldReader, Prop, type_name
@@ -233,14 +234,31 @@ def _parse_runtime(r: FieldReader, spec: Mapping[str, Any]) -> api.RuntimeSpec |
     cold = r.read(rt, schema, "coldStartSeconds", p)
     cpu = r.read_parsed(rt, schema, "cpu", p, _millicores)
     host_memory = r.read_parsed(rt, schema, "memory", p, _non_negative_bytes)
-    env = _parse_env(r, rt, schema["env"], f"{p}.env")
+    env = tuple(api.EnvVar(name, value, source) for name, value, source in pod.parse_env(r, rt, schema, p))
     security = _parse_security_context(r, rt, schema, p)
+    volumes = pod.parse_volumes(r, rt, schema, p)
+    cpu_limit, memory_limit = pod.parse_limits(r, rt, schema, p, millicores=_millicores)
+    required, preferred = pod.parse_node_affinity(r, rt, schema, p)
+    pre_stop = pod.parse_pre_stop(r, rt, schema, p)
+    grace = r.read(rt, schema, "terminationGracePeriodSeconds", p)
+    shm = r.read_parsed(rt, schema, "shmSize", p, _non_negative_bytes)
+    template = {
+        "env_from": pod.parse_env_from(r, rt, schema, p), "volumes": volumes,
+        "volume_mounts": pod.parse_volume_mounts(r, rt, schema, p), "shm_bytes": shm,
+        "tolerations": pod.parse_tolerations(r, rt, schema, p), "node_required": required,
+        "node_preferred": preferred, "cpu_limit_milli": cpu_limit, "memory_limit_bytes": memory_limit,
+        "probes": pod.parse_probes(r, rt, schema, p), "pre_stop": pre_stop, "termination_grace_s": grace,
+        "service_account_name": r.read(rt, schema, "serviceAccountName", p, what="a DNS subdomain") or "",
+        "automount_service_account_token": r.read(rt, schema, "automountServiceAccountToken", p),
+        "image_pull_secrets": pod.parse_image_pull_secrets(r, rt, schema, p),
+    }
+    pod.check_across(r, rt, p, pre_stop=pre_stop, grace_s=grace)
     if image is None:
         return None
     return api.RuntimeSpec(image=image, port=port, args=args, env=env, readiness_path=readiness or None,
                            engine=engine or "", engine_version=engine_version or "",
                            cold_start_s=cold, cpu_milli=cpu or 0, host_memory_bytes=host_memory or 0,
-                           security_context=security)
+                           security_context=security, **template)
 
 
 def _parse_security_context(r: FieldReader, rt: Mapping[str, Any], runtime: Prop,
@@ -272,33 +290,6 @@ def _parse_security_context(r: FieldReader, rt: Mapping[str, Any], runtime: Prop
         capabilities_add=tuple(r.read(caps, schema["capabilities"], "add", f"{p}.capabilities") or ()),
         capabilities_drop=tuple(r.read(caps, schema["capabilities"], "drop", f"{p}.capabilities") or ()),
         seccomp_profile=profile, seccomp_localhost_profile=local)
-
-
-def _parse_env(r: FieldReader, rt: Mapping[str, Any], prop: Prop, path: str) -> tuple[api.EnvVar, ...]:
-    raw = rt.get("env")
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        r.error(path, f"must be a list, got {type_name(raw)}", "FieldValueTypeInvalid")
-        return ()
-    out: list[api.EnvVar] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        ip = f"{path}[{i}]"
-        if not isinstance(item, Mapping):
-            r.error(ip, f"must be an object, got {type_name(item)}", "FieldValueTypeInvalid")
-            continue
-        item_schema = prop.items
-        assert item_schema is not None
-        r.unknown(item, ip, item_schema.keys)
-        name = r.read(item, item_schema, "name", ip, what="a valid environment variable name")
-        value = r.read(item, item_schema, "value", ip)
-        if name is not None:
-            if name in seen:
-                r.error(f"{ip}.name", f'Duplicate value: "{name}"', "FieldValueDuplicate")
-            seen.add(name)
-            out.append(api.EnvVar(name, value or ""))
-    return tuple(out)
 
 
 def _parse_accelerator(r: FieldReader, spec: Mapping[str, Any]) -> api.AcceleratorSpec | None:

@@ -534,8 +534,8 @@ def _parse_aims(r: FieldReader, doc: Mapping[str, Any], source: str) -> tuple[Ai
     return tuple(out) if len(r.errors) == before else ()
 
 
-PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeResources",
-                     "GangReservation", "NodeUnschedulable")
+PLACEMENT_FILTERS = ("Accelerator", "DeviceMemory", "PartitionAvailable", "TaintToleration", "NodeAffinity",
+                     "NodeResources", "GangReservation", "NodeUnschedulable")
 PLACEMENT_SCORES = ("Fragmentation", "BestFit", "CacheLocality", "Spread", "ProductPreference")
 
 

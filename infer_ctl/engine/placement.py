@@ -92,10 +92,18 @@ def replica_request(svc: api.InferenceService, catalog: AcceleratorCatalog, repl
         selectors=selectors(spec, catalog),
         device_memory_bytes=per_device,
         shared_capacity=shared,
-        pod_tolerations=GPU_TOLERATIONS,
+        pod_tolerations=pod_tolerations(spec.runtime),
+        node_requirements=spec.runtime.node_required,
         service=svc.meta.name,
         cache_key=spec.model.cache_key,
     )
+
+
+def pod_tolerations(runtime: api.RuntimeSpec) -> tuple[Toleration, ...]:
+    """A replica Pod's tolerations, as the placement filters nodes with them: the GPU nodes' taint and the
+    service's own (`spec.runtime.tolerations`, which `replica_pod` adds to the Pod)."""
+    own = tuple(Toleration(t.key, t.operator.value, t.value, t.effect.value) for t in runtime.tolerations)
+    return GPU_TOLERATIONS + tuple(t for t in own if t not in GPU_TOLERATIONS)
 
 
 def place_replicas(svc: api.InferenceService, catalog: AcceleratorCatalog, inventory: Inventory,

@@ -72,6 +72,25 @@ class TaintToleration:
         return FilterResult(passed, "TaintNotTolerated", explain)
 
 
+class NodeAffinity:
+    """The service's required node selector requirements (`spec.runtime.nodeAffinity.required`), as kube-scheduler's
+    NodeAffinity filter matches them: the placement chooses only a node whose labels meet every one, so that the
+    Pod, held to that node and those requirements in one term, can be scheduled."""
+
+    name = "NodeAffinity"
+
+    def filter(self, ctx: CycleContext) -> FilterResult:
+        required = ctx.request.node_requirements
+        passed = np.array([all(r.matches(node.labels) for r in required) for node in ctx.state.nodes],
+                          dtype=np.bool_) if required else np.ones(len(ctx.state.nodes), dtype=np.bool_)
+
+        def explain(n: int) -> str:
+            failed = next((r for r in required if not r.matches(ctx.state.nodes[n].labels)), None)
+            return f"node labels do not match {failed.describe()}" if failed else "node affinity not met"
+
+        return FilterResult(passed, "NodeAffinityNotMet", explain)
+
+
 class NodeResources:
     name = "NodeResources"
 
@@ -556,6 +575,7 @@ FILTERS: Mapping[str, Callable[[], FilterPlugin]] = {
     "NodeUnschedulable": NodeUnschedulable,
     "TaintToleration": TaintToleration,
     "NodeResources": NodeResources,
+    "NodeAffinity": NodeAffinity,
     "Accelerator": Accelerator,
     "DeviceMemory": DeviceMemory,
     "PartitionAvailable": PartitionAvailable,
@@ -570,8 +590,8 @@ SCORES: Mapping[str, Callable[[], ScorePlugin]] = {
     "ProductPreference": ProductPreference,
 }
 
-DEFAULT_FILTERS = ("NodeUnschedulable", "TaintToleration", "NodeResources", "Accelerator", "DeviceMemory",
-                   "PartitionAvailable", "GangReservation")
+DEFAULT_FILTERS = ("NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodeResources", "Accelerator",
+                   "DeviceMemory", "PartitionAvailable", "GangReservation")
 DEFAULT_WEIGHTS: Mapping[str, float] = {"Fragmentation": 100, "BestFit": 1, "CacheLocality": 2, "Spread": 1,
                                         "ProductPreference": 2}
 

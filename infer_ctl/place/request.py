@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from infer_ctl.core.podtemplate import NodeRequirement
 from infer_ctl.core.quantity import QuantityError, parse_quantity
 from infer_ctl.place.inventory import NVIDIA_DRIVER, Toleration
 
@@ -47,6 +48,7 @@ class Request:
     shared_capacity: Mapping[str, Fraction] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     pod_tolerations: tuple[Toleration, ...] = ()
+    node_requirements: tuple[NodeRequirement, ...] = ()  # required node affinity, ANDed (the NodeAffinity filter)
     service: str = ""
     cache_key: str = ""
 

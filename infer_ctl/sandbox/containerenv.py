@@ -1,17 +1,26 @@
 """A container's environment as kubelet builds it: `envFrom` first, then `env` in order (`value` with `$(VAR)`
-references to earlier variables expanded; `valueFrom` secretKeyRef, configMapKeyRef and fieldRef), read through the
-API. What kubelet cannot build is a `ContainerConfigError` with kubelet's message ("couldn't find key K in Secret
-NS/N", `secret "N" not found`): the container then waits with reason CreateContainerConfigError, and is tried
-again later (the Secret may be created meanwhile)."""
+references to earlier variables expanded; `valueFrom` secretKeyRef, configMapKeyRef, fieldRef and resourceFieldRef),
+read through the API. What kubelet cannot build is a `ContainerConfigError` with kubelet's message ("couldn't find
+key K in Secret NS/N", `secret "N" not found`): the container then waits with reason CreateContainerConfigError,
+and is tried again later (the Secret may be created meanwhile).
+
+The Pod's volumes: the sandbox mounts nothing (its processes read the host's filesystem), so an emptyDir or a
+claim needs no setup here (kube-scheduler waits for a claim to bind). What kubelet does check before it starts a
+container is that a Secret or ConfigMap volume's object exists unless the volume is optional: `check_volumes` raises
+`VolumeNotReady` with kubelet's FailedMount message (`MountVolume.SetUp failed for volume "v" : configmap "c" not
+found`), and the container waits in ContainerCreating until it exists."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from fractions import Fraction
 from typing import Any
 
+from infer_ctl.core.quantity import QuantityError, parse_quantity
 from infer_ctl.kube.client import Resource
 
 SECRETS = Resource("v1", "secrets", "Secret")
@@ -24,6 +33,40 @@ Find = Callable[[Resource, str, str], Awaitable[Mapping[str, Any] | None]]
 
 class ContainerConfigError(ValueError):
     pass
+
+
+class VolumeNotReady(ValueError):
+    pass
+
+
+async def check_volumes(find: Find, pod: Mapping[str, Any]) -> None:
+    """Every non-optional Secret and ConfigMap volume's object exists; else VolumeNotReady (see the docstring)."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    for volume in (pod.get("spec") or {}).get("volumes") or ():
+        for key, resource, name_key in (("secret", SECRETS, "secretName"), ("configMap", CONFIG_MAPS, "name")):
+            source = volume.get(key)
+            if not source or source.get("optional"):
+                continue
+            name = str(source.get(name_key) or "")
+            if await find(resource, name, namespace) is None:
+                raise VolumeNotReady(f'MountVolume.SetUp failed for volume "{volume.get("name")}" : '
+                                     f'{resource.kind.lower()} "{name}" not found')
+
+
+def resource_value(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    """A `resourceFieldRef` as kubelet writes it: the container's limit or request divided by the divisor (default
+    1), rounded up; e.g. limits.memory 64Gi with divisor 1Mi: "65536". An unset limit is the node's allocatable in
+    kubelet, which the sandbox does not have: "0"; an unset request reads 0 too."""
+    kind, _, name = str(ref.get("resource") or "").partition(".")
+    text = ((container.get("resources") or {}).get(kind) or {}).get(name)
+    try:
+        value = parse_quantity(str(text)) if text is not None else Fraction(0)
+        divisor = parse_quantity(str(ref.get("divisor") or "1"))
+    except QuantityError as e:
+        raise ContainerConfigError(f"resourceFieldRef {ref.get('resource')}: {e}") from None
+    if divisor <= 0:
+        raise ContainerConfigError(f"resourceFieldRef {ref.get('resource')}: divisor must be positive")
+    return str(math.ceil(value / divisor))
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -109,7 +152,7 @@ async def container_env(find: Find, pod: Mapping[str, Any], container: Mapping[s
             if "fieldRef" in source:
                 env[name] = field_value(pod, str(source["fieldRef"].get("fieldPath")), pod_ip)
             elif "resourceFieldRef" in source:
-                env[name] = "0"  # no cgroup limits in the sandbox: a limit it does not enforce reads as unset
+                env[name] = resource_value(container, source["resourceFieldRef"])
             else:
                 raise ContainerConfigError(f"env {name}: unsupported valueFrom {sorted(source)}")
     return env

@@ -13,7 +13,8 @@ launchers, stripped; `--host` only when the args have none) and exactly the env 
 process of its own (`command + container.args`, cwd a temporary directory, output in `pod_logs`). `$(VAR)` in
 command and args is expanded as kubelet does. The env is the container's (`containerenv.py`: values, Secrets,
 ConfigMaps, fieldRefs; envFrom; a missing Secret or key leaves the container waiting CreateContainerConfigError with
-a Warning Event, tried again with back-off) plus the simulated hardware, `INFER_CTL_SANDBOX_*`: the Pod's
+a Warning Event, tried again with back-off; resourceFieldRef from the container's resources) plus the simulated
+hardware, `INFER_CTL_SANDBOX_*`: the Pod's
 accelerator (from its allocated ResourceClaim, whoever allocated it, the emulator's scheduler or kube-scheduler: the
 device's productName, MIG profile), the service time scaled by the catalog's relative throughput, the concurrency,
 the cold start (shorter when the node has the model cached), the model's bytes, the wake/sleep links, the memory
@@ -26,8 +27,16 @@ probe: Ready once started; failed liveness probes restart the container). Each s
 whole lists, conditional on the resourceVersion it was computed from (read again on a conflict), so it never undoes
 another writer's change.
 
-Deleting a Pod (deletionTimestamp: all an API server does for a bound Pod) marks it not ready, sends SIGTERM
-(the server drains in-flight requests), kills it at the end of the grace period, then finishes the deletion
+Volumes are not mounted (the processes read the host's filesystem; the model cache's hostPath or claim is the
+node's cache directory, below): a Pod's emptyDir, claim, Secret or ConfigMap volume is accepted, and a Secret or
+ConfigMap volume whose object is missing (not optional) holds the container in ContainerCreating with kubelet's
+FailedMount Event until it exists (`containerenv.check_volumes`). `container_envs` records the env each container
+was started with (what its process got), by (namespace, name).
+
+Deleting a Pod (deletionTimestamp: all an API server does for a bound Pod) marks it not ready, runs the
+container's preStop hook within the grace period (a sleep or an HTTP GET of the Pod's address; an exec hook is not
+emulated, a Warning Event says so), sends SIGTERM (the server drains in-flight requests), kills it at the end of
+the grace period, then finishes the deletion
 (grace 0, on the Pod's uid, so a new Pod of the same name is never deleted). Every process is stopped when the
 agent stops.
 
@@ -355,6 +364,7 @@ class _Running:
     ip: str | None = None  # the Pod's own loopback address (podnet.py); None for infer-ctl's own Pods
     startup_ok: bool = True  # the startup probe has succeeded (or there is none): containerStatus.started
     model: str = ""  # a replica's model cache key: a model a running replica uses is never evicted from the cache
+    container: Obj | None = None  # the Pod's (first) container: its preStop hook runs at the Pod's deletion
     # Status writes of one pod, in the order they were decided (a probe's verdict must not overtake the start).
     writes: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -398,6 +408,9 @@ class NodeAgent:
     # requests that reached a stand-in while it slept (or had released its memory), per Pod: the sleeping tier
     # routes none there (a Pod leaves routing before its sleep and joins after a confirmed wake)
     asleep_requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    # the environment each model-server container was last started with (namespace, name): exactly what its
+    # process got (a stand-in forked by the zygote has its os.environ replaced with it)
+    container_envs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     _workdir: Path | None = None
     _ledger_runner: aiohttp.web.AppRunner | None = None
     _downloads: dict[str, asyncio.Lock] = field(default_factory=dict)  # one download at a time per node
@@ -628,17 +641,11 @@ class NodeAgent:
             "INFER_CTL_SANDBOX_DRAIN_S": f"{grace_s:g}",
         }
         backoff_s = 1.0
-        config_error = ""
+        running.container = container
         while not running.stopping:
-            try:
-                env = await containerenv.container_env(self.view.find, pod, container, running.ip)
-            except containerenv.ContainerConfigError as e:
-                if str(e) != config_error:  # kubelet retries each sync; one Event per distinct problem here
-                    config_error = str(e)
-                    await self._config_error(running, config_error)
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 10.0)
-                continue
+            env = await self._configured_env(running, pod, container)
+            if env is None:
+                return
             self.ledger.holdings[running.pod_uid] = Holding(f"{running.namespace}/{running.name}", running.node,
                                                             model_bytes, capacities, device_bytes=device_bytes)
             try:
@@ -655,6 +662,7 @@ class NodeAgent:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 10.0)
                 continue
+            self.container_envs[(running.namespace, running.name)] = {**env, **hardware}
             try:
                 child = await self._start_container(running, launch, {**env, **hardware}, model=model,
                                                     model_bytes=model_bytes, cache_budget=cache_budget)
@@ -846,6 +854,61 @@ class NodeAgent:
         await self._report(running, started=False, ready=False,
                            state={"waiting": {"reason": "CreateContainerConfigError", "message": message}})
 
+    async def _configured_env(self, running: _Running, pod: Obj, container: Obj) -> dict[str, str] | None:
+        """The container's env, once its Secret and ConfigMap volumes exist and its env can be built; until then
+        it waits as kubelet's container does (ContainerCreating with FailedMount, or CreateContainerConfigError),
+        tried again with back-off, one Event per distinct problem. None: the Pod is stopping."""
+        backoff_s, problem = 1.0, ""
+        while not running.stopping:
+            try:
+                await containerenv.check_volumes(self.view.find, pod)
+                return await containerenv.container_env(self.view.find, pod, container, running.ip or "")
+            except (containerenv.VolumeNotReady, containerenv.ContainerConfigError) as e:
+                if str(e) != problem:
+                    problem = str(e)
+                    if isinstance(e, containerenv.VolumeNotReady):
+                        await self._mount_failed(running, problem)
+                    else:
+                        await self._config_error(running, problem)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 10.0)
+        return None
+
+    async def _mount_failed(self, running: _Running, message: str) -> None:
+        """kubelet's answer to a volume it cannot set up: the container waits in ContainerCreating, an Event
+        FailedMount names the volume (tried again later: the Secret or ConfigMap may be created meanwhile)."""
+        self._event(running, "FailedMount", message, "Warning")
+        await self._report(running, started=False, ready=False,
+                           state={"waiting": {"reason": "ContainerCreating"}})
+
+    async def _pre_stop(self, running: _Running, grace_s: float) -> float:
+        """kubelet's preStop hook at a Pod's deletion, within its grace period: a sleep, or an HTTP GET of the Pod's
+        address (an exec hook is not emulated: there is no container to run it in; an Event says so). Returns the
+        grace left for SIGTERM; as kubelet, a hook that used it all leaves 2 s more."""
+        hook = ((running.container or {}).get("lifecycle") or {}).get("preStop") or {}
+        if not hook or grace_s <= 0 or running.ip is None:
+            return grace_s
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            async with asyncio.timeout(grace_s):
+                if "sleep" in hook:
+                    await asyncio.sleep(float((hook.get("sleep") or {}).get("seconds", 0)))
+                elif "httpGet" in hook:
+                    get = hook.get("httpGet") or {}
+                    port = probes_.container_port(running.container or {}, get.get("port", "http"))
+                    session = await self._probe_session()
+                    with contextlib.suppress(aiohttp.ClientError, OSError):
+                        async with session.get(f"http://{running.ip}:{port}{get.get('path') or '/'}") as answer:
+                            await answer.read()
+                else:
+                    self._event(running, "FailedPreStopHook", "the sandbox does not run exec preStop hooks "
+                                                              "(no container to run them in)", "Warning")
+        except (TimeoutError, probes_.ProbeSpecError):
+            pass
+        left = grace_s - (loop.time() - began)
+        return left if left > 0 else 2.0
+
     async def _run_prefetch(self, running: _Running, pod: Obj) -> None:
         """Download a model into the node's cache, then complete (see the module docstring)."""
         annotations = pod["metadata"].get("annotations") or {}
@@ -860,6 +923,12 @@ class NodeAgent:
         except ValueError as e:
             await self._config_error(running, str(e))
             return
+        # its env as kubelet builds it (the hub token from the service's Secret): a missing Secret or key leaves it
+        # waiting, tried again with back-off, before any download
+        env = await self._configured_env(running, pod, ((pod.get("spec") or {}).get("containers") or [{}])[0])
+        if env is None:
+            return
+        self.container_envs[(running.namespace, running.name)] = env
         cache = self._cache.setdefault(running.node, set())
         await self._report(running, started=True, ready=False)
         held = key in cache
@@ -971,7 +1040,7 @@ class NodeAgent:
             await self._report(running, started=child is not None, ready=False)
         if child is not None:
             self._event(running, "Killing", f"Stopping model server (draining, grace period {grace_s:.0f} s)")
-            await child.stop(grace_s)
+            await child.stop(await self._pre_stop(running, grace_s))
         if running.task is not None and not running.task.done():
             running.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -979,6 +1048,7 @@ class NodeAgent:
             if running.child is not None and running.child is not child:
                 await running.child.stop(0)  # spawned while we were stopping the previous one
         self._running.pop(running.pod_uid, None)
+        self.container_envs.pop((running.namespace, running.name), None)
         self._forget(running)
         self.addresses.release(running.pod_uid)
         if confirm:

@@ -155,9 +155,10 @@ def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models
     manifest = cached_pod(spec__runtime__env=[{"name": "HF_HOME", "value": "/cache"}])
     kubernetes_validate.validate(manifest, "1.37.0", strict=True)
     container = manifest["spec"]["containers"][0]
-    [mount] = container["volumeMounts"]
-    [volume] = manifest["spec"]["volumes"]
+    [mount, shm_mount] = container["volumeMounts"]
+    [volume, shm] = manifest["spec"]["volumes"]
     assert mount == {"name": volume["name"], "mountPath": MODEL_CACHE_DIR, "readOnly": True}
+    assert (shm_mount["mountPath"], shm["name"]) == ("/dev/shm", shm_mount["name"])
     assert volume["hostPath"] == {"path": MODEL_CACHE_DIR, "type": "DirectoryOrCreate"}
     key = service().spec.model.cache_key
     assert {"name": ENV_MODEL_CACHE_DIR, "value": f"{MODEL_CACHE_DIR}/{key}"} in container["env"]
@@ -166,7 +167,8 @@ def test_a_replica_mounts_its_nodes_model_cache_read_only_and_is_told_its_models
 
 def test_without_a_cache_directory_a_replica_mounts_no_host_path() -> None:
     manifest: dict[str, Any] = pod()
-    assert "volumes" not in manifest["spec"] and "volumeMounts" not in manifest["spec"]["containers"][0]
+    assert [v["name"] for v in manifest["spec"]["volumes"]] == ["shm"]  # /dev/shm only
+    assert not any("hostPath" in v for v in manifest["spec"]["volumes"])
 
 
 def test_a_replica_without_its_model_cache_is_the_replica_built_without_one() -> None:
@@ -199,8 +201,8 @@ def test_through_the_namespaces_claim_a_replica_reads_and_a_prefetch_pod_writes_
     prefetch = prefetch_pod(service(), node="gpu-node-1", cache_dir="/mnt/models", model_cache=pv)
     for manifest in (replica, prefetch):
         kubernetes_validate.validate(manifest, "1.37.0", strict=True)
-    assert replica["spec"]["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {
-        "claimName": "infer-ctl-model-cache", "readOnly": True}}]
+    assert replica["spec"]["volumes"][0] == {"name": "model-cache", "persistentVolumeClaim": {
+        "claimName": "infer-ctl-model-cache", "readOnly": True}}
     assert prefetch["spec"]["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {
         "claimName": "infer-ctl-model-cache"}}]
     # mounts and variables as with the hostPath

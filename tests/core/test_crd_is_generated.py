@@ -4,6 +4,7 @@ and `git diff --exit-code` pattern): a field changed in the API and not regenera
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,7 +24,7 @@ def test_the_committed_crd_is_the_generated_one() -> None:
 def test_check_exits_1_with_a_diff_when_the_file_is_out_of_date(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     stale = tmp_path / "crd.yaml"
-    stale.write_text(crdgen.render().replace("maximum: 65535", "maximum: 65534"))
+    stale.write_text(crdgen.render().replace("maximum: 65535", "maximum: 65534", 1))
     assert crdgen.main(["--check", "--output", str(stale)]) == 1
     diff = capsys.readouterr().out.splitlines()
     assert [line[0] + line[1:].strip() for line in diff if line.startswith(("+", "-"))][2:] == \
@@ -54,14 +55,29 @@ def _leaves(prop: Prop, path: str) -> list[str]:
     return [path]
 
 
+def _item_with(rest: str) -> dict[str, Any]:
+    """A list item whose field `rest` (a dotted path, through lists as `[0].`) is an object where it should not be."""
+    item: dict[str, Any] = {"name": "A"}
+    if "[0]." not in rest:
+        item[rest] = {"oops": 1}
+        return item
+    array, inner = rest.split("[0].", 1)
+    node = item
+    *parents, last = array.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = [_item_with(inner)]
+    return item
+
+
 @pytest.mark.parametrize("path", _leaves(api.SPEC_SCHEMA, "spec"))
 def test_the_parser_reads_every_field_the_crd_declares(path: str) -> None:
     """A field declared (so generated into the CRD) and not read by the parser would pass the unknown-field
     check and be ignored: each one, given an object, is refused at its path."""
     builder = InferenceServiceBuilder()
     if "[0]." in path:
-        array, key = path.split("[0].")
-        builder.with_(array, [{"name": "A", key: {"oops": 1}}])
+        array, rest = path.split("[0].", 1)
+        builder.with_(array, [_item_with(rest)])
     else:
         builder.with_(path, {"oops": 1})
     with pytest.raises(SpecError) as refused:

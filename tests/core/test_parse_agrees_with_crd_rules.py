@@ -29,7 +29,7 @@ class Fields:
 
     def __init__(self, draw: st.DrawFn) -> None:
         self.draw = draw
-        self.bad = draw(st.integers(min_value=0, max_value=24))  # 0 and numbers past the last field: no mistake
+        self.bad = draw(st.integers(min_value=0, max_value=40))  # 0 and numbers past the last field: no mistake
         self.index = 0
 
     def __call__(self, valid: list[Any], invalid: list[Any], *, optional: bool = True) -> Any:
@@ -63,8 +63,55 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
         image="vllm/vllm-openai:v0.11.0",
         port=f([8000, 1, 65535], ["8000", 80.0, None]),
         args=f([["--x", "1"], []], ["--x", [1]]),
-        env=f([[{"name": "A", "value": "1"}], [{"name": "A"}, {"name": "B"}]],
-              [[{"name": "A"}, {"name": "A"}], [{"name": "1 A"}], [{"value": "x"}]]),
+        env=f([[{"name": "A", "value": "1"}], [{"name": "A"}, {"name": "B"}],
+               [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+               [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "ZONE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['zone']"}}}],
+               [{"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k.y", "optional": True}}}]],
+              [[{"name": "A"}, {"name": "A"}], [{"name": "1 A"}], [{"value": "x"}],
+               [{"name": "A", "value": "x", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+               [{"name": "A", "valueFrom": {}}],
+               [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"},
+                                            "fieldRef": {"fieldPath": "metadata.name"}}}],
+               [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "spec.containers"}}}],
+               [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s"}}}],
+               [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "S_", "key": "k"}}}],
+               [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}],
+               [{"name": "A", "valueFrom": {"resourceFieldRef": {"divisor": "1"}}}],
+               [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}}}]]),
+        envFrom=f([[{"secretRef": {"name": "hf"}}],
+                   [{"prefix": "HF_", "configMapRef": {"name": "c", "optional": True}}]],
+                  [[{"prefix": "X"}], [{"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}}],
+                   [{"secretRef": {}}], [{"prefix": "1X", "secretRef": {"name": "a"}}], {"secretRef": {"name": "a"}}]),
+        shmSize=f(["2Gi", "0", "16Gi"], ["2GB", "-1Gi"]),
+        tolerations=f([[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+                       [{"operator": "Exists"}], [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                                   "effect": "NoExecute", "tolerationSeconds": 30}]],
+                      [[{"key": "a", "operator": "Exists", "value": "b"}], [{"value": "b"}],
+                       [{"key": "a", "tolerationSeconds": 30}], [{"key": "a", "operator": "Maybe"}],
+                       [{"key": "a", "effect": "NoRun"}]]),
+        nodeAffinity=f([{"required": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+                        {"preferred": [{"weight": 10, "matchExpressions": [{"key": "ssd", "operator": "Exists"}]}]},
+                        {"required": [{"key": "gpu-gen", "operator": "Gt", "values": ["8"]}]}],
+                       [{"required": [{"key": "zone", "operator": "In"}]},
+                        {"required": [{"key": "zone", "operator": "Exists", "values": ["a"]}]},
+                        {"required": [{"key": "zone", "operator": "Gt", "values": ["1", "2"]}]},
+                        {"preferred": [{"weight": 0, "matchExpressions": []}]},
+                        {"preferred": [{"weight": 5}]}, {"required": [{"operator": "Exists"}]},
+                        {"required": [{"key": "zone"}]}]),
+        probes=f([{"liveness": {"enabled": False}}, {"startup": {"periodSeconds": 5, "failureThreshold": 720},
+                                                     "liveness": {"failureThreshold": 10, "timeoutSeconds": 10}}],
+                 [{"liveness": {"periodSeconds": 0}}, {"readiness": {"failureThreshold": "3"}},
+                  {"startup": {"path": "/x"}}]),
+        preStop=f([{"sleep": {"seconds": 5}}, {"exec": {"command": ["sh", "-c", "sleep 5"]}},
+                   {"httpGet": {"path": "/drain", "port": 8000}}],
+                  [{}, {"sleep": {"seconds": 5}, "httpGet": {"path": "/x"}}, {"sleep": {}}, {"httpGet": {"path": "x"}},
+                   {"exec": {"command": [""]}}]),
+        terminationGracePeriodSeconds=f([0, 30, 120], [-1, "30"]),
+        serviceAccountName=f(["vllm", "a.b"], ["Vllm", ""]),
+        automountServiceAccountToken=f([True, False], ["no"]),
+        imagePullSecrets=f([[{"name": "regcred"}]], [[{"name": "a"}, {"name": "a"}], ["regcred"], [{}]]),
         coldStartSeconds=f([0, 180, 2.5], ["3m", True]),
         cpu=f(["4", "500m"], ["-1", "4 cores"]),
         memory=f(["32Gi"], ["32GB"]),
@@ -95,7 +142,9 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
                   replicas=f([0, 3], ["3", 3.0]))
     # Mistakes that only a rule across fields catches.
     combo = f([None], ["min above max", "zero without scale to zero", "scale to zero above zero",
-                       "several GPUs shared", "no memory and no parameters"], optional=False)
+                       "several GPUs shared", "no memory and no parameters", "a mount of no volume",
+                       "a limit below its request", "a preStop sleep past the grace", "a reserved volume name",
+                       "a mount at /dev/shm", "a volume of no type"], optional=False)
     if combo == "min above max":
         scaling.update(minReplicas=5, maxReplicas=2)
     elif combo == "zero without scale to zero":
@@ -107,11 +156,38 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
     elif combo == "no memory and no parameters":
         model.pop("memory", None)
         model.pop("parameters", None)
+    elif combo == "a mount of no volume":
+        runtime.update(volumes=[{"name": "config", "configMap": {"name": "c"}}],
+                       volumeMounts=[{"name": "weights", "mountPath": "/models"}])
+    elif combo == "a limit below its request":
+        runtime.update(cpu="4", memory="32Gi", limits=draw(st.sampled_from([{"cpu": "2"}, {"memory": "16Gi"}])))
+    elif combo == "a preStop sleep past the grace":
+        runtime.update(preStop={"sleep": {"seconds": 90}}, terminationGracePeriodSeconds=draw(
+            st.sampled_from([30, ABSENT])))
+        if runtime["terminationGracePeriodSeconds"] is ABSENT:
+            del runtime["terminationGracePeriodSeconds"]
+    elif combo == "a reserved volume name":
+        runtime.update(volumes=[{"name": draw(st.sampled_from(["shm", "model-cache"])), "emptyDir": {}}])
+    elif combo == "a mount at /dev/shm":
+        runtime.update(volumes=[{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+                       volumeMounts=[{"name": "scratch", "mountPath": draw(st.sampled_from(["/dev/shm",
+                                                                                          "/dev/shm/x"]))}])
+    elif combo == "a volume of no type":
+        runtime.update(volumes=[{"name": "scratch"}])
     elif draw(st.booleans()):  # valid combinations across fields
         draw(st.sampled_from([
             lambda: scaling.update(minReplicas=0, scaleToZero={"enabled": True}),
             lambda: accelerator.update(count=4, sharing="Exclusive"),
             lambda: model.pop("memory", None) if "parameters" in model else None,
+            lambda: runtime.update(
+                volumes=[{"name": "hf", "secret": {"secretName": "hf-token", "defaultMode": 256}},
+                         {"name": "weights", "persistentVolumeClaim": {"claimName": "llama", "readOnly": True}},
+                         {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+                volumeMounts=[{"name": "weights", "mountPath": "/models", "readOnly": True},
+                              {"name": "scratch", "mountPath": "/scratch", "subPath": "a/b"},
+                              {"name": "hf", "mountPath": "/dev/shmx"}]),
+            lambda: runtime.update(cpu="4", limits={"cpu": "4", "memory": "64Gi"}, memory="32Gi"),
+            lambda: runtime.update(preStop={"sleep": {"seconds": 90}}, terminationGracePeriodSeconds=120),
         ]))()
     return {
         "apiVersion": "infer-ctl.io/v1alpha1",

@@ -59,7 +59,9 @@ def test_the_root_metadata_says_nothing_but_its_type_as_kube_apiserver_requires(
 def test_quantity_and_duration_fields_use_the_patterns_the_parser_implements() -> None:
     quantity_fields = {p: s["pattern"] for p, s in walk(schema()) if "pattern" in s and "KMGTPE" in s["pattern"]}
     assert set(quantity_fields) == {".spec.model.memory", ".spec.model.kvCacheMemory", ".spec.runtime.cpu",
-                                    ".spec.runtime.memory"}
+                                    ".spec.runtime.memory", ".spec.runtime.limits.cpu", ".spec.runtime.limits.memory",
+                                    ".spec.runtime.shmSize", ".spec.runtime.volumes[].emptyDir.sizeLimit",
+                                    ".spec.runtime.env[].valueFrom.resourceFieldRef.divisor"}
     assert set(quantity_fields.values()) == {QUANTITY_PATTERN}
     duration_fields = {p: s["pattern"] for p, s in walk(schema()) if "pattern" in s and "auto" in s["pattern"]}
     assert set(duration_fields.values()) == {"^(auto|" + DURATION_PATTERN[1:-1] + ")$"}
@@ -115,6 +117,17 @@ def test_a_minimal_manifest_reads_back_with_the_crd_defaults() -> None:
         pytest.param({"spec.scaling.oops": 1}, "spec.scaling.oops", "unknown field", id="an unknown field"),
         pytest.param({"spec.runtime.env": [{"name": "A"}, {"name": "A"}]}, "spec.runtime.env[1]",
                      "Duplicate value", id="a duplicate key in a list of type map"),
+        pytest.param({"spec.runtime.env": [{"name": "HF_TOKEN", "value": "x", "valueFrom": {
+            "secretKeyRef": {"name": "hf", "key": "token"}}}]}, "spec.runtime.env[0]",
+                     "value and valueFrom are mutually exclusive", id="a CEL rule on a list item"),
+        pytest.param({"spec.runtime.volumes": [{"name": "host"}]}, "spec.runtime.volumes[0]",
+                     "exactly one of secret, configMap, persistentVolumeClaim or emptyDir",
+                     id="a volume whose type the API server pruned"),
+        pytest.param({"spec.runtime.volumes": [{"name": "x", "emptyDir": {}}],
+                      "spec.runtime.volumeMounts": [{"name": "y", "mountPath": "/y"}]}, "spec.runtime",
+                     "every volumeMount must name a volume", id="a CEL rule with all() and exists()"),
+        pytest.param({"spec.runtime.cpu": "4", "spec.runtime.limits": {"cpu": "2"}}, "spec.runtime",
+                     "limits.cpu must not be below cpu", id="a limit below its request"),
     ],
 )
 def test_the_crd_refuses_what_kube_apiserver_refuses(change: dict[str, Any], path: str, message: str) -> None:

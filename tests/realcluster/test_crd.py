@@ -71,6 +71,16 @@ def test_every_shipped_example_is_accepted_with_the_defaults_the_project_predict
                      "Unsupported value", id="a value outside an enum"),
         pytest.param({"spec.runtime.env": [{"name": "A"}, {"name": "A"}]}, "spec.runtime.env[1]",
                      "Duplicate value", id="a duplicate key in a list of type map"),
+        pytest.param({"spec.runtime.env": [{"name": "HF_TOKEN", "value": "x", "valueFrom": {
+            "secretKeyRef": {"name": "hf", "key": "token"}}}]}, "spec.runtime.env[0]",
+                     "value and valueFrom are mutually exclusive", id="value beside valueFrom"),
+        pytest.param({"spec.runtime.volumes": [{"name": "x", "emptyDir": {}}],
+                      "spec.runtime.volumeMounts": [{"name": "y", "mountPath": "/y"}]}, "spec.runtime",
+                     "every volumeMount must name a volume", id="a mount of no volume (all and exists)"),
+        pytest.param({"spec.runtime.volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]},
+                     "spec.runtime.volumes[0]", "the controller's own", id="the controller's shm volume name"),
+        pytest.param({"spec.runtime.cpu": "4", "spec.runtime.limits": {"cpu": "2"}}, "spec.runtime",
+                     "limits.cpu must not be below cpu", id="a limit below its request"),
     ],
 )
 def test_the_server_refuses_what_the_offline_check_refuses_at_the_same_field(
@@ -96,6 +106,18 @@ def test_an_unknown_field_is_dropped_with_a_warning_by_default_and_refused_under
         kube.request("POST", COLLECTION.format(ns=namespace), query={"dryRun": "All", "fieldValidation": "Strict"},
                      body={**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}})
     assert 'unknown field "spec.scaling.oops"' in refused.value.message
+
+
+def test_a_volume_of_a_type_the_crd_does_not_have_is_pruned_and_then_refused_by_its_rule(
+        kube: KubeClient, namespace: str) -> None:
+    """The API server prunes a hostPath (no such field in the CRD) before the CEL rules run: the volume left has
+    no type, and the rule says which types there are (not silently a volume of nothing)."""
+    manifest = InferenceServiceBuilder().with_("spec.runtime.volumes", [{"name": "host", "hostPath": {
+        "path": "/"}}]).build()
+    with pytest.raises(KubeError) as refused:
+        dry_run_create(kube, namespace, manifest)
+    assert "spec.runtime.volumes[0]" in refused.value.message
+    assert "exactly one of secret, configMap, persistentVolumeClaim or emptyDir" in refused.value.message
 
 
 @pytest.mark.parametrize("cluster_file", sorted((ROOT / "deploy" / "sandbox").glob("*.yaml")), ids=lambda p: p.name)
