@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from infer_ctl.kube.client import KubeClient, KubeError
-    from infer_ctl.observe.nodecache import Reporter
+    from infer_ctl.observe.nodecache import KubeRecordApi, Reporter
 
     for flag, value in (("--node", args.node), ("--namespace", args.namespace)):
         if not value:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.WARNING)
-    reporter = Reporter(KubeClient.from_config(args.kubeconfig), args.node, args.dir, args.namespace,
+    reporter = Reporter(KubeRecordApi(KubeClient.from_config(args.kubeconfig)), args.node, args.dir, args.namespace,
                         interval_s=args.interval)
     if args.once:
         try:

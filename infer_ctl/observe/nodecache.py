@@ -24,12 +24,12 @@ import datetime
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from infer_ctl.kube.client import NODES, KubeClient, KubeError
+from infer_ctl.kube.client import NODES, KubeClient, KubeError, Resource
 from infer_ctl.kube.modelcache import COMPLETE_MARKER, CONFIG_MAPS, CachedModel, record, record_name
 
 log = logging.getLogger(__name__)
@@ -79,31 +79,55 @@ def scan(root: Path) -> list[CachedModel]:
     return [found[k] for k in sorted(found)]
 
 
+class RecordApi(Protocol):
+    """What the reporter needs of the API server (the sandbox's ClusterView has the same methods)."""
+
+    async def find(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+
+    async def create(self, resource: Resource, body: Mapping[str, Any],
+                     namespace: str | None = None) -> dict[str, Any]: ...
+
+    async def merge_patch(self, resource: Resource, name: str, patch: Mapping[str, Any],
+                          namespace: str | None = None) -> dict[str, Any]: ...
+
+
+@dataclass
+class KubeRecordApi:
+    """`RecordApi` over the blocking client, each call in a worker thread."""
+
+    kube: KubeClient
+
+    async def find(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.kube.get, resource, name, namespace)
+
+    async def create(self, resource: Resource, body: Mapping[str, Any],
+                     namespace: str | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.kube.create, resource, body, namespace)
+
+    async def merge_patch(self, resource: Resource, name: str, patch: Mapping[str, Any],
+                          namespace: str | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.kube.merge_patch, resource, name, patch, namespace)
+
+
 @dataclass
 class Reporter:
     """Keeps one node's record in step with its cache directory. `report_once` is one scan and, if needed, one
     write; `run` repeats it every `interval_s` until cancelled."""
 
-    kube: KubeClient
+    api: RecordApi
     node: str
     root: Path
     namespace: str
     interval_s: float = 5.0
-    call: Callable[..., Any] | None = None  # runs a blocking call (default: a worker thread)
     _node_uid: str | None = None
     _written: dict[str, Any] | None = field(default=None, repr=False)  # the data of the record last written
     writes: int = 0
 
-    async def _k(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.call is not None:
-            return await self.call(fn, *args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
     async def report_once(self) -> bool:
         """Scan and write the record if it changed; True when written. KubeError when the API refuses."""
-        models = await self._k(scan, self.root)
+        models = await asyncio.to_thread(scan, self.root)
         if self._node_uid is None:
-            node = await self._k(self.kube.get, NODES, self.node)
+            node = await self.api.find(NODES, self.node)
             if node is None:
                 raise KubeError(404, "NotFound", f'nodes "{self.node}" not found: the record is owned by its Node')
             self._node_uid = str(node["metadata"]["uid"])
@@ -111,14 +135,14 @@ class Reporter:
         if self._written == want["data"]:
             return False
         name = record_name(self.node)
-        have = await self._k(self.kube.get, CONFIG_MAPS, name, self.namespace)
+        have = await self.api.find(CONFIG_MAPS, name, self.namespace)
         if have is None:
-            await self._k(self.kube.create, CONFIG_MAPS, want, self.namespace)
-        elif have.get("data") != want["data"] or not (have["metadata"].get("ownerReferences")):
-            await self._k(self.kube.merge_patch, CONFIG_MAPS, name,
-                          {"metadata": {"labels": want["metadata"]["labels"],
-                                        "ownerReferences": want["metadata"]["ownerReferences"]},
-                           "data": want["data"]}, self.namespace)
+            await self.api.create(CONFIG_MAPS, want, self.namespace)
+        elif have.get("data") != want["data"] or not have["metadata"].get("ownerReferences"):
+            await self.api.merge_patch(CONFIG_MAPS, name, {
+                "metadata": {"labels": want["metadata"]["labels"],
+                             "ownerReferences": want["metadata"]["ownerReferences"]},
+                "data": want["data"]}, self.namespace)
         else:
             self._written = want["data"]
             return False

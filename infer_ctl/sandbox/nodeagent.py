@@ -119,7 +119,7 @@ import aiohttp.web
 
 from infer_ctl.actuate.manifests import ANNOTATION_DEVICE_BYTES, ENV_MODEL_CACHE_DIR
 from infer_ctl.config.cluster import DEFAULT_MODEL_CACHE_BYTES, SandboxNode
-from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, AcceleratorCatalog
 from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
 from infer_ctl.kube.labels import (
@@ -134,6 +134,8 @@ from infer_ctl.kube.labels import (
     LABEL_ROLE,
     ROLE_PREFETCH,
 )
+from infer_ctl.kube.modelcache import COMPLETE_MARKER
+from infer_ctl.observe.nodecache import Reporter
 from infer_ctl.sandbox import containerenv, controllerpod, images
 from infer_ctl.sandbox import probes as probes_
 from infer_ctl.sandbox.loops import run_on_changes
@@ -404,10 +406,27 @@ class NodeAgent:
     _publish_wake: asyncio.Event = field(default_factory=asyncio.Event)
     _session: aiohttp.ClientSession | None = None  # the probes'
     _images: images.ImageTable = field(init=False)
+    # The nodes' disks: node N's path P is <node_root>/N/P (a temporary directory unless given). Each node's model
+    # cache (`model_cache_dir`, policies' modelCacheHostPath) holds a directory per model as a download leaves
+    # it (`_write_cached`), which the node-side reporter scans: deploy/'s DaemonSet on the real control plane
+    # (its hostPath is this directory), or the agent itself on the emulator, which runs no DaemonSets
+    # (`report_caches`: the namespace to write the records in; None: the DaemonSet does).
+    node_root: Path | None = None
+    model_cache_dir: str = DEFAULT_MODEL_CACHE_HOST_PATH
+    report_caches: str | None = None
+    report_interval_s: float = 1.0
+    _own_root: bool = False
+    _reporters: dict[str, Reporter] = field(default_factory=dict)
+    _report_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._images = self.image_table or images.ImageTable.with_builtins(python=self.python)
+        if self.node_root is None:
+            self.node_root, self._own_root = Path(tempfile.mkdtemp(prefix="infer-ctl-nodes-")), True
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
+        for name, keys in self._cache.items():
+            for key in keys:
+                self._write_cached(name, key, 0)  # the cluster file's preloaded models (size unknown)
         self._dirty = set(self.nodes)
         self.view.on_change(PODS, self._wake.set)
         if not self.publish:
@@ -416,6 +435,8 @@ class NodeAgent:
     async def run(self) -> None:
         await self._serve_ledger()
         helpers = [asyncio.create_task(self._publish_nodes(), name="node annotations")]
+        if self.report_caches is not None:
+            helpers.append(asyncio.create_task(self._report_caches(self.report_caches), name="node cache records"))
         if self.publish:
             helpers.append(asyncio.create_task(self._keep_nodes(), name="node heartbeat"))
         try:
@@ -883,12 +904,15 @@ class NodeAgent:
                     return
                 sizes = self._cache_bytes.setdefault(running.node, {})
                 sizes[key] = model_bytes  # counted from now on: a model kept during the download sees it
+                self._write_partial(running.node, key)
                 try:
                     await asyncio.sleep(model_bytes / (gbps * _GB))
                 except BaseException:  # the Pod stopped mid-download: nothing was kept
                     sizes.pop(key, None)
+                    self._remove_cached(running.node, key)
                     raise
                 cache.add(key)
+                self._write_cached(running.node, key, model_bytes)
                 self._cache_use(running.node, key, model_bytes)
                 self._node_changed(running.node)
         now = rfc3339(self.view.now())
@@ -1004,6 +1028,8 @@ class NodeAgent:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+        if self._own_root and self.node_root is not None:
+            shutil.rmtree(self.node_root, ignore_errors=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -1195,6 +1221,7 @@ class NodeAgent:
         if model in cache or budget is None or self._make_room(running, model, model_bytes, budget) is not None:
             return
         cache.add(model)
+        self._write_cached(running.node, model, model_bytes)
         self._cache_use(running.node, model, model_bytes)
         self._node_changed(running.node)
 
@@ -1244,6 +1271,7 @@ class NodeAgent:
             cache.discard(k)
             sizes.pop(k, None)
             used_at.pop(k, None)
+            self._remove_cached(node, k)
         self._event(running, "ModelCacheEvicted", f"evicted {', '.join(evicted)} ({format_bytes(freed)}, least "
                                                   f"recently used) from the model cache of node {node} to fit {key} "
                                                   f"({format_bytes(model_bytes)}) in its {format_bytes(budget)}")
@@ -1253,6 +1281,60 @@ class NodeAgent:
     def _node_changed(self, node: str) -> None:
         self._dirty.add(node)
         self._publish_wake.set()
+        self._report_wake.set()
+
+    # ------------------------------------------------------------------------------------------ the nodes' disks
+
+    def node_path(self, node: str, path: str) -> Path:
+        """Where node `node`'s absolute `path` (a hostPath) is on this machine."""
+        assert self.node_root is not None
+        return self.node_root / node / path.lstrip("/")
+
+    def node_cache_dir(self, node: str) -> Path:
+        """The node's model cache directory (what the reporter scans)."""
+        return self.node_path(node, self.model_cache_dir)
+
+    def _write_partial(self, node: str, key: str) -> None:
+        """A download under way: the model's directory without the completion marker (and a stale marker gone,
+        as the prefetch's script removes it first)."""
+        directory = self.node_cache_dir(node) / key
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / COMPLETE_MARKER).unlink(missing_ok=True)
+
+    def _write_cached(self, node: str, key: str, model_bytes: int) -> None:
+        """A complete download as `hf download` and the prefetch's script leave it: the weights (a sparse file of
+        the model's bytes: the size is real, the disk is not used), then the completion marker naming the key."""
+        directory = self.node_cache_dir(node) / key
+        directory.mkdir(parents=True, exist_ok=True)
+        weights = directory / "model.safetensors"
+        with weights.open("ab") as f:
+            f.truncate(max(model_bytes, 0))
+        marker = directory / f"{COMPLETE_MARKER}.tmp"
+        marker.write_text(json.dumps({"key": key}))
+        marker.replace(directory / COMPLETE_MARKER)
+
+    def _remove_cached(self, node: str, key: str) -> None:
+        shutil.rmtree(self.node_cache_dir(node) / key, ignore_errors=True)
+
+    async def _report_caches(self, namespace: str) -> None:
+        """The emulator's stand-in for the DaemonSet: the same reporter, one per node, run by the agent; each scan
+        every `report_interval_s`, or at once after the agent changed a node's cache."""
+        await self.registered.wait()
+        for node in self.nodes:
+            self._reporters[node] = Reporter(self.view, node, self.node_cache_dir(node), namespace)
+        failed: dict[str, str] = {}  # node -> the last failure, logged once
+        while True:
+            self._report_wake.clear()
+            for node, reporter in self._reporters.items():
+                try:
+                    await reporter.report_once()
+                    failed.pop(node, None)
+                except (KubeError, OSError) as e:
+                    if failed.get(node) != str(e):
+                        log.warning("node agent: model cache record of node %s not written: %s", node, e)
+                    failed[node] = str(e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._report_wake.wait(), self.report_interval_s)
 
     def node_annotations(self, node: str) -> dict[str, str]:
         """What the agent publishes on `node`: its model cache and the host memory its sleeping replicas hold."""

@@ -5,6 +5,7 @@ counts that node's free GPUs as the cached tier's room. Prefetch Pods are never 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -31,9 +32,11 @@ from infer_ctl.kube.client import (
     KubeError,
     Resource,
 )
-from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.labels import ANNOTATION_CACHED
+from infer_ctl.kube.modelcache import COMPLETE_MARKER, CONFIG_MAPS, DEFAULT_NAMESPACE, NODE_CACHE_SELECTOR, model_caches
 from infer_ctl.kube.pods import parse_time
-from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
+from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET, NodeAgent
+from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import T0, caught_up, condition, cycle, describe_pods, wait_for
@@ -42,6 +45,27 @@ from tests.controller.test_warm_hosts import make_namespace
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
 
 CACHE_KEY = "example/prefetch-test-7b"
+
+
+def node_caches(cluster: Cluster) -> dict[str, frozenset[str]]:
+    """What the node-side reporters recorded (the DaemonSet on `kube`, the node agent on the emulator)."""
+    return model_caches(cluster.kube.list(CONFIG_MAPS, DEFAULT_NAMESPACE, label_selector=NODE_CACHE_SELECTOR))[0]
+
+
+def agent(cluster: Cluster) -> NodeAgent:
+    return cluster.sandbox.agent if isinstance(cluster.sandbox, Sandbox) else cluster.sandbox.side.agent
+
+
+def hold(cluster: Cluster, nodes: list[str], key: str) -> None:
+    """Put the model into the nodes' caches as a finished prefetch leaves it (its directory, the completion
+    marker last), and wait until the reporters have recorded it."""
+    for node in nodes:
+        directory = agent(cluster).node_cache_dir(node) / key
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "model.safetensors").write_bytes(b"weights")
+        (directory / COMPLETE_MARKER).write_text(json.dumps({"key": key}))
+    wait_for("the reporters to record the model", lambda: all(key in node_caches(cluster).get(n, ()) for n in nodes),
+             timeout_s=30)
 
 
 def prefetches(cluster: Cluster) -> list[dict[str, Any]]:
@@ -68,10 +92,9 @@ async def test_a_prefetch_pod_fills_a_node_cache_and_is_collected_and_never_coun
         wait_for("the prefetch Pod to succeed", lambda: (cluster.kube.get(PODS, pod["metadata"]["name"], "default")
                                                           or {}).get("status", {}).get("phase") == "Succeeded",
                  timeout_s=60)
-        cache = wait_for("the node to publish the model", lambda: CACHE_KEY in (
-            (cluster.kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
-            .get(ANNOTATION_MODEL_CACHE, "").split(",")))
-        assert cache
+        wait_for("the node's reporter to record the model", lambda: CACHE_KEY in node_caches(cluster).get(node, ()),
+                 timeout_s=30)
+        assert (agent(cluster).node_cache_dir(node) / CACHE_KEY / COMPLETE_MARKER).exists()
         later = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
                             T0 + timedelta(seconds=10))
         assert later.status["replicas"]["serving"] + later.status["replicas"].get("loading", 0) == 1, later.status
@@ -146,11 +169,9 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
     builder = (InferenceServiceBuilder("llm", "tenant").with_("spec.scaling.minReplicas", 1)
                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
                .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
-    # the H100 nodes hold the model (as a node agent publishes it): a placement there would be a cached start
-    for node in kube.list(NODES):
-        if node["metadata"]["name"].startswith("h100"):
-            kube.merge_patch(NODES, node["metadata"]["name"],
-                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
+    # the H100 nodes hold the model (as a prefetch leaves it): a placement there would be a cached start
+    hold(cluster, [n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100")],
+         CACHE_KEY)
     body = kube.create(INFERENCE_SERVICES, builder.build(), "tenant")
     reconciler = Reconciler(kube, Settings(cluster.policies))
     try:
@@ -219,10 +240,8 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
     weights loads from the network. The plan gives the cached tier no room there (it would count starts of
     seconds that take the cold start), and no copies are asked for; with the mounts on, the same nodes are room."""
     kube = cluster.kube
-    for node in kube.list(NODES):
-        if node["metadata"]["name"].startswith("h100"):
-            kube.merge_patch(NODES, node["metadata"]["name"],
-                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
+    hold(cluster, [n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100")],
+         CACHE_KEY)
     builder = (InferenceServiceBuilder("llm").with_("spec.scaling.minReplicas", 1)
                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
                .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
@@ -314,9 +333,8 @@ async def test_through_a_local_persistent_volume_a_pod_security_baseline_namespa
         wait_for("the prefetch Pods to succeed", lambda: all(
             ((kube.get(PODS, p["metadata"]["name"], "tenant") or {}).get("status") or {}).get("phase")
             == "Succeeded" for p in copies), timeout_s=60)
-        wait_for("the nodes to publish the model", lambda: all(CACHE_KEY in (
-            (kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
-            .get(ANNOTATION_MODEL_CACHE, "").split(",")) for node in h100))
+        wait_for("the nodes' reporters to record the model", lambda: all(
+            CACHE_KEY in node_caches(cluster).get(node, ()) for node in h100), timeout_s=30)
         first = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "tenant"), T0 + timedelta(seconds=10))
         assert first.actions.create_serving == 1
         [pod] = [p for p in kube.list(PODS, "tenant", label_selector="infer-ctl.io/service=llm")
