@@ -932,7 +932,8 @@ class NodeAgent:
         backoff_s = 1.0
         while not running.stopping:
             try:
-                prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir)
+                prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir,
+                                                   lambda path: self.node_path(running.node, path))
             except (KubeError, OSError) as e:
                 self._event(running, "Failed", f"Error: {e}")
                 await asyncio.sleep(backoff_s)
