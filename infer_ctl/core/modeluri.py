@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from infer_ctl.core.errors import FieldError, SpecError
 
 URI_FIELD = "spec.model.uri"
-# A Hub repository id: `name` or `namespace/name` (letters, digits, '-', '_', '.'; no leading or trailing '-'/'.'
-# and no '--' or '..', as huggingface_hub's validate_repo_id says), at most 96 characters.
-_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+# A Hub repository id as huggingface_hub's `validate_repo_id` (utils/_validators.py) checks it: `name` or
+# `namespace/name`, each 1-96 of letters, digits, '-', '_', '.', neither starting nor ending with '-' or '.';
+# no '--' or '..'; not ending in '.git'.
+_REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 _REPO = re.compile(rf"^(?:{_REPO_PART}/)?{_REPO_PART}$")
 _REVISION = re.compile(r"^[^\s@]+$")
 
@@ -66,4 +67,4 @@ def _error(path: str, message: str) -> SpecError:
 
 
 def _valid_repo(repo: str) -> bool:
-    return len(repo) <= 96 and bool(_REPO.match(repo)) and "--" not in repo and ".." not in repo
+    return bool(_REPO.match(repo)) and "--" not in repo and ".." not in repo and not repo.endswith(".git")
