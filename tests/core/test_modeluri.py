@@ -9,6 +9,7 @@ from infer_ctl.core.errors import SpecError
 from infer_ctl.core.modeluri import HubSource, hub_source
 
 NAME = "meta-llama/Llama-3.1-8B-Instruct"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.mark.parametrize(("uri", "expected"), [
@@ -16,7 +17,7 @@ NAME = "meta-llama/Llama-3.1-8B-Instruct"
     ("", HubSource(NAME)),
     ("hf://Qwen/Qwen2.5-7B-Instruct", HubSource("Qwen/Qwen2.5-7B-Instruct")),
     ("hf://Qwen/Qwen2.5-7B-Instruct@v1.1", HubSource("Qwen/Qwen2.5-7B-Instruct", "v1.1")),
-    ("hf://gpt2@0123456789abcdef0123456789abcdef01234567", HubSource("gpt2", "0123456789abcdef0123456789abcdef01234567")),
+    (f"hf://gpt2@{COMMIT}", HubSource("gpt2", COMMIT)),
     ("HF://org/model_v2", HubSource("org/model_v2")),
 ], ids=["no uri: the name", "an empty uri: the name", "hf:// a repository", "hf:// with a tag",
         "hf:// a single-name repository at a commit", "the scheme in capitals"])
