@@ -494,3 +494,31 @@ async def test_a_namespace_enforcing_pod_security_restricted_admits_replicas_wit
         assert copy["spec"]["containers"][0]["securityContext"] == RESTRICTED
     finally:
         await reconciler.close()
+
+
+async def test_a_model_the_hub_does_not_serve_gets_no_prefetch_pod_and_a_warning_naming_the_uri(
+        cluster: Cluster) -> None:
+    builder = (InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
+               .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.uri", "s3://models/llama")
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    body = cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
+    node = next(n["metadata"]["name"] for n in cluster.kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        await reconciler._prefetch(body, svc, [node], [], T0)
+        assert not prefetches(cluster)
+        [note] = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PrefetchRefused"]
+        assert "spec.model.uri: Unsupported value: 's3://models/llama'" in note, note
+    finally:
+        await reconciler.close()
+
+
+async def test_the_record_of_a_deleted_node_goes_with_it(cluster: Cluster) -> None:
+    """The record is owned by its Node: the garbage collector deletes it with the Node (a namespaced dependent of
+    a cluster-scoped owner), so no cluster-scoped write cleans up after a node that left."""
+    wait_for("every node's record", lambda: set(node_caches(cluster)) >= {"l4-0", "h100-0"})
+    cluster.kube.delete(NODES, "l4-0")
+    wait_for("the deleted node's record collected", lambda: "l4-0" not in node_caches(cluster), timeout_s=60)
+    assert "h100-0" in node_caches(cluster)
