@@ -82,8 +82,16 @@ the budget first evicts the least recently used models (a replica's start or a d
 replica on the node uses, with an Event `ModelCacheEvicted` on the Pod that made room; if even that cannot make
 room, the prefetch Pod fails (its container terminated `ModelCacheFull`, exit 1, the message naming the budget and
 the models held, and a Warning Event `ModelCacheFull`), and a replica's model is simply not kept.
-The agent publishes what each node holds on its Node (a merge patch of annotations, only when they change):
-`infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted) and `infer-ctl.io/host-memory-used-bytes`.
+Each node has a disk of its own on this machine (`node_root`/<node>/...): a download leaves the model's directory
+in the node's cache directory (`model_cache_dir`, policies' default modelCacheHostPath) as `hf download` and the
+prefetch's script do, the directory first, the weights (a sparse file of the model's bytes) and the completion
+marker `.infer-ctl-complete` last; an eviction removes it. What records which node holds which model is the
+node-side reporter's ConfigMap per node (infer_ctl.observe.nodecache), which scans that directory: on the real
+control plane deploy/'s DaemonSet, whose Pods this agent runs with the node's directory as their hostPath; on the
+emulator, which runs no DaemonSets, the agent runs the same reporter itself (`report_caches`).
+The agent also publishes what each node holds on its Node (a merge patch of annotations, only when they change):
+`infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted; kept beside the records for the sandbox's
+own tests and views, read by no controller) and `infer-ctl.io/host-memory-used-bytes`.
 A bad annotation (model bytes, a bandwidth, the host budget) leaves the container waiting with
 `CreateContainerConfigError` and a Warning Event that names the annotation and the problem.
 
