@@ -25,7 +25,7 @@ from infer_ctl.kube.inferenceservice import CRD_PATH
 from infer_ctl.kube.modelcache import CONFIG_MAPS, NODE_CACHE_SELECTOR
 from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE as NODE_CACHE_NAMESPACE
 from infer_ctl.sandbox.images import ImageTable
-from infer_ctl.sandbox.install import install_node_cache_reporter
+from infer_ctl.sandbox.install import KUSTOMIZE, apply_in_order, install_node_cache_reporter
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router
@@ -101,8 +101,9 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
                            node_cache_reporter: bool = True) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
     CRD (with `crd`) and the PriorityClasses the controller's replicas use, and deploy/'s node cache reporter
-    (with `node_cache_reporter`: a DaemonSet whose Pods the node agent runs, each scanning its node's model cache
-    directory; returns once every node's record is written); stop everything on exit."""
+    (with `node_cache_reporter`: a DaemonSet whose Pods the node agent runs, a process of about 60 MB per node,
+    each scanning its node's model cache directory; without it the node agent writes the same records itself);
+    returns once every node's record is written; stop everything on exit."""
     local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
     local.start()
     thread: LoopThread | None = None
@@ -120,12 +121,15 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
             shutil.copyfile(local.kubeconfig, kubeconfig)
             kubeconfig.chmod(0o600)
         thread = LoopThread("kube-side")
-        side = KubeSide(local.kubeconfig, cluster, catalog, images=images)
+        if not node_cache_reporter:
+            apply_in_order(local, KUSTOMIZE / "base" / "namespace.yaml")  # where the agent writes the records
+        side = KubeSide(local.kubeconfig, cluster, catalog, images=images,
+                        report_caches=None if node_cache_reporter else NODE_CACHE_NAMESPACE)
         thread.call(side.start, timeout_s=120)
         wait_nodes_schedulable(local, [n.name for n in cluster.nodes])
         if node_cache_reporter:
             install_node_cache_reporter(local)
-            wait_node_cache_records(local, [n.name for n in cluster.nodes])
+        wait_node_cache_records(local, [n.name for n in cluster.nodes])
         yield KubeSandbox(local, side, thread, target)
     finally:
         try:
