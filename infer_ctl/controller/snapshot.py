@@ -156,6 +156,7 @@ class ClusterView:
     # (seen in the demo: woken replicas labelled serving with their model asleep).
     _written: dict[tuple[Resource, str, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
     _record_problems: set[str] = field(default_factory=set)
+    _records_unread: bool = False
 
     async def _k(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.call is not None:
@@ -203,16 +204,42 @@ class ClusterView:
         """The next `current()` builds the snapshot again (e.g. after a placement the scheduler refused)."""
         self._snapshot = None
 
+    def _start(self, resource: Resource) -> Informer:
+        informer = self._informers.get(resource)
+        if informer is None:
+            informer = Informer(self.kube, resource, self.watch_timeout_s)
+            if resource == CONFIG_MAPS:  # the node cache records only: in one namespace, by label
+                informer.namespace, informer.label_selector = self.node_cache_namespace, NODE_CACHE_SELECTOR
+            informer.listeners.append(self._changed)
+            self._informers[resource] = informer
+            self._tasks[resource] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+        return informer
+
+    async def _node_cache_records(self) -> list[dict[str, Any]]:
+        """The node cache records (`node_cache_namespace`). Records that cannot be read (no Role there: an older
+        install) give no node a cached model rather than stopping placement: said once in the log, and the
+        cache stays unsynced (readiness names it) while its informer retries."""
+        informer = self._start(CONFIG_MAPS)
+        if not informer.synced.is_set() and not informer.failures:
+            failed = asyncio.Event()
+            informer.error_listeners.append(lambda _error: failed.set())
+            waits = [asyncio.ensure_future(informer.synced.wait()), asyncio.ensure_future(failed.wait())]
+            _, pending = await asyncio.wait(waits, timeout=self.sync_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in pending:
+                waiting.cancel()
+        if not informer.synced.is_set():
+            if not self._records_unread:
+                log.warning("the nodes' model cache records in namespace %s cannot be read (%s): no node counts as "
+                            "holding a model until they can", self.node_cache_namespace, informer.last_error)
+            self._records_unread = True
+            return []
+        self._records_unread = False
+        return list(informer.objects.values())
+
     async def _watched(self, *resources: Resource) -> list[list[dict[str, Any]]]:
         """The cached objects of each resource; its watch is started (and its first list awaited) on first use."""
         for resource in resources:
-            if resource not in self._informers:
-                informer = Informer(self.kube, resource, self.watch_timeout_s)
-                if resource == CONFIG_MAPS:  # the node cache records only: in one namespace, by label
-                    informer.namespace, informer.label_selector = self.node_cache_namespace, NODE_CACHE_SELECTOR
-                informer.listeners.append(self._changed)
-                self._informers[resource] = informer
-                self._tasks[resource] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+            self._start(resource)
         for resource in resources:
             informer = self._informers[resource]
             if not informer.synced.is_set():
@@ -325,8 +352,9 @@ class ClusterView:
         self._seen.discard(key)
 
     async def _refresh(self, now: float) -> Snapshot:
-        nodes, slices, classes, claims, pods, records = await self._watched(
-            NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, PODS, CONFIG_MAPS)
+        nodes, slices, classes, claims, pods = await self._watched(
+            NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, PODS)
+        records = await self._node_cache_records()
         gangs = tuple(await self._gang_demands(now))
         self._gangs = (now, gangs)
         self._built_from = self._changes  # what the caches hold now, once each is listed (no await below)

@@ -19,6 +19,7 @@ from infer_ctl.controller.reconciler import (
     ServiceMemory,
     Settings,
 )
+from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core.policy import ModelCacheVolume, Policies
 from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.placement import free_replica_slots
@@ -29,6 +30,7 @@ from infer_ctl.kube.client import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
+    KubeClient,
     KubeError,
     Resource,
 )
@@ -43,6 +45,7 @@ from tests.controller.test_reconciler import T0, caught_up, condition, cycle, de
 from tests.controller.test_warm_hosts import make_namespace
 
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding")
 
 CACHE_KEY = "example/prefetch-test-7b"
 
@@ -522,3 +525,21 @@ async def test_the_record_of_a_deleted_node_goes_with_it(cluster: Cluster) -> No
     cluster.kube.delete(NODES, "l4-0")
     wait_for("the deleted node's record collected", lambda: "l4-0" not in node_caches(cluster), timeout_s=60)
     assert "h100-0" in node_caches(cluster)
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)  # RBAC is kube-apiserver's
+async def test_a_controller_that_may_not_read_the_records_places_as_if_no_node_held_a_model(cluster: Cluster) -> None:
+    """An install without the Role infer-ctl-node-caches (an older one): the snapshot still builds, every node's
+    cache counts as empty, and the cache stays unsynced, which readiness names."""
+    controller = KubeClient.from_config(str(cluster.controller_kubeconfig()))
+    cluster.kube.delete(ROLE_BINDINGS, "infer-ctl-node-caches", DEFAULT_NAMESPACE)
+    wait_for("the binding gone", lambda: cluster.kube.get(ROLE_BINDINGS, "infer-ctl-node-caches",
+                                                          DEFAULT_NAMESPACE) is None)
+    view = ClusterView(controller, sync_timeout_s=10)
+    try:
+        snapshot = await view.current()
+        assert snapshot.model_caches and not any(snapshot.model_caches.values())
+        assert "configmaps.core" in view.unsynced()
+    finally:
+        await view.close()
+        controller.close()
