@@ -1303,17 +1303,29 @@ class NodeAgent:
         """The node's model cache directory (what the reporter scans)."""
         return self.node_path(node, self.model_cache_dir)
 
+    def _key_dir(self, node: str, key: str) -> Path | None:
+        """The model's directory in the node's cache; None for a key that would leave it (kubelet refuses such a
+        subPath too)."""
+        if key.startswith("/") or ".." in Path(key).parts:
+            log.warning("node agent: cache key %r is no directory below the model cache; not on disk", key)
+            return None
+        return self.node_cache_dir(node) / key
+
     def _write_partial(self, node: str, key: str) -> None:
         """A download under way: the model's directory without the completion marker (and a stale marker gone,
         as the prefetch's script removes it first)."""
-        directory = self.node_cache_dir(node) / key
+        directory = self._key_dir(node, key)
+        if directory is None:
+            return
         directory.mkdir(parents=True, exist_ok=True)
         (directory / COMPLETE_MARKER).unlink(missing_ok=True)
 
     def _write_cached(self, node: str, key: str, model_bytes: int) -> None:
         """A complete download as `hf download` and the prefetch's script leave it: the weights (a sparse file of
         the model's bytes: the size is real, the disk is not used), then the completion marker naming the key."""
-        directory = self.node_cache_dir(node) / key
+        directory = self._key_dir(node, key)
+        if directory is None:
+            return
         directory.mkdir(parents=True, exist_ok=True)
         weights = directory / "model.safetensors"
         with weights.open("ab") as f:
@@ -1323,7 +1335,9 @@ class NodeAgent:
         marker.replace(directory / COMPLETE_MARKER)
 
     def _remove_cached(self, node: str, key: str) -> None:
-        shutil.rmtree(self.node_cache_dir(node) / key, ignore_errors=True)
+        directory = self._key_dir(node, key)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
     async def _report_caches(self, namespace: str) -> None:
         """The emulator's stand-in for the DaemonSet: the same reporter, one per node, run by the agent; each scan
