@@ -47,6 +47,7 @@ from typing import Any
 
 from infer_ctl.core import api
 from infer_ctl.core import podtemplate as pt
+from infer_ctl.core.modeluri import hub_source
 from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, ModelCacheVolume
 from infer_ctl.core.runtime import ServiceRuntime
 from infer_ctl.kube.labels import (
@@ -63,6 +64,7 @@ from infer_ctl.kube.labels import (
     ROLE_SERVING,
     ROLE_STANDBY,
 )
+from infer_ctl.kube.modelcache import COMPLETE_MARKER
 
 # the sleeping tier (see the module's docstring)
 LABEL_WARM_HOST = "infer-ctl.io/warm-host"  # on a warm host's claim: "true"
@@ -546,6 +548,14 @@ def model_cache_claim(namespace: str, cache_dir: str) -> tuple[dict[str, Any], d
     return claim, volume
 ENV_MODEL_CACHE_DIR = "INFER_CTL_MODEL_CACHE_DIR"  # a model's directory in its node's cache
 PREFETCH_CONTAINER = "prefetch"
+ENV_HUB_REPO, ENV_HUB_REVISION = "INFER_CTL_HF_REPO", "INFER_CTL_HF_REVISION"
+ENV_CACHE_RECORD = "INFER_CTL_CACHE_RECORD"  # the completion marker's content: {"key": <cache key>}
+# The prefetch's shell: no marker while the directory changes; the marker last, renamed into place (a reader never
+# sees half of it). `${R:+--revision "$R"}` passes the revision only when there is one.
+PREFETCH_SCRIPT = (
+    f'set -e; D="${ENV_MODEL_CACHE_DIR}"; M="$D/{COMPLETE_MARKER}"; rm -f "$M"; '
+    f'hf download "${ENV_HUB_REPO}" ${{{ENV_HUB_REVISION}:+--revision "${ENV_HUB_REVISION}"}} --local-dir "$D"; '
+    f'printf %s "${ENV_CACHE_RECORD}" > "$M.tmp"; mv "$M.tmp" "$M"')
 
 
 def prefetch_pod_name(service: str, node: str) -> str:
@@ -560,17 +570,23 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
     It runs on the node (`nodeName`: no GPU, nothing to schedule) with the runtime's image and the cache
     directory (`cache_dir`/<cache key>: policies' modelCacheHostPath, mounted writable as `model_cache` says) as
     `INFER_CTL_MODEL_CACHE_DIR`;
-    the model's name and URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command downloads the
-    weights there with the Hugging Face CLI, which vLLM's and TGI's images ship. The sandbox's node agent emulates
-    the download (bytes over the node's network bandwidth) and publishes the node's cache on the Node. Owned by
-    the service, so deleting the service deletes it. It runs with the service's variables (`env`, `envFrom`: the hub
-    token from its Secret), ServiceAccount, registry credentials and tolerations (besides `tolerations`, the
-    policies'), as its replicas do; no volumes of the service's, no probes."""
+    the model's name and URI are `INFER_CTL_MODEL_NAME` and `INFER_CTL_MODEL_URI`. Its command (`PREFETCH_SCRIPT`)
+    removes the directory's completion marker, downloads the weights there with `hf download` (huggingface_hub >=
+    1.0, which vLLM's and SGLang's images ship) from the Hub repository and revision `spec.model.uri` names
+    (`hub_source`: SpecError naming the field for a uri the cached tier cannot fetch), then writes the marker
+    (`.infer-ctl-complete`, holding the cache key) last: the node-side reporter counts the directory only then.
+    A hub token comes from the runtime's env (HF_TOKEN from a Secret). The sandbox's node agent emulates the
+    download (bytes over the node's network bandwidth) into the same directory. Owned by the service, so
+    deleting the service deletes it. It runs with the service's variables (`env`, `envFrom`: the hub token from
+    its Secret), ServiceAccount, registry credentials and tolerations (besides `tolerations`, the policies'), as
+    its replicas do; no volumes of the service's, no probes."""
     spec = svc.spec
     key = spec.model.cache_key
+    source = hub_source(spec.model.uri, spec.model.name)
     directory = f"{cache_dir}/{key}"
     own = {"INFER_CTL_MODEL_NAME": spec.model.name, "INFER_CTL_MODEL_URI": spec.model.uri or "",
-           ENV_MODEL_CACHE_DIR: directory}
+           ENV_HUB_REPO: source.repo, ENV_HUB_REVISION: source.revision or "",
+           ENV_CACHE_RECORD: json.dumps({"key": key}), ENV_MODEL_CACHE_DIR: directory}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -590,8 +606,7 @@ def prefetch_pod(svc: api.InferenceService, *, node: str, tolerations: Sequence[
             "containers": [{
                 "name": PREFETCH_CONTAINER,
                 "image": spec.runtime.image,
-                "command": ["sh", "-c", 'huggingface-cli download "$INFER_CTL_MODEL_NAME" '
-                                        '--local-dir "$INFER_CTL_MODEL_CACHE_DIR"'],
+                "command": ["sh", "-c", PREFETCH_SCRIPT],
                 # the service's variables (HF_TOKEN from its Secret, HF_ENDPOINT, a proxy: what the download needs)
                 # before the prefetch's own, which no service variable overrides
                 "env": [e.to_dict() for e in spec.runtime.env if e.name not in own]

@@ -121,7 +121,10 @@ def run_one(n: int, cluster_file: Path, settle_s: float, control_plane: str = "e
     if control_plane == "kube":
         from infer_ctl.sandbox.kubesandbox import kube_sandbox_in_thread
 
-        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig, audit_log=True)
+        # the node agent records the nodes' model caches itself: a reporter process per node (60 on large.yaml,
+        # about 60 MB each) would measure the machine, not the controller
+        sandbox = kube_sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig, audit_log=True,
+                                         node_cache_reporter=False)
     else:
         sandbox = sandbox_in_thread(cluster, policies.catalog, kubeconfig=kubeconfig)
     with sandbox as sb:

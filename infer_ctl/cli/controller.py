@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
                              "has synced, else 503 naming what is missing")
     parser.add_argument("--health-address", default="127.0.0.1",
                         help="address for --liveness-port and --readiness-port")
+    parser.add_argument("--node-cache-namespace", default=None, metavar="NS",
+                        help="where the node-side reporters record the nodes' model caches (default: "
+                             "$POD_NAMESPACE, the controller's own, else infer-ctl-system)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="json: one JSON object per line (time, level, logger, message, and kopf's object "
                              "reference when the line is about one resource)")
@@ -67,8 +70,14 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(f"infer-ctl controller: the policies are invalid: {exc}", file=sys.stderr)
         return 2
+    import os
+
+    from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE
+
+    cache_ns = args.node_cache_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
     config = OperatorConfig(Settings(policies, prometheus_url=args.prometheus_url or None,
-                                     gateway_metrics_url=args.gateway_metrics_url or None), kubeconfig=args.kubeconfig,
+                                     gateway_metrics_url=args.gateway_metrics_url or None,
+                                     node_cache_namespace=cache_ns), kubeconfig=args.kubeconfig,
                             namespaces=namespaces(args.namespace), peering=args.peering, metrics_port=args.metrics_port,
                             metrics_address=args.metrics_address, liveness_port=args.liveness_port,
                             readiness_port=args.readiness_port, health_address=args.health_address,

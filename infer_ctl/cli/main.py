@@ -16,7 +16,8 @@ from infer_ctl.cli.extras import MissingExtra
 
 # Subcommand modules under infer_ctl.cli, in the order --help shows them. Each module's `register` gives its parser
 # the one-line help --help prints (one place for it: a copy here once drifted from what validate checks).
-SUBCOMMANDS: tuple[str, ...] = ("validate", "demo", "controller", "explain", "bench", "sandbox", "loadgen", "simulate")
+SUBCOMMANDS: tuple[str, ...] = ("validate", "demo", "controller", "explain", "bench", "sandbox", "loadgen", "simulate",
+                                "node-cache-reporter")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,10 @@ def register(subparsers: Any) -> None:
                          "kube-apiserver, kube-scheduler and kube-controller-manager 1.37 with etcd (built from "
                          "their Go modules on first use), with the node agent as kubelet and DRA driver; either way "
                          "the InferenceService CRD is installed")
+    up.add_argument("--node-cache-reporter", choices=("daemonset", "agent"), default="daemonset",
+                    help="with --control-plane kube, who records the nodes' model caches: daemonset (default): "
+                         "deploy/'s DaemonSet, a process of about 60 MB per node; agent: the node agent itself, "
+                         "for clusters of many nodes (the emulator always does the latter)")
     up.add_argument("--images", type=Path, default=None, metavar="FILE",
                     help="image table (YAML: images: [{image: GLOB, command: [ARGV...]}]): the local command the "
                          "node agent runs for a container image, before the built-in entries (vLLM's and SGLang's "
@@ -113,7 +117,8 @@ def _run_kube(args: argparse.Namespace, cluster: Any, catalog: Any, images: Any)
     print("starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager (building them first if "
           "needed) ...", flush=True)
     try:
-        with kube_sandbox_in_thread(cluster, catalog, kubeconfig=kubeconfig, images=images) as sandbox:
+        with kube_sandbox_in_thread(cluster, catalog, kubeconfig=kubeconfig, images=images,
+                                    node_cache_reporter=args.node_cache_reporter == "daemonset") as sandbox:
             nodes = ", ".join(f"{p.count} x {p.name}" + (f" ({p.gpus} x {p.accelerator}, {p.gpu_mode})"
                                                          if p.accelerator else "") for p in cluster.pools)
             print(f"control plane {cluster.name!r} is up (Kubernetes 1.37, real): {nodes}", flush=True)

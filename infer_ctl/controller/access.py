@@ -9,6 +9,8 @@ installer asks for cluster-wide management explicitly):
   Pods and ResourceClaims, each service's routing Service and InferencePool, the services' status, Events.
   Granted by the ClusterRole `infer-ctl-manager`, bound by a RoleBinding in each managed namespace
   (`--namespace`; Helm's `watchNamespaces`).
+- OWN: reads in the controller's own namespace: the nodes' model cache records, ConfigMaps the node-side reporter
+  writes (infer_ctl.kube.modelcache). Granted by the Role `infer-ctl-node-caches` there.
 - MODEL_CACHE_VOLUMES, opt-in: the local PersistentVolumes of the nodes' model caches, one per managed namespace
   (policies' `modelCacheVolume: persistentVolume`). Cluster-scoped writes, and a volume gives its claim's Pods a
   directory of every node: granted only by the ClusterRole `infer-ctl-model-cache-volumes`, which an install
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 class Scope(Enum):
     CLUSTER = "cluster"
     MANAGED = "managed"
+    OWN = "own"
     MODEL_CACHE_VOLUMES = "model-cache-volumes"
 
 
@@ -90,6 +93,9 @@ ACCESS: tuple[Access, ...] = (
     Access("events.k8s.io", "events", ("create", "patch"), Scope.MANAGED,
            "the controller's Events; patch: a repeating Event's series count"),
     Access("", "events", ("create",), Scope.MANAGED, "kopf's own warnings as Events"),
+    # in the controller's own namespace
+    Access("", "configmaps", ("list", "watch"), Scope.OWN,
+           "the nodes' model cache records (the node-side reporter's ConfigMaps, label-selected)"),
     # opt-in (policies' modelCacheVolume: persistentVolume): cluster-scoped writes besides the peering heartbeat
     Access("", "persistentvolumes", ("get", "create", "delete"), Scope.MODEL_CACHE_VOLUMES,
            "each managed namespace's local volume of the nodes' model caches (delete: one left Released by an "
@@ -121,12 +127,13 @@ def rules(scope: Scope, peering: str = "infer-ctl") -> list[dict[str, object]]:
 
 
 def allowed(group: str, resource: str, verb: str, *, managed: bool, name: str = "",
-            peering: str = "infer-ctl") -> bool:
-    """Whether the table grants `verb` on `resource` (a namespace the controller manages: `managed`)."""
+            peering: str = "infer-ctl", own: bool = False) -> bool:
+    """Whether the table grants `verb` on `resource` (a namespace the controller manages: `managed`; its own
+    namespace: `own`)."""
     for access in ACCESS:
         if access.group != group or access.resource != resource or verb not in access.verbs:
             continue
-        if access.scope is Scope.MANAGED and not managed:
+        if (access.scope is Scope.MANAGED and not managed) or (access.scope is Scope.OWN and not own):
             continue
         if access.names and name not in {n.format(peering=peering) for n in access.names}:
             continue

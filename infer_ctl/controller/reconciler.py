@@ -95,6 +95,8 @@ from infer_ctl.controller.snapshot import ClusterView, Snapshot
 from infer_ctl.controller.warm import is_warm_host, referenced_claims, warm_host_claim, warm_hosts
 from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339, set_condition
+from infer_ctl.core.errors import SpecError
+from infer_ctl.core.modeluri import hub_source
 from infer_ctl.core.policy import ModelCacheVolume, Policies, effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
 from infer_ctl.core.runtime import ServiceRuntime, in_flight_query, parse_version, rate_query, service_runtime
@@ -138,6 +140,7 @@ from infer_ctl.kube.labels import (
     LABEL_ROLE,
     ROLE_PREFETCH,
 )
+from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE
 from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
 from infer_ctl.observe.rates import (
     NOT_READ,
@@ -201,6 +204,8 @@ class Settings:
     engine_config: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     snapshot_max_age_s: float = 1.0  # how stale the shared cluster snapshot for placement may get
+    # the controller's own namespace, where the node-side reporters record the nodes' model caches
+    node_cache_namespace: str = DEFAULT_NAMESPACE
 
     @property
     def period_s(self) -> float:
@@ -383,7 +388,8 @@ class Reconciler:
         self._http = httpx.AsyncClient()
         self._engine = EngineClient(self._http)
         # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).
-        self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k)
+        self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k,
+                                node_cache_namespace=settings.node_cache_namespace)
         self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
         self._events: dict[tuple[str, str, str], _Posted] = {}  # (object uid, reason, note) -> the Event posted
         # warm hosts (namespace, claim) no Pod referenced when last seen: deleted when seen so a period later
@@ -1274,8 +1280,10 @@ class Reconciler:
                         prefetches: Sequence[Mapping[str, Any]], now: datetime,
                         *, memory: ServiceMemory | None = None) -> None:
         """The cached tier: a prefetch Pod on each node the plan wants the weights on; finished ones are deleted
-        (the Node's model-cache annotation is the record), a failed one with a Warning Event, and its node is not
-        tried again until its backoff (`PREFETCH_BACKOFF_S`) has passed: the plan looks at other nodes meanwhile."""
+        (the node-side reporter's record is what says the node holds the model), a Pod refused with a Warning
+        Event naming spec.model.uri when the prefetch cannot download from it (`hub_source`), a failed one with a
+        Warning Event, and its node is not tried again until its backoff (`PREFETCH_BACKOFF_S`) has passed: the
+        plan looks at other nodes meanwhile."""
         ns = svc.meta.namespace
         failed = memory.prefetch_failed if memory is not None else {}
         now_s = now.timestamp()
@@ -1297,6 +1305,12 @@ class Reconciler:
             await self._k(self.kube.delete, PODS, pod["metadata"]["name"], ns)
         nodes = [n for n in nodes if failed.get(n, (0, 0.0))[1] <= now_s]
         if nodes:
+            try:  # a model the prefetch cannot download (an s3:// uri, ...): said, and no Pod
+                hub_source(svc.spec.model.uri, svc.spec.model.name)
+            except SpecError as exc:
+                await self._event(body, "PrefetchRefused", f"the cached tier copies no weights to nodes: {exc}",
+                                  "Warning", "Prefetch", now)
+                return
             await self._ensure_cache_claim(svc, now)
         cache_dir = self._cache_dir(ns, now_s)
         if nodes and not cache_dir:  # modelCacheHostPath: off, or refused here: no hostPath Pods

@@ -4,6 +4,8 @@ The controller reads the cluster as kube-scheduler and Kueue do, from watches, n
 (`infer_ctl.kube.informer`) per resource lists it once and then follows its watch. Nodes, ResourceSlices,
 DeviceClasses, ResourceClaims and Pods are watched cluster-wide (any namespace's claim may hold a device);
 PodGroups, ResourceClaimTemplates and Kueue Workloads once the cluster serves their APIs (asked once a minute).
+Which node holds which model (the cached tier) comes from the node-side reporters' ConfigMaps in the
+controller's own namespace (`node_cache_namespace`, label-selected; infer_ctl.kube.modelcache).
 Each service's own Pods and claims (`owned`) are read from the same caches by label, so a control cycle makes
 no read request at all in the steady state.
 
@@ -54,7 +56,8 @@ from infer_ctl.kube.client import (
 )
 from infer_ctl.kube.gangs import GangDemand, pod_group_demands, workload_demands
 from infer_ctl.kube.informer import Informer
-from infer_ctl.kube.labels import ANNOTATION_MODEL_CACHE, ANNOTATION_PINNED_DEVICES
+from infer_ctl.kube.labels import ANNOTATION_PINNED_DEVICES
+from infer_ctl.kube.modelcache import CONFIG_MAPS, DEFAULT_NAMESPACE, NODE_CACHE_SELECTOR, model_caches
 from infer_ctl.place.frag import FragmentationModel, WorkloadMix, observed_mix
 from infer_ctl.place.framework import CycleInputs
 from infer_ctl.place.inventory import Inventory
@@ -128,6 +131,8 @@ class ClusterView:
     call: Callable[..., Awaitable[Any]] | None = None  # runs a blocking client call (default: a worker thread)
     sync_timeout_s: float = 30.0
     watch_timeout_s: float = 300.0
+    # where the nodes' model cache records are (infer_ctl.kube.modelcache): the controller's own namespace
+    node_cache_namespace: str = DEFAULT_NAMESPACE
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refreshes: int = 0  # snapshots built
     _snapshot: Snapshot | None = None
@@ -150,6 +155,8 @@ class ClusterView:
     # replicas for a minimum of one, their claims deleted), nor puts back to sleep a replica it has just woken
     # (seen in the demo: woken replicas labelled serving with their model asleep).
     _written: dict[tuple[Resource, str, str], tuple[dict[str, Any], float]] = field(default_factory=dict)
+    _record_problems: set[str] = field(default_factory=set)
+    _records_unread: bool = False
 
     async def _k(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.call is not None:
@@ -197,14 +204,42 @@ class ClusterView:
         """The next `current()` builds the snapshot again (e.g. after a placement the scheduler refused)."""
         self._snapshot = None
 
+    def _start(self, resource: Resource) -> Informer:
+        informer = self._informers.get(resource)
+        if informer is None:
+            informer = Informer(self.kube, resource, self.watch_timeout_s)
+            if resource == CONFIG_MAPS:  # the node cache records only: in one namespace, by label
+                informer.namespace, informer.label_selector = self.node_cache_namespace, NODE_CACHE_SELECTOR
+            informer.listeners.append(self._changed)
+            self._informers[resource] = informer
+            self._tasks[resource] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+        return informer
+
+    async def _node_cache_records(self) -> list[dict[str, Any]]:
+        """The node cache records (`node_cache_namespace`). Records that cannot be read (no Role there: an older
+        install) give no node a cached model rather than stopping placement: said once in the log, and the
+        cache stays unsynced (readiness names it) while its informer retries."""
+        informer = self._start(CONFIG_MAPS)
+        if not informer.synced.is_set() and not informer.failures:
+            failed = asyncio.Event()
+            informer.error_listeners.append(lambda _error: failed.set())
+            waits = [asyncio.ensure_future(informer.synced.wait()), asyncio.ensure_future(failed.wait())]
+            _, pending = await asyncio.wait(waits, timeout=self.sync_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in pending:
+                waiting.cancel()
+        if not informer.synced.is_set():
+            if not self._records_unread:
+                log.warning("the nodes' model cache records in namespace %s cannot be read (%s): no node counts as "
+                            "holding a model until they can", self.node_cache_namespace, informer.last_error)
+            self._records_unread = True
+            return []
+        self._records_unread = False
+        return list(informer.objects.values())
+
     async def _watched(self, *resources: Resource) -> list[list[dict[str, Any]]]:
         """The cached objects of each resource; its watch is started (and its first list awaited) on first use."""
         for resource in resources:
-            if resource not in self._informers:
-                informer = Informer(self.kube, resource, self.watch_timeout_s)
-                informer.listeners.append(self._changed)
-                self._informers[resource] = informer
-                self._tasks[resource] = asyncio.create_task(informer.run(), name=f"informer {informer.name}")
+            self._start(resource)
         for resource in resources:
             informer = self._informers[resource]
             if not informer.synced.is_set():
@@ -319,14 +354,13 @@ class ClusterView:
     async def _refresh(self, now: float) -> Snapshot:
         nodes, slices, classes, claims, pods = await self._watched(
             NODES, RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, PODS)
+        records = await self._node_cache_records()
         gangs = tuple(await self._gang_demands(now))
         self._gangs = (now, gangs)
         self._built_from = self._changes  # what the caches hold now, once each is listed (no await below)
         inventory = Inventory.build(nodes=nodes, slices=slices, device_classes=classes,
                                     claims=self._with_pinned(claims, now), pods=pods)
-        caches = {str(n["metadata"]["name"]): frozenset(_split(((n.get("metadata") or {}).get("annotations") or {})
-                                                               .get(ANNOTATION_MODEL_CACHE, "")))
-                  for n in nodes}
+        caches = self._model_caches(nodes, records)
         # Ties go to nodes in a stable order (name), which keeps filling the same nodes instead of scattering
         # equal-score replicas.
         order = np.argsort(np.argsort([n.name for n in inventory.nodes])).astype(np.int64)
@@ -334,6 +368,18 @@ class ClusterView:
         # Fragmentation is measured against the workload mix the cluster runs now.
         state, mix = ClusterState.from_inventory(inventory), observed_mix(inventory)
         return Snapshot(now, inventory, state, mix, order, caches, gangs, fragmentation_ratio(state, mix))
+
+    def _model_caches(self, nodes: Sequence[Mapping[str, Any]],
+                      records: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+        """node -> the cache keys its disk holds, from the node-side reporters' records (infer_ctl.kube.modelcache)
+        of the nodes that exist; a record that cannot be read counts as an empty cache (logged once per problem)."""
+        held, problems = model_caches(records)
+        for problem in problems:
+            if problem not in self._record_problems:
+                log.warning("node model cache record skipped: %s", problem)
+        self._record_problems = set(problems)
+        names = {str(n["metadata"]["name"]) for n in nodes}
+        return {node: held.get(node, frozenset()) for node in sorted(names)}
 
     def _with_pinned(self, claims: Sequence[Mapping[str, Any]], now: float) -> list[Mapping[str, Any]]:
         """Claims as cached, with this controller's pinned-but-unallocated ones given their chosen devices, and
@@ -433,7 +479,3 @@ def fragmentation_ratio(state: ClusterState, mix: WorkloadMix) -> float:
         return 0.0
     per_node = FragmentationModel(mix, state.products).fragmentation(state.free_milli, state.cpu_free, state.product)
     return float(min(1.0, max(0.0, float(np.sum(per_node)) / free)))
-
-
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]

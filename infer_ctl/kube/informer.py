@@ -69,6 +69,10 @@ class Informer:
     listeners: list[Listener] = field(default_factory=list)
     error_listeners: list[Callable[[BaseException], None]] = field(default_factory=list)
     last_error: BaseException | None = None
+    # None: every namespace; else this one only (e.g. the node cache records in the controller's own namespace,
+    # which its Role lets it read and nothing more), with `label_selector` applied by the server
+    namespace: str | None = None
+    label_selector: str = ""
 
     def __post_init__(self) -> None:
         # Watches get a connection pool of their own: each holds a connection for minutes.
@@ -112,7 +116,9 @@ class Informer:
                 backoff_s = min(backoff_s * 2, self.max_backoff_s)
 
     async def _relist(self) -> None:
-        listing = await asyncio.to_thread(self.client.request, "GET", self.resource.path())
+        listing = await asyncio.to_thread(self.client.request, "GET", self.resource.path(self.namespace),
+                                          query={"labelSelector": self.label_selector} if self.label_selector
+                                          else None)
         objects: dict[tuple[str, str], Obj] = {}
         for item in listing.get("items") or []:
             item.setdefault("apiVersion", self.resource.api_version)  # list items carry neither on the wire
@@ -129,6 +135,18 @@ class Informer:
         """The list call `kubernetes.watch.Watch` streams. Its return annotation names no model class, so Watch
         hands the objects over as plain dicts (the typed models would drop fields the client does not know)."""
         group, version = group_version(self.resource)
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        if self.namespace is not None:
+            if not group:
+                namespaced: dict[str, Callable[..., object]] = {
+                    "configmaps": kubernetes.client.CoreV1Api(self._api).list_namespaced_config_map,
+                    "pods": kubernetes.client.CoreV1Api(self._api).list_namespaced_pod}
+                if self.resource.plural not in namespaced:
+                    raise ValueError(f"no namespaced watch for core {self.resource.plural}")
+                return namespaced[self.resource.plural](self.namespace, **kwargs)
+            return kubernetes.client.CustomObjectsApi(self._api).list_namespaced_custom_object(
+                group, version, self.namespace, self.resource.plural, **kwargs)
         if not group:
             core = kubernetes.client.CoreV1Api(self._api)
             calls: dict[str, Callable[..., object]] = {"pods": core.list_pod_for_all_namespaces,

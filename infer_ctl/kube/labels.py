@@ -17,7 +17,7 @@ ANNOTATION_PINNED_DEVICES = "infer-ctl.io/pinned-devices"
 MANAGER = "infer-ctl"
 ROLE_SERVING = "serving"
 ROLE_STANDBY = "standby"
-ANNOTATION_MODEL_CACHE = "infer-ctl.io/model-cache"  # on Nodes: comma-separated cache keys held locally
+ANNOTATION_MODEL_CACHE = "infer-ctl.io/model-cache"  # on sandbox Nodes: cache keys held (no controller reads it)
 ROLE_PREFETCH = "prefetch"  # a Pod that fills its node's model cache and completes (the cached tier)
 # on replica and prefetch Pods: the model's weights in bytes (what a sleeping replica holds in host memory and an
 # awake one on its device; what a prefetch downloads)

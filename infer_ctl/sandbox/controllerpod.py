@@ -8,8 +8,11 @@ installed package, with what kubelet would give the container:
   references in `args` expanded from it as kubelet expands them;
 - its ServiceAccount: a bound token from the TokenRequest API for `spec.serviceAccountName` in a kubeconfig
   (`KUBECONFIG`), so the process has exactly the permissions the manifests' RBAC grants, no more;
-- its ConfigMap volumes (the policies) written to a temporary directory, and `emptyDir` volumes as empty ones;
-  a mount path in `env` values or `args` is replaced by that directory (there is no mount namespace);
+- its ConfigMap volumes (the policies) written to a temporary directory, `emptyDir` volumes as empty ones, and
+  `hostPath` volumes as the node's directory on this machine (`host_path`: the node agent's per-node disk, e.g. the
+  model cache the node-side reporter scans); a mount path in `env` values or `args` is replaced by that directory
+  (there is no mount namespace; a read-only mount is not enforced);
+- `env` from the downward API's fieldRef (metadata.name and .namespace, spec.nodeName, spec.serviceAccountName);
 - ports: every Pod of the machine shares 127.0.0.1, so the ports in `--metrics-port`, `--liveness-port` and
   `--readiness-port` are replaced by free ones and the `--*-address` flags by 127.0.0.1 (two replicas of one
   Deployment would otherwise collide); the probes follow the remapped ports;
@@ -130,8 +133,14 @@ def _config_map(client: KubeClient, name: str, namespace: str) -> dict[str, str]
     return {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
 
 
-def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path) -> Prepared:
-    """What the container would get (see the module's docstring), blocking (run it in a thread)."""
+_FIELD_REFS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace"),
+               "spec.nodeName": ("spec", "nodeName"), "spec.serviceAccountName": ("spec", "serviceAccountName")}
+
+
+def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
+            host_path: Callable[[str], Path] | None = None) -> Prepared:
+    """What the container would get (see the module's docstring), blocking (run it in a thread). `host_path`: where
+    a hostPath of the Pod's node is on this machine (None: hostPath volumes are empty directories)."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     spec = pod.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
@@ -146,6 +155,9 @@ def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path) -> Prepared:
         if "configMap" in volume:
             for key, value in _config_map(client, volume["configMap"]["name"], namespace).items():
                 (target / key).write_text(value)
+        elif "hostPath" in volume and host_path is not None:
+            target = host_path(str(volume["hostPath"]["path"]))
+            target.mkdir(parents=True, exist_ok=True)  # DirectoryOrCreate; any other type finds what is there
         mounts[mount["mountPath"]] = str(target)
 
     def unmounted(text: str) -> str:
@@ -159,6 +171,13 @@ def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path) -> Prepared:
     for var in container.get("env") or []:
         if "value" in var:
             env[var["name"]] = unmounted(expand(str(var["value"]), env))
+        elif field_ref := (var.get("valueFrom") or {}).get("fieldRef"):
+            where = _FIELD_REFS.get(str(field_ref.get("fieldPath")))
+            if where is None:
+                raise KubeError(0, "CreateContainerConfigError", f"env {var['name']}: fieldRef "
+                                f"{field_ref.get('fieldPath')!r} is not one the sandbox resolves "
+                                f"({', '.join(sorted(_FIELD_REFS))})")
+            env[var["name"]] = str((pod.get(where[0]) or {}).get(where[1]) or "")
         elif ref := (var.get("valueFrom") or {}).get("configMapKeyRef"):
             data = _config_map(client, ref["name"], namespace)
             if ref["key"] in data:

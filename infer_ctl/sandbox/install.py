@@ -21,6 +21,7 @@ CONTROLLER_MANIFESTS = (KUSTOMIZE / "kopf-peering" / "crd.yaml", KUSTOMIZE / "ba
                         KUSTOMIZE / "base" / "priorityclasses.yaml", KUSTOMIZE / "base" / "rbac.yaml",
                         KUSTOMIZE / "base" / "peering.yaml")
 MANAGED_NAMESPACE = KUSTOMIZE / "managed-namespace" / "rolebinding.yaml"
+NODE_CACHE_REPORTER = KUSTOMIZE / "base" / "node-cache-reporter.yaml"
 CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT = "infer-ctl-system", "infer-ctl"
 # the PriorityClasses a sandbox creates for its own replicas, which deploy/'s replace (see `install_controller`)
 SANDBOX_PRIORITY_CLASSES = ("infer-ctl-serving", "infer-ctl-standby")
@@ -61,3 +62,16 @@ def install_controller(cluster: LocalCluster, kubeconfig: Path, managed: Sequenc
     for namespace in managed:
         manage_namespace(cluster, namespace)
     return cluster.service_account_kubeconfig(CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT, kubeconfig)
+
+
+def install_node_cache_reporter(cluster: LocalCluster, interval_s: float = 1.0) -> None:
+    """deploy/kustomize's namespace and node cache reporter (DaemonSet, ServiceAccount, RBAC) applied with kubectl,
+    the reporter scanning every `interval_s` (deploy/ says 5 s; the sandbox's downloads take seconds)."""
+    apply_in_order(cluster, KUSTOMIZE / "base" / "namespace.yaml")
+    docs = [d for d in yaml.safe_load_all(NODE_CACHE_REPORTER.read_text()) if d]
+    for doc in docs:
+        if doc["kind"] == "DaemonSet":
+            [container] = doc["spec"]["template"]["spec"]["containers"]
+            args = container["args"]
+            args[args.index("--interval") + 1] = f"{interval_s:g}"
+    cluster.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(docs))

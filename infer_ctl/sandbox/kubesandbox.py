@@ -29,7 +29,10 @@ import yaml
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.inferenceservice import CRD_PATH
+from infer_ctl.kube.modelcache import CONFIG_MAPS, NODE_CACHE_SELECTOR
+from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE as NODE_CACHE_NAMESPACE
 from infer_ctl.sandbox.images import ImageTable
+from infer_ctl.sandbox.install import KUSTOMIZE, apply_in_order, install_node_cache_reporter
 from infer_ctl.sandbox.kubeside import KubeSide
 from infer_ctl.sandbox.localcluster import ROOT, LocalCluster, LocalClusterError
 from infer_ctl.sandbox.router import Router
@@ -112,14 +115,33 @@ def wait_nodes_schedulable(local: LocalCluster, names: list[str], timeout_s: flo
         time.sleep(0.2)
 
 
+def wait_node_cache_records(local: LocalCluster, names: list[str], timeout_s: float = 90.0) -> None:
+    """Until the node cache reporter of every node has written its record (the DaemonSet's Pods scheduled,
+    started by the node agent, their first scan done)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = local.request("GET", CONFIG_MAPS.path(NODE_CACHE_NAMESPACE) + f"?labelSelector={NODE_CACHE_SELECTOR}")
+        recorded = {(c.get("data") or {}).get("node") for c in found["items"]}
+        waiting = [name for name in names if name not in recorded]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"no node cache record after {timeout_s:.0f} s for: {', '.join(waiting)} (the "
+                                    "DaemonSet infer-ctl-node-cache-reporter in infer-ctl-system)")
+        time.sleep(0.2)
+
+
 @contextmanager
 def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kubeconfig: Path | None = None,
                            workdir: Path | None = None, crd: bool = True, audit_log: bool = False,
-                           extra_admins: Sequence[str] = (), images: ImageTable | None = None
-                           ) -> Iterator[KubeSandbox]:
+                           extra_admins: Sequence[str] = (), images: ImageTable | None = None,
+                           node_cache_reporter: bool = True) -> Iterator[KubeSandbox]:
     """Start the real control plane and the node side; copy the admin kubeconfig to `kubeconfig`; install the
-    InferenceService CRD (with `crd`), the InferencePool CRD (when its file is cached, `pool_crd_path`) and the
-    PriorityClasses the controller's replicas use; stop everything on exit."""
+    InferenceService CRD (with `crd`), the InferencePool CRD (when its file is cached, `pool_crd_path`), the
+    PriorityClasses the controller's replicas use, and deploy/'s node cache reporter (with `node_cache_reporter`:
+    a DaemonSet whose Pods the node agent runs, a process of about 60 MB per node, each scanning its node's model
+    cache directory; without it the node agent writes the same records itself); returns once every node's record
+    is written; stop everything on exit."""
     local = LocalCluster(workdir, audit_log=audit_log, extra_admins=extra_admins)
     local.start()
     thread: LoopThread | None = None
@@ -140,9 +162,15 @@ def kube_sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, *, kub
             shutil.copyfile(local.kubeconfig, kubeconfig)
             kubeconfig.chmod(0o600)
         thread = LoopThread("kube-side")
-        side = KubeSide(local.kubeconfig, cluster, catalog, images=images)
+        if not node_cache_reporter:
+            apply_in_order(local, KUSTOMIZE / "base" / "namespace.yaml")  # where the agent writes the records
+        side = KubeSide(local.kubeconfig, cluster, catalog, images=images,
+                        report_caches=None if node_cache_reporter else NODE_CACHE_NAMESPACE)
         thread.call(side.start, timeout_s=120)
         wait_nodes_schedulable(local, [n.name for n in cluster.nodes])
+        if node_cache_reporter:
+            install_node_cache_reporter(local)
+        wait_node_cache_records(local, [n.name for n in cluster.nodes])
         yield KubeSandbox(local, side, thread, target)
     finally:
         try:

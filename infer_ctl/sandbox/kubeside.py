@@ -48,6 +48,9 @@ class KubeSide:
     watch_timeout_s: float = 300.0
     request_timeout_s: float = 10.0
     images: ImageTable | None = None  # the node agent's image table (None: the built-in entries)
+    # None: deploy/'s node cache reporter DaemonSet records the nodes' model caches (its Pods run by the agent); a
+    # namespace: the agent writes those records there itself (no DaemonSet installed)
+    report_caches: str | None = None
     _client: KubeClient | None = None
     _view: KubeView | None = None
     _agent: NodeAgent | None = None
@@ -92,7 +95,7 @@ class KubeSide:
         await self._view.start(sync_timeout_s=self.startup_timeout_s)
         self._agent = NodeAgent(self._view, {n.name: n for n in self.cluster.nodes}, self.catalog,
                                 publish=tuple(self.cluster.objects()) if self.publish else (),
-                                image_table=self.images)
+                                image_table=self.images, report_caches=self.report_caches)
         self._pools = Informer(client, INFERENCE_POOLS, self.watch_timeout_s)
         self._router = Router(self._view, pools=self._pools)
         await self._router.serve_metrics()

@@ -61,7 +61,8 @@ RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 # deallocation, garbage collection (owner references), namespaces, ServiceAccounts (the ServiceAccount admission
 # plugin needs each namespace's `default`), the workload controllers, and the PodGroup controller of
 # GenericWorkload, the aggregation of the admin/edit/view ClusterRoles, and the binding of PersistentVolumeClaims to
-# PersistentVolumes with the finalizers that keep a volume in use from deletion (the node model caches' local volumes).
+# PersistentVolumes with the finalizers that keep a volume in use from deletion (the node model caches' local volumes),
+# and DaemonSets (the node-side reporter of the nodes' model caches).
 CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
                "serviceaccount-controller", "serviceaccount-token-controller",
                "root-ca-certificate-publisher-controller", "clusterrole-aggregation-controller",
@@ -69,7 +70,7 @@ CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "name
                "endpointslice-controller", "disruption-controller", "pod-garbage-collector-controller",
                "podgroup-protection-controller", "node-lifecycle-controller", "taint-eviction-controller",
                "persistentvolume-binder-controller", "persistentvolume-protection-controller",
-               "persistentvolumeclaim-protection-controller")
+               "persistentvolumeclaim-protection-controller", "daemonset-controller")
 ADMIN_USER = "infer-ctl-admin"
 PORT_ATTEMPTS = 3  # starts of the control plane when a component finds its port taken (see `LocalCluster.start`)
 _PR_SET_PDEATHSIG = 1

@@ -90,8 +90,16 @@ the budget first evicts the least recently used models (a replica's start or a d
 replica on the node uses, with an Event `ModelCacheEvicted` on the Pod that made room; if even that cannot make
 room, the prefetch Pod fails (its container terminated `ModelCacheFull`, exit 1, the message naming the budget and
 the models held, and a Warning Event `ModelCacheFull`), and a replica's model is simply not kept.
-The agent publishes what each node holds on its Node (a merge patch of annotations, only when they change):
-`infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted) and `infer-ctl.io/host-memory-used-bytes`.
+Each node has a disk of its own on this machine (`node_root`/<node>/...): a download leaves the model's directory
+in the node's cache directory (`model_cache_dir`, policies' default modelCacheHostPath) as `hf download` and the
+prefetch's script do, the directory first, the weights (a sparse file of the model's bytes) and the completion
+marker `.infer-ctl-complete` last; an eviction removes it. What records which node holds which model is the
+node-side reporter's ConfigMap per node (infer_ctl.observe.nodecache), which scans that directory: on the real
+control plane deploy/'s DaemonSet, whose Pods this agent runs with the node's directory as their hostPath; on the
+emulator, which runs no DaemonSets, the agent runs the same reporter itself (`report_caches`).
+The agent also publishes what each node holds on its Node (a merge patch of annotations, only when they change):
+`infer-ctl.io/model-cache` (the cache keys, comma-separated, sorted; kept beside the records for the sandbox's
+own tests and views, read by no controller) and `infer-ctl.io/host-memory-used-bytes`.
 A bad annotation (model bytes, a bandwidth, the host budget) leaves the container waiting with
 `CreateContainerConfigError` and a Warning Event that names the annotation and the problem.
 
@@ -128,7 +136,7 @@ import aiohttp.web
 
 from infer_ctl.actuate.manifests import ANNOTATION_DEVICE_BYTES, ENV_MODEL_CACHE_DIR
 from infer_ctl.config.cluster import DEFAULT_MODEL_CACHE_BYTES, SandboxNode
-from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.core.policy import DEFAULT_MODEL_CACHE_HOST_PATH, AcceleratorCatalog
 from infer_ctl.core.quantity import QuantityError, format_bytes, parse_bytes
 from infer_ctl.kube.client import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeError, Resource
 from infer_ctl.kube.labels import (
@@ -142,6 +150,8 @@ from infer_ctl.kube.labels import (
     LABEL_ROLE,
     ROLE_PREFETCH,
 )
+from infer_ctl.kube.modelcache import COMPLETE_MARKER
+from infer_ctl.observe.nodecache import Reporter
 from infer_ctl.sandbox import containerenv, controllerpod, images
 from infer_ctl.sandbox import probes as probes_
 from infer_ctl.sandbox.engines.http import ASLEEP_REQUEST
@@ -419,10 +429,27 @@ class NodeAgent:
     _publish_wake: asyncio.Event = field(default_factory=asyncio.Event)
     _session: aiohttp.ClientSession | None = None  # the probes'
     _images: images.ImageTable = field(init=False)
+    # The nodes' disks: node N's path P is <node_root>/N/P (a temporary directory unless given). Each node's model
+    # cache (`model_cache_dir`, policies' modelCacheHostPath) holds a directory per model as a download leaves
+    # it (`_write_cached`), which the node-side reporter scans: deploy/'s DaemonSet on the real control plane
+    # (its hostPath is this directory), or the agent itself on the emulator, which runs no DaemonSets
+    # (`report_caches`: the namespace to write the records in; None: the DaemonSet does).
+    node_root: Path | None = None
+    model_cache_dir: str = DEFAULT_MODEL_CACHE_HOST_PATH
+    report_caches: str | None = None
+    report_interval_s: float = 1.0
+    _own_root: bool = False
+    _reporters: dict[str, Reporter] = field(default_factory=dict)
+    _report_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._images = self.image_table or images.ImageTable.with_builtins(python=self.python)
+        if self.node_root is None:
+            self.node_root, self._own_root = Path(tempfile.mkdtemp(prefix="infer-ctl-nodes-")), True
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
+        for name, keys in self._cache.items():
+            for key in keys:
+                self._write_cached(name, key, 0)  # the cluster file's preloaded models (size unknown)
         self._dirty = set(self.nodes)
         self.view.on_change(PODS, self._wake.set)
         if not self.publish:
@@ -431,6 +458,8 @@ class NodeAgent:
     async def run(self) -> None:
         await self._serve_ledger()
         helpers = [asyncio.create_task(self._publish_nodes(), name="node annotations")]
+        if self.report_caches is not None:
+            helpers.append(asyncio.create_task(self._report_caches(self.report_caches), name="node cache records"))
         if self.publish:
             helpers.append(asyncio.create_task(self._keep_nodes(), name="node heartbeat"))
         try:
@@ -948,12 +977,15 @@ class NodeAgent:
                     return
                 sizes = self._cache_bytes.setdefault(running.node, {})
                 sizes[key] = model_bytes  # counted from now on: a model kept during the download sees it
+                self._write_partial(running.node, key)
                 try:
                     await asyncio.sleep(model_bytes / (gbps * _GB))
                 except BaseException:  # the Pod stopped mid-download: nothing was kept
                     sizes.pop(key, None)
+                    self._remove_cached(running.node, key)
                     raise
                 cache.add(key)
+                self._write_cached(running.node, key, model_bytes)
                 self._cache_use(running.node, key, model_bytes)
                 self._node_changed(running.node)
         now = rfc3339(self.view.now())
@@ -973,7 +1005,8 @@ class NodeAgent:
         backoff_s = 1.0
         while not running.stopping:
             try:
-                prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir)
+                prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir,
+                                                   lambda path: self.node_path(running.node, path))
             except (KubeError, OSError) as e:
                 self._event(running, "Failed", f"Error: {e}")
                 await asyncio.sleep(backoff_s)
@@ -1070,6 +1103,8 @@ class NodeAgent:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+        if self._own_root and self.node_root is not None:
+            shutil.rmtree(self.node_root, ignore_errors=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -1261,6 +1296,7 @@ class NodeAgent:
         if model in cache or budget is None or self._make_room(running, model, model_bytes, budget) is not None:
             return
         cache.add(model)
+        self._write_cached(running.node, model, model_bytes)
         self._cache_use(running.node, model, model_bytes)
         self._node_changed(running.node)
 
@@ -1310,6 +1346,7 @@ class NodeAgent:
             cache.discard(k)
             sizes.pop(k, None)
             used_at.pop(k, None)
+            self._remove_cached(node, k)
         self._event(running, "ModelCacheEvicted", f"evicted {', '.join(evicted)} ({format_bytes(freed)}, least "
                                                   f"recently used) from the model cache of node {node} to fit {key} "
                                                   f"({format_bytes(model_bytes)}) in its {format_bytes(budget)}")
@@ -1319,6 +1356,74 @@ class NodeAgent:
     def _node_changed(self, node: str) -> None:
         self._dirty.add(node)
         self._publish_wake.set()
+        self._report_wake.set()
+
+    # ------------------------------------------------------------------------------------------ the nodes' disks
+
+    def node_path(self, node: str, path: str) -> Path:
+        """Where node `node`'s absolute `path` (a hostPath) is on this machine."""
+        assert self.node_root is not None
+        return self.node_root / node / path.lstrip("/")
+
+    def node_cache_dir(self, node: str) -> Path:
+        """The node's model cache directory (what the reporter scans)."""
+        return self.node_path(node, self.model_cache_dir)
+
+    def _key_dir(self, node: str, key: str) -> Path | None:
+        """The model's directory in the node's cache; None for a key that would leave it (kubelet refuses such a
+        subPath too)."""
+        if key.startswith("/") or ".." in Path(key).parts:
+            log.warning("node agent: cache key %r is no directory below the model cache; not on disk", key)
+            return None
+        return self.node_cache_dir(node) / key
+
+    def _write_partial(self, node: str, key: str) -> None:
+        """A download under way: the model's directory without the completion marker (and a stale marker gone,
+        as the prefetch's script removes it first)."""
+        directory = self._key_dir(node, key)
+        if directory is None:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / COMPLETE_MARKER).unlink(missing_ok=True)
+
+    def _write_cached(self, node: str, key: str, model_bytes: int) -> None:
+        """A complete download as `hf download` and the prefetch's script leave it: the weights (a sparse file of
+        the model's bytes: the size is real, the disk is not used), then the completion marker naming the key."""
+        directory = self._key_dir(node, key)
+        if directory is None:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        weights = directory / "model.safetensors"
+        with weights.open("ab") as f:
+            f.truncate(max(model_bytes, 0))
+        marker = directory / f"{COMPLETE_MARKER}.tmp"
+        marker.write_text(json.dumps({"key": key}))
+        marker.replace(directory / COMPLETE_MARKER)
+
+    def _remove_cached(self, node: str, key: str) -> None:
+        directory = self._key_dir(node, key)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _report_caches(self, namespace: str) -> None:
+        """The emulator's stand-in for the DaemonSet: the same reporter, one per node, run by the agent; each scan
+        every `report_interval_s`, or at once after the agent changed a node's cache."""
+        await self.registered.wait()
+        for node in self.nodes:
+            self._reporters[node] = Reporter(self.view, node, self.node_cache_dir(node), namespace)
+        failed: dict[str, str] = {}  # node -> the last failure, logged once
+        while True:
+            self._report_wake.clear()
+            for node, reporter in self._reporters.items():
+                try:
+                    await reporter.report_once()
+                    failed.pop(node, None)
+                except (KubeError, OSError) as e:
+                    if failed.get(node) != str(e):
+                        log.warning("node agent: model cache record of node %s not written: %s", node, e)
+                    failed[node] = str(e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._report_wake.wait(), self.report_interval_s)
 
     def node_annotations(self, node: str) -> dict[str, str]:
         """What the agent publishes on `node`: its model cache and the host memory its sleeping replicas hold."""

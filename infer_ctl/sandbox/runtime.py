@@ -12,6 +12,7 @@ from pathlib import Path
 
 from infer_ctl.config.cluster import Cluster
 from infer_ctl.core.policy import AcceleratorCatalog
+from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE as NODE_CACHE_NAMESPACE
 from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
 from infer_ctl.sandbox.images import ImageTable
 from infer_ctl.sandbox.kubeconfig import write_kubeconfig
@@ -57,6 +58,8 @@ class Sandbox:
         pc_rt = self.store.type("scheduling.k8s.io", "v1", "priorityclasses")
         for name, value, description in PRIORITY_CLASSES:
             self.store.create(pc_rt, None, {"metadata": {"name": name}, "value": value, "description": description})
+        # the controller's namespace, as deploy/ creates it: where the nodes' model cache records go
+        self.store.create(self.store.type("", "v1", "namespaces"), None, {"metadata": {"name": NODE_CACHE_NAMESPACE}})
         self.handler = SandboxApiServer(store=self.store)
         self._server = ApiServerSite(self.handler, port=self.port)
         await self._server.start()
@@ -69,8 +72,9 @@ class Sandbox:
                        asyncio.create_task(self.volumes.run(), name="volume-binder"),
                        asyncio.create_task(self._router.run(), name="router")]
         if self.run_processes:
+            # no DaemonSets here: the agent writes the nodes' model cache records itself (as the reporter would)
             self.agent = NodeAgent(view, {n.name: n for n in self.cluster.nodes}, self.catalog,
-                                   image_table=self.images)
+                                   image_table=self.images, report_caches=NODE_CACHE_NAMESPACE)
             self._tasks.append(asyncio.create_task(self.agent.run(), name="node-agent"))
         if self.kubeconfig is not None:
             write_kubeconfig(self.kubeconfig, self.url)

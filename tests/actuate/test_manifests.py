@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,69 @@ def test_a_replica_that_may_sleep_runs_stock_vllm_with_its_sleep_mode_and_probes
                         node_selector={}, engine=engine(svc))
     assert "--enable-sleep-mode" not in awake["spec"]["containers"][0]["args"]
     assert awake["spec"]["containers"][0]["env"] == [{"name": "HF_HOME", "value": "/cache"}]  # no dev mode
+
+
+FAKE_HF = """#!/bin/sh
+# hf download REPO [--revision REV] --local-dir DIR: records its argv, writes a file, fails when told
+printf '%s\\n' "$@" > "$ARGV_FILE"
+while [ $# -gt 0 ]; do [ "$1" = --local-dir ] && dir="$2"; shift; done
+[ -f "$dir/.infer-ctl-complete" ] && echo "the marker was there during the download" >> "$ARGV_FILE"
+mkdir -p "$dir" && printf weights > "$dir/model.safetensors"
+exit "${HF_EXIT:-0}"
+"""
+
+
+def run_prefetch(pod: dict[str, Any], cache: Path, tmp_path: Path, hf_exit: int = 0) -> tuple[int, list[str]]:
+    """The prefetch container's command, run by sh as the container would, with a stand-in `hf` on PATH."""
+    import subprocess
+
+    [container] = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env[ENV_MODEL_CACHE_DIR] = str(cache)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "hf").write_text(FAKE_HF)
+    (bin_dir / "hf").chmod(0o755)
+    argv_file = tmp_path / "argv"
+    done = subprocess.run(container["command"], env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin",
+                                                     "ARGV_FILE": str(argv_file), "HF_EXIT": str(hf_exit)},
+                          capture_output=True, text=True, timeout=30, check=False)
+    return done.returncode, argv_file.read_text().splitlines()
+
+
+@pytest.mark.parametrize(("uri", "argv"), [
+    (None, ["download", "meta-llama/Llama-3.1-8B-Instruct", "--local-dir"]),
+    ("hf://Qwen/Qwen2.5-7B-Instruct@v1.1", ["download", "Qwen/Qwen2.5-7B-Instruct", "--revision", "v1.1",
+                                            "--local-dir"]),
+], ids=["no uri: the model's name", "an hf:// uri with a revision"])
+def test_the_prefetch_downloads_with_hf_then_writes_the_marker_the_reporter_counts(
+        uri: str | None, argv: list[str], tmp_path: Path) -> None:
+    from infer_ctl.observe.nodecache import scan
+
+    changes: dict[str, object] = {"spec__model__name": "meta-llama/Llama-3.1-8B-Instruct"}
+    if uri:
+        changes["spec__model__uri"] = uri
+    svc = service(**changes)
+    pod = prefetch_pod(svc, node="gpu-node-1", cache_dir="/mnt/models")
+    kubernetes_validate.validate(pod, "1.37.0", strict=True)
+    cache = tmp_path / "cache" / svc.spec.model.cache_key
+    cache.mkdir(parents=True)
+    (cache / ".infer-ctl-complete").write_text("{}")  # a stale marker of an earlier copy
+    code, seen = run_prefetch(pod, cache, tmp_path)
+    assert code == 0 and seen == [*argv, str(cache)]  # the stale marker was removed before the download
+    [held] = scan(tmp_path / "cache")
+    assert held.key == svc.spec.model.cache_key and held.size_bytes > len("weights")
+
+
+def test_a_failed_download_leaves_no_marker(tmp_path: Path) -> None:
+    from infer_ctl.observe.nodecache import scan
+
+    svc = service(spec__model__name="org/model")
+    cache = tmp_path / "cache" / "org" / "model"
+    code, _ = run_prefetch(prefetch_pod(svc, node="n"), cache, tmp_path, hf_exit=1)
+    assert code == 1 and (cache / "model.safetensors").exists() and scan(tmp_path / "cache") == []
+
+
+def test_a_prefetch_pod_of_a_model_the_hub_does_not_serve_is_refused_naming_the_uri() -> None:
+    with pytest.raises(SpecError, match=re.escape("spec.model.uri: Unsupported value: 's3://bucket/llama'")):
+        prefetch_pod(service(spec__model__uri="s3://bucket/llama"), node="gpu-node-1")

@@ -45,7 +45,7 @@ def test_the_shipped_manifests_pass_the_gate() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert [line.split(": warning: not checked")[0] for line in lines] == [
-        "deploy/kustomize/base/kustomization.yaml:11: Kustomization <unnamed>",
+        "deploy/kustomize/base/kustomization.yaml:12: Kustomization <unnamed>",
         "deploy/kustomize/base/peering.yaml:3: ClusterKopfPeering infer-ctl"], result.stdout
     verbose = infer_ctl("validate", "deploy/kustomize/base")
     assert "deploy/kustomize/base/policies/accelerators.yaml:9: infer-ctl policy file accelerators.yaml is valid" \

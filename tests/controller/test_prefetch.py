@@ -5,6 +5,7 @@ counts that node's free GPUs as the cached tier's room. Prefetch Pods are never 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from infer_ctl.controller.reconciler import (
     ServiceMemory,
     Settings,
 )
+from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core.policy import ModelCacheVolume, Policies
 from infer_ctl.decide.tiers import Tier
 from infer_ctl.engine.placement import free_replica_slots
@@ -28,20 +30,45 @@ from infer_ctl.kube.client import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
+    KubeClient,
     KubeError,
     Resource,
 )
-from infer_ctl.kube.labels import ANNOTATION_CACHED, ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.labels import ANNOTATION_CACHED
+from infer_ctl.kube.modelcache import COMPLETE_MARKER, CONFIG_MAPS, DEFAULT_NAMESPACE, NODE_CACHE_SELECTOR, model_caches
 from infer_ctl.kube.pods import parse_time
-from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET
+from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET, NodeAgent
+from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import T0, caught_up, condition, cycle, describe_pods, wait_for
 from tests.controller.test_warm_hosts import make_namespace
 
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding")
 
 CACHE_KEY = "example/prefetch-test-7b"
+
+
+def node_caches(cluster: Cluster) -> dict[str, frozenset[str]]:
+    """What the node-side reporters recorded (the DaemonSet on `kube`, the node agent on the emulator)."""
+    return model_caches(cluster.kube.list(CONFIG_MAPS, DEFAULT_NAMESPACE, label_selector=NODE_CACHE_SELECTOR))[0]
+
+
+def agent(cluster: Cluster) -> NodeAgent:
+    return cluster.sandbox.agent if isinstance(cluster.sandbox, Sandbox) else cluster.sandbox.side.agent
+
+
+def hold(cluster: Cluster, nodes: list[str], key: str) -> None:
+    """Put the model into the nodes' caches as a finished prefetch leaves it (its directory, the completion
+    marker last), and wait until the reporters have recorded it."""
+    for node in nodes:
+        directory = agent(cluster).node_cache_dir(node) / key
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "model.safetensors").write_bytes(b"weights")
+        (directory / COMPLETE_MARKER).write_text(json.dumps({"key": key}))
+    wait_for("the reporters to record the model", lambda: all(key in node_caches(cluster).get(n, ()) for n in nodes),
+             timeout_s=30)
 
 
 def prefetches(cluster: Cluster) -> list[dict[str, Any]]:
@@ -68,10 +95,9 @@ async def test_a_prefetch_pod_fills_a_node_cache_and_is_collected_and_never_coun
         wait_for("the prefetch Pod to succeed", lambda: (cluster.kube.get(PODS, pod["metadata"]["name"], "default")
                                                           or {}).get("status", {}).get("phase") == "Succeeded",
                  timeout_s=60)
-        cache = wait_for("the node to publish the model", lambda: CACHE_KEY in (
-            (cluster.kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
-            .get(ANNOTATION_MODEL_CACHE, "").split(",")))
-        assert cache
+        wait_for("the node's reporter to record the model", lambda: CACHE_KEY in node_caches(cluster).get(node, ()),
+                 timeout_s=30)
+        assert (agent(cluster).node_cache_dir(node) / CACHE_KEY / COMPLETE_MARKER).exists()
         later = await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
                             T0 + timedelta(seconds=10))
         assert later.status["replicas"]["serving"] + later.status["replicas"].get("loading", 0) == 1, later.status
@@ -146,11 +172,9 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
     builder = (InferenceServiceBuilder("llm", "tenant").with_("spec.scaling.minReplicas", 1)
                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
                .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
-    # the H100 nodes hold the model (as a node agent publishes it): a placement there would be a cached start
-    for node in kube.list(NODES):
-        if node["metadata"]["name"].startswith("h100"):
-            kube.merge_patch(NODES, node["metadata"]["name"],
-                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
+    # the H100 nodes hold the model (as a prefetch leaves it): a placement there would be a cached start
+    hold(cluster, [n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100")],
+         CACHE_KEY)
     body = kube.create(INFERENCE_SERVICES, builder.build(), "tenant")
     reconciler = Reconciler(kube, Settings(cluster.policies))
     try:
@@ -219,10 +243,8 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
     weights loads from the network. The plan gives the cached tier no room there (it would count starts of
     seconds that take the cold start), and no copies are asked for; with the mounts on, the same nodes are room."""
     kube = cluster.kube
-    for node in kube.list(NODES):
-        if node["metadata"]["name"].startswith("h100"):
-            kube.merge_patch(NODES, node["metadata"]["name"],
-                             {"metadata": {"annotations": {ANNOTATION_MODEL_CACHE: CACHE_KEY}}})
+    hold(cluster, [n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100")],
+         CACHE_KEY)
     builder = (InferenceServiceBuilder("llm").with_("spec.scaling.minReplicas", 1)
                .with_("spec.runtime.coldStartSeconds", 0.5).with_("spec.accelerator.products", ["H100-80GB"])
                .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
@@ -314,9 +336,8 @@ async def test_through_a_local_persistent_volume_a_pod_security_baseline_namespa
         wait_for("the prefetch Pods to succeed", lambda: all(
             ((kube.get(PODS, p["metadata"]["name"], "tenant") or {}).get("status") or {}).get("phase")
             == "Succeeded" for p in copies), timeout_s=60)
-        wait_for("the nodes to publish the model", lambda: all(CACHE_KEY in (
-            (kube.get(NODES, node) or {}).get("metadata", {}).get("annotations", {})
-            .get(ANNOTATION_MODEL_CACHE, "").split(",")) for node in h100))
+        wait_for("the nodes' reporters to record the model", lambda: all(
+            CACHE_KEY in node_caches(cluster).get(node, ()) for node in h100), timeout_s=30)
         first = await cycle(reconciler, kube.get(INFERENCE_SERVICES, "llm", "tenant"), T0 + timedelta(seconds=10))
         assert first.actions.create_serving == 1
         [pod] = [p for p in kube.list(PODS, "tenant", label_selector="infer-ctl.io/service=llm")
@@ -476,3 +497,49 @@ async def test_a_namespace_enforcing_pod_security_restricted_admits_replicas_wit
         assert copy["spec"]["containers"][0]["securityContext"] == RESTRICTED
     finally:
         await reconciler.close()
+
+
+async def test_a_model_the_hub_does_not_serve_gets_no_prefetch_pod_and_a_warning_naming_the_uri(
+        cluster: Cluster) -> None:
+    builder = (InferenceServiceBuilder("llm").with_("spec.runtime.coldStartSeconds", 0.5)
+               .with_("spec.accelerator.products", ["H100-80GB"]).with_("spec.model.uri", "s3://models/llama")
+               .with_("spec.model.cacheKey", CACHE_KEY).with_("spec.scaling.prewarm.nodeCache", True))
+    body = cluster.kube.create(INFERENCE_SERVICES, builder.build(), "default")
+    node = next(n["metadata"]["name"] for n in cluster.kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
+    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
+    try:
+        svc = reconciler._check(body["metadata"]["uid"], body).service
+        assert svc is not None
+        await reconciler._prefetch(body, svc, [node], [], T0)
+        assert not prefetches(cluster)
+        [note] = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PrefetchRefused"]
+        assert "spec.model.uri: Unsupported value: 's3://models/llama'" in note, note
+    finally:
+        await reconciler.close()
+
+
+async def test_the_record_of_a_deleted_node_goes_with_it(cluster: Cluster) -> None:
+    """The record is owned by its Node: the garbage collector deletes it with the Node (a namespaced dependent of
+    a cluster-scoped owner), so no cluster-scoped write cleans up after a node that left."""
+    wait_for("every node's record", lambda: set(node_caches(cluster)) >= {"l4-0", "h100-0"})
+    cluster.kube.delete(NODES, "l4-0")
+    wait_for("the deleted node's record collected", lambda: "l4-0" not in node_caches(cluster), timeout_s=60)
+    assert "h100-0" in node_caches(cluster)
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)  # RBAC is kube-apiserver's
+async def test_a_controller_that_may_not_read_the_records_places_as_if_no_node_held_a_model(cluster: Cluster) -> None:
+    """An install without the Role infer-ctl-node-caches (an older one): the snapshot still builds, every node's
+    cache counts as empty, and the cache stays unsynced, which readiness names."""
+    controller = KubeClient.from_config(str(cluster.controller_kubeconfig()))
+    cluster.kube.delete(ROLE_BINDINGS, "infer-ctl-node-caches", DEFAULT_NAMESPACE)
+    wait_for("the binding gone", lambda: cluster.kube.get(ROLE_BINDINGS, "infer-ctl-node-caches",
+                                                          DEFAULT_NAMESPACE) is None)
+    view = ClusterView(controller, sync_timeout_s=10)
+    try:
+        snapshot = await view.current()
+        assert snapshot.model_caches and not any(snapshot.model_caches.values())
+        assert "configmaps.core" in view.unsynced()
+    finally:
+        await view.close()
+        controller.close()

@@ -74,7 +74,8 @@ async def caught_up(reconciler: Reconciler, timeout_s: float = 30.0) -> None:
     for resource, informer in list(reconciler.view._informers.items()):
         while True:
             listed = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-                      for o in await asyncio.to_thread(reconciler.kube.list, resource)}
+                      for o in await asyncio.to_thread(reconciler.kube.list, resource, informer.namespace,
+                                                       label_selector=informer.label_selector or None)}
             if {k: o["metadata"]["resourceVersion"] for k, o in informer.objects.items()} == listed:
                 break
             if asyncio.get_running_loop().time() > deadline:

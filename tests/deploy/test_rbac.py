@@ -18,6 +18,7 @@ from infer_ctl.controller.access import Scope
 from tests.deploy.test_manifests import KUSTOMIZE, bin_dir, container, helm_template, kustomize, run
 
 READ_VERBS = {"get", "list", "watch"}
+REPORTER = "infer-ctl-node-cache-reporter"
 
 
 def granted(rules: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
@@ -30,8 +31,8 @@ def table(scope: Scope, peering: str) -> set[tuple[str, str, str, str]]:
     return granted(access.rules(scope, peering))
 
 
-def role(docs: tuple[dict[str, Any], ...], name: str) -> list[dict[str, Any]]:
-    (found,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name]
+def role(docs: tuple[dict[str, Any], ...], name: str, kind: str = "ClusterRole") -> list[dict[str, Any]]:
+    (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
     return list(found["rules"])
 
 
@@ -53,16 +54,57 @@ def test_the_cluster_roles_grant_exactly_the_access_table(install: str) -> None:
     docs = INSTALLS[install]()
     assert granted(role(docs, "infer-ctl")) == table(Scope.CLUSTER, "infer-ctl")
     assert granted(role(docs, "infer-ctl-manager")) == table(Scope.MANAGED, "infer-ctl")
+    assert granted(role(docs, "infer-ctl-node-caches", "Role")) == table(Scope.OWN, "infer-ctl")
+
+
+@pytest.mark.parametrize("install", list(INSTALLS))
+def test_the_controller_reads_the_node_cache_records_in_its_own_namespace_only(install: str) -> None:
+    docs = INSTALLS[install]()
+    [controller_role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "infer-ctl-node-caches"]
+    [binding] = [b for b in bindings(docs) if b["roleRef"]["name"] == "infer-ctl-node-caches"]
+    assert controller_role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "infer-ctl-system"
+    assert binding["kind"] == "RoleBinding" and binding["roleRef"]["kind"] == "Role"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "infer-ctl", "namespace": "infer-ctl-system"}]
+    env = {e["name"]: e for e in container(docs).get("env") or ()}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+@pytest.mark.parametrize("install", list(INSTALLS))
+def test_the_node_cache_reporter_writes_only_its_records_in_the_controllers_namespace(install: str) -> None:
+    """The DaemonSet's own ServiceAccount: ConfigMaps (get, create, patch) by a Role in infer-ctl-system, and a
+    cluster-wide read of Nodes (the owner reference's uid); the cache mounted read-only; restricted's fields."""
+    docs = INSTALLS[install]()
+    name = "infer-ctl-node-cache-reporter"
+    assert granted(role(docs, name, "Role")) == {("", "configmaps", v, "*") for v in ("get", "create", "patch")}
+    assert granted(role(docs, name)) == {("", "nodes", "get", "*")}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": "infer-ctl-system"}]
+    assert {(b["kind"], b["metadata"].get("namespace")) for b in bindings(docs) if b["subjects"] == subjects} == {
+        ("RoleBinding", "infer-ctl-system"), ("ClusterRoleBinding", None)}
+    [daemonset] = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name and daemonset["metadata"]["namespace"] == "infer-ctl-system"
+    [reporter] = pod["containers"]
+    assert reporter["args"][:3] == ["node-cache-reporter", "--dir", "/var/lib/infer-ctl/models"]
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in reporter["env"]} == {
+        "NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace"}
+    [mount] = reporter["volumeMounts"]
+    [volume] = pod["volumes"]
+    assert mount["readOnly"] is True and volume["hostPath"]["path"] == mount["mountPath"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert reporter["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                           "capabilities": {"drop": ["ALL"]}}
 
 
 @pytest.mark.parametrize("install", list(INSTALLS))
 def test_only_reads_and_the_own_peering_heartbeat_are_cluster_wide(install: str) -> None:
     docs = INSTALLS[install]()
-    for group, resource, verb, name in granted(role(docs, "infer-ctl")):
+    for group, resource, verb, name in granted(role(docs, "infer-ctl")) | granted(role(docs, REPORTER)):
         assert verb in READ_VERBS or (resource == "clusterkopfpeerings" and verb == "patch" and name == "infer-ctl"), \
             (group, resource, verb, name)
     cluster_wide = {b["roleRef"]["name"] for b in bindings(docs) if b["kind"] == "ClusterRoleBinding"}
-    assert cluster_wide == ({"infer-ctl", "infer-ctl-manager"} if install == "helm-cluster-wide" else {"infer-ctl"})
+    assert cluster_wide == ({"infer-ctl", "infer-ctl-manager", REPORTER} if install == "helm-cluster-wide"
+                            else {"infer-ctl", REPORTER})
 
 
 @pytest.mark.parametrize("install", [i for i in INSTALLS if i != "helm-cluster-wide"])
@@ -77,13 +119,14 @@ def test_writes_are_bound_in_the_managed_namespaces_only_and_the_controller_mana
         args = [a.replace("$(WATCH_NAMESPACES)", config["data"]["WATCH_NAMESPACES"]) for a in args]
     flags = " ".join(args).replace("=", " ").split(" ")
     managed = namespaces([flags[i + 1] for i, a in enumerate(flags) if a == "--namespace"])
-    role_bindings = [b for b in bindings(docs) if b["kind"] == "RoleBinding"]
+    role_bindings = [b for b in bindings(docs) if b["kind"] == "RoleBinding"
+                     and b["roleRef"]["name"] == "infer-ctl-manager"]
     assert {b["metadata"]["namespace"] for b in role_bindings} == set(managed) and managed
     assert "kube-system" not in managed
     for binding in role_bindings:
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                       "name": "infer-ctl-manager"}
-        (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+        (account,) = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "infer-ctl"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                         "namespace": account["metadata"]["namespace"]}]
     expected = {"helm-namespaces": ("team-a", "team-b")}.get(install, ("default",))

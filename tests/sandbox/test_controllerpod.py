@@ -3,7 +3,17 @@ tests/realcluster/test_deploy.py runs it end to end."""
 
 from __future__ import annotations
 
-from infer_ctl.sandbox.controllerpod import expand, is_controller_image, probe_url, remap_args
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from infer_ctl.kube.client import KubeError
+from infer_ctl.sandbox.controllerpod import expand, is_controller_image, prepare, probe_url, remap_args
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_infer_ctls_image_is_run_as_the_controller() -> None:
@@ -36,3 +46,39 @@ def test_a_probe_on_a_named_port_follows_the_remapped_port() -> None:
     assert probe_url(probe, container, {8081: 40000}) == "http://127.0.0.1:40000/readyz"
     assert probe_url({"httpGet": {"path": "/healthz", "port": 8080}}, container, {}) == "http://127.0.0.1:8080/healthz"
     assert probe_url(None, container, {}) is None
+
+
+class _TokenClient:
+    """The TokenRequest the container's ServiceAccount token comes from, and nothing else."""
+
+    configuration = SimpleNamespace(host="https://127.0.0.1:6443", ssl_ca_cert=None)
+
+    def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        assert method == "POST" and path.endswith("/serviceaccounts/infer-ctl-node-cache-reporter/token"), path
+        return {"status": {"token": "token"}}
+
+
+def reporter_pod(node: str) -> dict[str, Any]:
+    """A Pod of deploy/'s node cache reporter DaemonSet as the DaemonSet controller makes it (bound to `node`)."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy/kustomize/base/node-cache-reporter.yaml").read_text()) if d]
+    [daemonset] = [d for d in docs if d["kind"] == "DaemonSet"]
+    spec = {**daemonset["spec"]["template"]["spec"], "nodeName": node}
+    return {"metadata": {"name": f"reporter-{node}", "namespace": "infer-ctl-system"}, "spec": spec}
+
+
+def test_the_reporters_pod_gets_its_nodes_name_and_its_nodes_cache_directory(tmp_path: Path) -> None:
+    client: Any = _TokenClient()
+    prepared = prepare(client, reporter_pod("gpu-1"), tmp_path, lambda path: tmp_path / "nodes" / "gpu-1" / path[1:])
+    assert prepared.env["NODE_NAME"] == "gpu-1" and prepared.env["POD_NAMESPACE"] == "infer-ctl-system"
+    cache = tmp_path / "nodes" / "gpu-1" / "var/lib/infer-ctl/models"
+    assert cache.is_dir()  # hostPath type DirectoryOrCreate
+    args = prepared.argv[prepared.argv.index("node-cache-reporter"):]
+    assert args[:3] == ["node-cache-reporter", "--dir", str(cache)]
+
+
+def test_a_field_the_sandbox_cannot_resolve_is_a_container_config_error(tmp_path: Path) -> None:
+    pod = reporter_pod("gpu-1")
+    pod["spec"]["containers"][0]["env"].append({"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    client: Any = _TokenClient()
+    with pytest.raises(KubeError, match=r"env IP: fieldRef 'status\.podIP' is not one the sandbox resolves"):
+        prepare(client, pod, tmp_path)

@@ -5,6 +5,7 @@ Event, and publishing what it holds on the Node."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from infer_ctl.actuate.manifests import ENV_MODEL_CACHE_DIR, MODEL_CACHE_DIR, MO
 from infer_ctl.config.cluster import DEFAULT_MODEL_CACHE_BYTES, parse_cluster
 from infer_ctl.core.errors import SpecError
 from infer_ctl.kube.labels import ANNOTATION_CACHE_KEY, ANNOTATION_MODEL_BYTES, ANNOTATION_MODEL_CACHE
+from infer_ctl.kube.modelcache import COMPLETE_MARKER, DEFAULT_NAMESPACE, model_caches
+from infer_ctl.observe.nodecache import scan
 from infer_ctl.sandbox.nodeagent import ANNOTATION_MODEL_CACHE_BUDGET, mounts_model_cache
 from infer_ctl.sandbox.runtime import Sandbox
 from infer_ctl.sandbox.testing import pod
@@ -53,9 +56,13 @@ async def fetched(box: Sandbox, name: str, key: str, model_bytes: int) -> dict[s
 
 
 def published(box: Sandbox) -> set[str]:
+    """What l4-0's cache record says (the reporter's ConfigMap, what the controller reads), which the Node's
+    annotation repeats."""
     node = get(box, "Node", "l4-0", None) or {}
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_MODEL_CACHE, "")
-    return {k for k in str(text).split(",") if k}
+    records = box.store.list_objects(box.store.type("", "v1", "configmaps"), DEFAULT_NAMESPACE)
+    held = model_caches(records)[0].get("l4-0", frozenset())
+    return set(held) if held == {k for k in str(text).split(",") if k} else {"(the record and the annotation differ)"}
 
 
 def events(box: Sandbox, reason: str) -> list[str]:
@@ -123,6 +130,11 @@ async def test_a_download_over_the_budget_evicts_the_least_recently_used_model_n
         assert done["status"]["phase"] == "Succeeded"
         await until(box, lambda: published(box) == {"cached-model", "a", "b", "d"}, what="c evicted, d published")
         assert box.agent.cache_held_bytes("l4-0") == 3 * GB + GB // 2
+        # on the node's disk as a download leaves it, which is what the reporter read
+        cache = box.agent.node_cache_dir("l4-0")
+        assert not (cache / "c").exists() and (cache / "d" / COMPLETE_MARKER).exists()
+        assert [(m.key, m.size_bytes) for m in scan(cache) if m.key == "d"] == [
+            ("d", 3 * GB // 2 + len(json.dumps({"key": "d"})))]
         [evicted] = await until(box, lambda: events(box, "ModelCacheEvicted"), what="the eviction's Event")
         assert evicted.startswith("evicted c (") and "least recently used" in evicted and "to fit d" in evicted
 
