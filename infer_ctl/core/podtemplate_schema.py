@@ -90,7 +90,9 @@ ENV_SCHEMA = Prop(
                     "resource": Prop("string", "limits.cpu, limits.memory, requests.cpu, requests.memory (or "
                                      "ephemeral-storage).", enum=ResourceField, default=None),
                     "divisor": Prop("string", "Unit of the value, a quantity (e.g. 1Mi, 1m). Default: 1.",
-                                    pattern=QUANTITY_PATTERN),
+                                    pattern=QUANTITY_PATTERN, max_length=32,
+                                    rules=(Rule("quantity(self).isGreaterThan(quantity('0'))",
+                                                "must be a positive quantity"),)),
                 }),
             }),
     }),
