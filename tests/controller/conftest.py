@@ -49,6 +49,8 @@ BACKENDS = ("emulator", "kube")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster_file(path): the sandbox cluster file of the `cluster` fixture")
+    config.addinivalue_line("markers", "node_cache_reporter: on `kube`, deploy/'s node cache reporter DaemonSet "
+                            "runs (a process per node); else the node agent writes the nodes' cache records")
 
 
 @dataclass
@@ -84,13 +86,20 @@ def cluster_file(item: pytest.Item) -> Path:
     return Path(marker.args[0]) if marker else SMALL
 
 
+def wants_reporter(item: pytest.Item) -> bool:
+    """Whether the test runs deploy/'s node cache reporter DaemonSet (`node_cache_reporter` marker): a Python
+    process per node, about 60 MB and a second of CPU to start each, which the other tests do not need (the node
+    agent writes the same records then)."""
+    return item.get_closest_marker("node_cache_reporter") is not None
+
+
 class KubeCluster:
     """A `kube` sandbox started, warmed up and held open by a thread of its own, so that it can start while the
     test before it runs and stop while the test after it does (a fresh control plane takes about 5 s to start
     and 1 s to stop; 30 tests run on one). `get()` waits until it is ready; `release()` lets it stop."""
 
-    def __init__(self, path: Path, policies: Policies, workdir: Path) -> None:
-        self.path, self.policies, self.workdir = path, policies, workdir
+    def __init__(self, path: Path, policies: Policies, workdir: Path, reporter: bool = False) -> None:
+        self.path, self.policies, self.workdir, self.reporter = path, policies, workdir, reporter
         self.kubeconfig = workdir / "kubeconfig"
         self.sandbox: KubeSandbox | None = None
         self.error: BaseException | None = None
@@ -102,7 +111,8 @@ class KubeCluster:
         try:
             topology = load_cluster(self.path, self.policies.catalog)
             with kube_sandbox_in_thread(topology, self.policies.catalog, kubeconfig=self.kubeconfig,
-                                        workdir=self.workdir / "kube") as sandbox:  # CRD and PriorityClasses in
+                                        workdir=self.workdir / "kube",
+                                        node_cache_reporter=self.reporter) as sandbox:  # CRD, PriorityClasses in
                 warm_up(sandbox)
                 self.sandbox = sandbox
                 self._ready.set()
@@ -145,8 +155,9 @@ class KubePool:
         self._queue: list[KubeCluster] = []  # for the next `kube` tests, in order
         self._all: list[KubeCluster] = []
 
-    def _start(self, path: Path) -> KubeCluster:
-        cluster = KubeCluster(path, self.policies, self.tmp.mktemp("kube-cluster"))
+    def _start(self, item: pytest.Item) -> KubeCluster:
+        cluster = KubeCluster(cluster_file(item), self.policies, self.tmp.mktemp("kube-cluster"),
+                              wants_reporter(item))
         self._all.append(cluster)
         return cluster
 
@@ -154,15 +165,16 @@ class KubePool:
         items = self.session.items
         following = [i for i in items[items.index(item) + 1:]
                      if getattr(getattr(i, "callspec", None), "params", {}).get("cluster") == "kube"]
-        path = cluster_file(item)
+        path, reporter = cluster_file(item), wants_reporter(item)
         taken = self._queue.pop(0) if self._queue else None
-        if taken is None or taken.path != path:  # e.g. the run order differs from the collected one
+        # e.g. the run order differs from the collected one
+        if taken is None or (taken.path, taken.reporter) != (path, reporter):
             for stale in [*([taken] if taken else []), *self._queue]:
                 stale.release()
             self._queue = []
-            taken = self._start(path)
+            taken = self._start(item)
         for nxt in following[len(self._queue):self.ahead]:
-            self._queue.append(self._start(cluster_file(nxt)))
+            self._queue.append(self._start(nxt))
         return taken
 
     def close(self) -> None:

@@ -44,6 +44,9 @@ from tests.controller.conftest import Cluster
 from tests.controller.test_reconciler import T0, caught_up, condition, cycle, describe_pods, wait_for
 from tests.controller.test_warm_hosts import make_namespace
 
+# on kube the nodes' cache records come from deploy/'s node cache reporter DaemonSet, a process per node
+pytestmark = pytest.mark.node_cache_reporter
+
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding")
 
