@@ -52,21 +52,31 @@ async def test_a_service_gets_a_routing_service_to_its_serving_replicas_on_the_e
         await reconciler.close()
 
 
-async def test_a_service_name_somebody_else_holds_is_left_alone_and_said_once(cluster: Cluster) -> None:
-    theirs = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "default"},
-              "spec": {"selector": {"app": "theirs"}, "ports": [{"name": "web", "port": 80}]}}
-    cluster.kube.create(SERVICES, theirs, "default")
-    body = apply(cluster.kube, service("llm", 1))
+
+async def two_cycles(cluster: Cluster, body: dict[str, Any]) -> None:
+    """Two of the controller's cycles of the InferenceService `body` (the second on the object as stored), 10 s
+    apart: what is made in the first, and what the second leaves (no second Event, no second write)."""
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
     try:
         await cycle(reconciler, body, T0)
         await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
     finally:
         await reconciler.close()
+
+
+def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.kube.list(EVENTS, "default") if e.get("reason") == reason]
+
+async def test_a_service_name_somebody_else_holds_is_left_alone_and_said_once(cluster: Cluster) -> None:
+    theirs = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "default"},
+              "spec": {"selector": {"app": "theirs"}, "ports": [{"name": "web", "port": 80}]}}
+    cluster.kube.create(SERVICES, theirs, "default")
+    body = apply(cluster.kube, service("llm", 1))
+    await two_cycles(cluster, body)
     kept = cluster.kube.get(SERVICES, "llm", "default")
     assert kept is not None and kept["spec"]["selector"] == {"app": "theirs"}
     assert [p["port"] for p in kept["spec"]["ports"]] == [80]
-    said = [e for e in cluster.kube.list(EVENTS, "default") if e.get("reason") == "ServiceNameTaken"]
+    said = events(cluster, "ServiceNameTaken")
     assert len(said) == 1 and "infer-ctl.io/role=serving" in str(said[0].get("note") or said[0].get("message"))
 
 
@@ -169,16 +179,11 @@ async def test_an_inferencepool_name_somebody_else_holds_is_left_alone_and_said_
                        "endpointPickerRef": {"name": "their-epp", "port": {"number": 9002}}}}
     cluster.kube.create(INFERENCE_POOLS, theirs, "default")
     body = apply(cluster.kube, service("llm", 1))
-    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    try:
-        await cycle(reconciler, body, T0)
-        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
-    finally:
-        await reconciler.close()
+    await two_cycles(cluster, body)
     kept = cluster.kube.get(INFERENCE_POOLS, "llm", "default")
     assert kept is not None and kept["spec"]["selector"] == {"matchLabels": {"app": "theirs"}}
     assert kept["spec"]["targetPorts"] == [{"number": 80}] and not kept["metadata"].get("ownerReferences")
-    said = [e for e in cluster.kube.list(EVENTS, "default") if e.get("reason") == "InferencePoolNameTaken"]
+    said = events(cluster, "InferencePoolNameTaken")
     assert len(said) == 1 and "infer-ctl.io/role=serving" in str(said[0].get("note"))
     # the door does not route by somebody else's pool
     assert cluster.sandbox.router.doors[("default", "llm")].route() is None
@@ -212,13 +217,8 @@ async def test_a_bad_endpoint_picker_annotation_is_said_once_and_makes_no_pool(c
         pytest.skip("the emulator serves no InferencePool CRD")
     body = apply(cluster.kube, service("llm", 1).with_("metadata.annotations",
                                                         {"infer-ctl.io/endpoint-picker": "llm-epp"}))
-    reconciler = Reconciler(cluster.kube, Settings(cluster.policies))
-    try:
-        await cycle(reconciler, body, T0)
-        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=10))
-    finally:
-        await reconciler.close()
+    await two_cycles(cluster, body)
     assert cluster.kube.get(INFERENCE_POOLS, "llm", "default") is None
-    said = [e for e in cluster.kube.list(EVENTS, "default") if e.get("reason") == "InvalidEndpointPicker"]
+    said = events(cluster, "InvalidEndpointPicker")
     assert len(said) == 1 and "infer-ctl.io/endpoint-picker" in str(said[0].get("note"))
     assert cluster.kube.get(SERVICES, "llm", "default") is not None  # the Service is made all the same
