@@ -932,7 +932,8 @@ def wake_time_s(measured: Sequence[float], model: api.ModelSpec, gbps: float) ->
 
 def starting_sleepers(replicas: Sequence[ObservedReplica]) -> frozenset[str]:
     """Sleepers still loading: out of traffic, on a warm host, never ready yet (a woken replica is labelled
-    serving, a demoted one was ready)."""
+    serving, a demoted one was ready). The controller's warm-host usage counts the same ones from every service's
+    Pods (`infer_ctl.controller.warm.loading_sleeper`)."""
     return frozenset(r.name for r in replicas if r.warm_host and r.standby and r.unready_since_s is None
                      and r.state in (api.ReplicaState.LOADING, api.ReplicaState.PENDING))
 
