@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
@@ -33,6 +33,7 @@ from infer_ctl.actuate.manifests import (
     held_asleep,
     selector,
 )
+from infer_ctl.controller.clock import SystemClock
 from infer_ctl.controller.snapshot import gang_reservation, list_gang_demands
 from infer_ctl.controller.warm import pod_gone
 from infer_ctl.core import api
@@ -71,7 +72,7 @@ class Finding:
 
 def explain(kube: KubeClient, policies: Policies, namespace: str, name: str,
             now: datetime | None = None) -> list[Finding]:
-    now = now or datetime.now(UTC)
+    now = now or SystemClock().now()
     body = kube.get(INFERENCE_SERVICES, name, namespace)
     if body is None:
         return [Finding(f"{namespace}/{name}", "spec", "no such InferenceService")]

@@ -30,7 +30,6 @@ import asyncio
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -39,6 +38,7 @@ from typing import Any
 import kopf
 
 from infer_ctl.controller import access
+from infer_ctl.controller.clock import Clock, SystemClock
 from infer_ctl.controller.health import ReadinessServer, liveness_endpoint
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core import api
@@ -67,13 +67,7 @@ class OperatorConfig:
     # by the cycle before it yet, which would log that decision again)
     _logged: dict[str, tuple[int, int, str]] = field(default_factory=dict)
     _last_cycle: float = -float("inf")  # event-loop time of this process's last control cycle (peering: active)
-
-
-def status_changes(written: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
-    """The top-level status fields a cycle's `status` changes against what the object shows (`written`): what the
-    operator merges into the status subresource. A status that says what the object already says is not written
-    again: an idle service's cycles would otherwise PATCH it every period."""
-    return {k: v for k, v in status.items() if written.get(k) != v}
+    clock: Clock = field(default_factory=SystemClock)  # what the cycles, checks and collections run at
 
 
 def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -107,14 +101,13 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         lock = config._locks.setdefault(uid, asyncio.Lock())
         async with lock:
             loop = asyncio.get_running_loop()
-            started, now = loop.time(), datetime.now(UTC)
+            started, now = loop.time(), config.clock.now()
             config._last_cycle = started
             try:
                 result = await reconciler.cycle(body, now)
                 written = body.get("status") or {}
-                changed = status_changes(written, result.status)
+                changed = await reconciler.status.write_changes(body, result.status)
                 if changed:
-                    await reconciler.write_status(body, changed)
                     log.debug("%s/%s: status written: %s", body.get("metadata", {}).get("namespace"),
                               body.get("metadata", {}).get("name"), ", ".join(sorted(changed)),
                               extra=object_ref(body))
@@ -140,7 +133,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         async def burst_check(body: kopf.Body, **_: Any) -> None:
             uid = str(body.get("metadata", {}).get("uid", ""))
             lock = config._locks.setdefault(uid, asyncio.Lock())
-            why = await check_between_cycles(lock, lambda: reconciler.burst_check(body, datetime.now(UTC)))
+            why = await check_between_cycles(lock, lambda: reconciler.burst_check(body, config.clock.now()))
             if why:
                 meta = body.get("metadata", {})
                 log.debug("%s/%s: a cycle now: %s", meta.get("namespace"), meta.get("name"), why,
@@ -250,7 +243,7 @@ async def run(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Ev
     """Run the operator until `stop_flag` is set (or the task is cancelled)."""
     quiet_handler_successes()
     kube = KubeClient.from_config(config.kubeconfig)
-    reconciler = Reconciler(kube, config.settings)
+    reconciler = Reconciler(kube, config.settings, clock=config.clock)
     if config.metrics_port is not None:
         reconciler.metrics.serve(config.metrics_port, config.metrics_address)
     registry = build_registry(config, kube, reconciler)
@@ -342,9 +335,9 @@ async def _collect_warm_hosts(config: OperatorConfig, reconciler: Reconciler, st
         try:
             if config.peering is not None and loop.time() - config._last_cycle > 3 * period:
                 peering = await asyncio.to_thread(reconciler.kube.get, KOPF_PEERINGS, config.peering)
-                if not active_peer(peering, config.priority, datetime.now(UTC)):
+                if not active_peer(peering, config.priority, config.clock.now()):
                     continue
-            await reconciler.collect_warm_hosts(time.time(), config.namespaces or None)
+            await reconciler.collect_warm_hosts(config.clock.now().timestamp(), config.namespaces or None)
         except Exception as exc:  # never ends the loop: an API fault is retried next period
             log.warning("collecting idle warm hosts failed (tried again in %.0f s): %s", period, exc)
 

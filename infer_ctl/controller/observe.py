@@ -1,0 +1,350 @@
+"""Observe: what one service's cycle reads before it plans. `observation_of` turns the service's Pods and claims
+into the pure cycle's `Observation`; `Readings` reads its request rate, requests in flight and latency buckets
+(through Prometheus, or scraped from the replicas and the front door) and the measured attainment; `Observed` is
+what the shell keeps of the observation for the status and the writes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import httpx
+
+from infer_ctl.actuate.manifests import (
+    ANNOTATION_WARM_HOST,
+    ANNOTATION_YIELDED_AT,
+    PRIORITY_CLASS_STANDBY,
+    replica_state,
+    spec_hash,
+)
+from infer_ctl.controller.events import Call
+from infer_ctl.controller.memory import ServiceMemory
+from infer_ctl.controller.objects import owned_by, seconds
+from infer_ctl.controller.settings import Settings
+from infer_ctl.core import api
+from infer_ctl.core.policy import effective_scaling, histogram_metric
+from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
+from infer_ctl.core.runtime import ServiceRuntime, in_flight_query, rate_query, service_runtime
+from infer_ctl.core.slo import Attainment, Within, within_threshold
+from infer_ctl.engine.aim import RecordedAim
+from infer_ctl.engine.cycle import Observation, ObservedClaim, ObservedReplica
+from infer_ctl.kube import pods as kube_pods
+from infer_ctl.kube.client import KubeClient
+from infer_ctl.kube.labels import LABEL_REPLICA
+from infer_ctl.kube.pods import ReplicaPod, parse_time
+from infer_ctl.observe.rates import (
+    NOT_READ,
+    Buckets,
+    Concurrency,
+    GatewaySeries,
+    PrometheusRates,
+    RateSamples,
+    read_gateway_held,
+    read_held_at_gateway,
+    read_in_flight,
+)
+from infer_ctl.place.claims import HOSTNAME_LABEL
+
+log = logging.getLogger(__name__)
+
+HISTORY_ON_START_S = 7 * 86_400  # rate history read from Prometheus when a service is first seen
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the shell observed besides the pure observation: for the status and the writes."""
+
+    svc: api.InferenceService
+    generation: int
+    now: datetime
+    replicas: tuple[ReplicaPod, ...]
+    claims: tuple[Mapping[str, Any], ...]
+    rates: RateSamples
+    asleep: frozenset[str] = frozenset()  # replicas held asleep (their Pods say standby)
+    slo: api.SloStatus | None = None  # the measured attainment (None: not measured for this service)
+
+    def state(self, replica: ReplicaPod) -> api.ReplicaState:
+        return api.ReplicaState.SLEEPING if replica.name in self.asleep else replica.state
+
+
+_T = TypeVar("_T")
+
+
+async def value_of(value: _T) -> _T:
+    """An awaitable of a value already known (a read that is not made, beside others gathered)."""
+    return value
+
+
+def selected(svc: api.InferenceService, selector: str, *, absent_matches: bool = False) -> SampleMatch | None:
+    """The samples a policy's series selector selects for the service (None for no selector)."""
+    if not selector:
+        return None
+    return sample_matcher(render(selector, name=svc.meta.name, namespace=svc.meta.namespace),
+                          absent_matches=absent_matches)
+
+
+def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
+    """Where a previous controller left the service's aim (`status.slo.aim`), or None when the status records
+    none or one this controller cannot read (then the aim starts at the calibrated rung)."""
+    aim = ((body.get("status") or {}).get("slo") or {}).get("aim")
+    if not isinstance(aim, Mapping):
+        return None
+    try:
+        since = datetime.fromisoformat(str(aim["since"]))
+        return RecordedAim(float(aim["quantile"]), float(aim["scaleDownStabilizationSeconds"]),
+                           (since if since.tzinfo else since.replace(tzinfo=UTC)).timestamp(),
+                           str(aim.get("lastMove") or ""), float(aim.get("headroom") or 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def measured_attainment(slo: api.SloStatus | None) -> Attainment | None:
+    """What the aim moves on (`infer_ctl.engine.aim`): the status' measured attainment, when there is one."""
+    if slo is None or slo.attainment is None:
+        return None
+    return Attainment(slo.attainment, float(slo.requests), slo.window_s)
+
+
+def metrics_endpoints(replicas: Sequence[ReplicaPod]) -> dict[str, str]:
+    """Where a direct scrape reads each replica's metrics: the ready replicas (serving or standby) with an
+    address."""
+    return {r.name: f"http://{r.address}/metrics" for r in replicas
+            if r.address and r.state in (api.ReplicaState.SERVING, api.ReplicaState.STANDBY)}
+
+
+def node_of(pod: Mapping[str, Any]) -> str:
+    """The node a replica Pod runs on, or, before it is bound, the hostname its required node affinity names."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or ():
+        for expr in term.get("matchExpressions") or ():
+            values: list[Any] = expr.get("values") or []
+            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
+
+
+def observation_of(svc: api.InferenceService, pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]],
+                   samples: Sequence[tuple[float, float]],
+                   node_problem: Callable[[str], str] = lambda _: "") -> Observation:
+    """The pure cycle's observation from the service's Pods and claims (owned by it) and its rate samples;
+    `node_problem`: why a Node cannot run replicas ("" when it can or is unknown)."""
+    replicas = []
+    for pod in pods:
+        r = kube_pods.replica_pod(pod)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        replicas.append(ObservedReplica(
+            r.name, replica_state(pod, r.state), r.standby,
+            created_s=r.created.timestamp() if r.created else None, node=node_of(pod),
+            spec_hash=r.spec_hash, low_priority=r.priority_class == PRIORITY_CLASS_STANDBY,
+            accelerator=r.accelerator, cached=r.cached, cold_start_s=r.cold_start_s,
+            unready_since_s=r.unready_since.timestamp() if r.unready_since else None,
+            node_problem=node_problem(r.node) if r.node else "",
+            warm_host=str(annotations.get(ANNOTATION_WARM_HOST, "")),
+            yielded_s=seconds(annotations.get(ANNOTATION_YIELDED_AT))))
+    observed_claims = []
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        created = parse_time(meta.get("creationTimestamp"))
+        observed_claims.append(ObservedClaim(str(meta.get("name", "")), str((meta.get("labels") or {}).get(
+            LABEL_REPLICA, "")), created.timestamp() if created else None, bool(meta.get("deletionTimestamp"))))
+    replicas.sort(key=lambda r: r.name)
+    return Observation(svc, tuple(replicas), spec_hash(svc.spec), tuple(samples), tuple(observed_claims))
+
+
+class Readings:
+    """Reads one service's inputs each cycle (and between cycles, the requests in flight for the burst check).
+    `call` runs a blocking client call off the event loop."""
+
+    def __init__(self, kube: KubeClient, call: Call, settings: Settings, http: httpx.AsyncClient) -> None:
+        self.kube, self._k, self.settings, self._http = kube, call, settings, http
+        # a read ends within a third of the control period (at most 3 s), retries included
+        self.prometheus = (PrometheusRates(settings.prometheus_url, timeout_s=min(3.0, settings.period_s / 3))
+                           if settings.prometheus_url else None)
+
+    async def rates(self, svc: api.InferenceService, memory: ServiceMemory, replicas: Sequence[ReplicaPod],
+                    now_s: float) -> tuple[RateSamples, Concurrency, Buckets | None]:
+        """The request rate since the last cycle and the requests in flight now (read only for a service with a
+        latency objective: the burst guard's concurrency target needs one). Through Prometheus the two queries run
+        side by side, each within the read's deadline, and one failing leaves the other; scraping directly, both
+        come from the same expositions, plus the requests the front door holds when its metrics URL is known."""
+        wants_concurrency = svc.spec.slo.latency_p95_ms is not None
+        concurrency = NOT_READ
+        buckets: Buckets | None = None  # the latency histogram's (None: not read for this service)
+        histogram = self.settings.policies.scaling.latency_histogram if wants_concurrency else ""
+        if self.prometheus is not None:
+            # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
+            # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
+            # sampled every 10 s only 40 % of it).
+            query = rate_query(svc.spec, self.settings.policies.runtimes)
+            window = range_window_s(query) or self.settings.period_s
+            step_s = self.settings.engine_config.history_step_s if memory.last_sample_s is None else \
+                max(0.5, min(self.settings.period_s, self.settings.engine_config.history_step_s, window))
+            start = now_s - HISTORY_ON_START_S if memory.last_sample_s is None else memory.last_sample_s + step_s
+            start = min(start, now_s)
+            rate_read = self._k(self.prometheus.read, template=query,
+                                name=svc.meta.name, namespace=svc.meta.namespace, start_s=start, end_s=now_s,
+                                step_s=step_s)
+            template = self._in_flight_query(svc)
+            concurrency_read = self.prometheus.aconcurrency(
+                template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s) \
+                if wants_concurrency and template else value_of(NOT_READ)
+            buckets_read = self.prometheus.abuckets(
+                selector=histogram, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s,
+                window_s=self.settings.policies.scaling.attainment_window_s,
+                failed=self.settings.policies.scaling.failed_requests) if histogram else value_of(None)
+            rates, concurrency, buckets = await asyncio.gather(rate_read, concurrency_read, buckets_read)
+        else:
+            endpoints = metrics_endpoints(replicas)
+            if not replicas and self.settings.gateway_metrics_url:
+                # at zero replicas only the front door sees a request: the requests it holds wake the service
+                rates = await read_held_at_gateway(self._http, self.settings.gateway_metrics_url,
+                                                   svc.meta.namespace, svc.meta.name, now_s,
+                                                   metric=self._held_metric())
+                if wants_concurrency:  # the held requests are all that is in flight
+                    concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
+            else:
+                failed = self.settings.policies.scaling.failed_requests if histogram else ""
+                runtime = self.runtime_of(svc)
+                if runtime is not None:
+                    memory.scrape.metric = runtime.profile.metrics.requests
+                    memory.scrape.in_flight = runtime.profile.metrics.in_flight
+                memory.scrape.histogram = histogram_metric(histogram) if histogram else ""
+                memory.scrape.failed = histogram_metric(failed) if failed else ""
+                memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
+                memory.scrape.histogram_select = selected(svc, histogram, absent_matches=True)
+                memory.scrape.failed_select = selected(svc, failed, absent_matches=True)
+                created_s = {r.name: r.created.timestamp() for r in replicas if r.created is not None}
+                rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s, created_s)
+                if wants_concurrency:
+                    concurrency = await self._with_held(svc, in_flight)
+                if histogram:
+                    buckets = memory.scrape.latency
+        if rates.samples:
+            memory.last_sample_s = max(t for t, _ in rates.samples)
+        if rates.error and rates.reason != memory.rate_outage:
+            log.warning("%s: request rate unavailable: %s", svc.meta.key, rates.error)  # once per outage
+        elif not rates.error and memory.rate_outage:
+            log.info("%s: request rate readable again", svc.meta.key)
+        memory.rate_outage = rates.reason if rates.error else ""
+        if concurrency.error and concurrency.reason != memory.concurrency_outage:
+            log.warning("%s: requests in flight unavailable (the burst guard uses the rate alone): %s",
+                        svc.meta.key, concurrency.error)
+        elif not concurrency.error and memory.concurrency_outage:
+            log.info("%s: requests in flight readable again", svc.meta.key)
+        memory.concurrency_outage = concurrency.reason if concurrency.error else ""
+        return rates, concurrency, buckets
+
+    def _gateway_series(self, svc: api.InferenceService, histogram: str, failed: str) -> GatewaySeries | None:
+        """Where a direct scrape finds the service's latency series on the front door's /metrics (when its URL is
+        known): those the policy's selectors, rendered for the service, select."""
+        url = self.settings.gateway_metrics_url
+        if url is None or not (histogram or failed):
+            return None
+        return GatewaySeries(url, selected(svc, histogram), selected(svc, failed))
+
+    def slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Buckets | None,
+            now_s: float) -> api.SloStatus | None:
+        """The measured attainment for the status: through Prometheus one reading covers the window; from a
+        direct scrape each cycle's increase joins the window the service's memory keeps."""
+        latency_ms = svc.spec.slo.latency_p95_ms
+        if latency_ms is None or buckets is None:
+            return None
+        policy = self.settings.policies.scaling
+        window_s = policy.attainment_window_s
+        objective = effective_scaling(svc.spec.scaling, policy, svc.spec.slo.attainment).attainment
+        source = "from Prometheus" if buckets.source != "scrape" else \
+            "scraped from the replicas and the front door" if memory.scrape.gateway is not None else \
+            "scraped from the replicas"
+        if buckets.error:
+            if buckets.source == "prometheus":
+                return api.SloStatus(objective, latency_ms, window_s, message=f"not measured: {buckets.error}")
+            kept = memory.slo.attainment(now_s, window_s)  # the window so far, without this cycle's increase
+            since = now_s if memory.slo_since_s is None else memory.slo_since_s
+            return api.SloStatus(objective, latency_ms, min(window_s, now_s - since), kept.share, round(kept.requests),
+                                 f"this cycle's increase not measured: {buckets.error}")
+        note = ""
+        within = None
+        if buckets.pairs:
+            within = within_threshold(buckets.pairs, latency_ms / 1000)
+            note = (f"bucket le={within.upper_s:g} s" if within.exact else
+                    f"interpolated between the buckets le={within.lower_s:g} s and le={within.upper_s:g} s"
+                    if math.isfinite(within.upper_s) else
+                    f"no bucket above le={within.lower_s:g} s: requests beyond it counted as late")
+        if buckets.failed > 0:  # each a miss: in the count, not within
+            within = replace(within, total=within.total + buckets.failed) if within is not None else \
+                Within(0.0, buckets.failed, math.inf, math.inf)
+            note = ", ".join(n for n in (note, f"{buckets.failed:.0f} failed counted as misses "
+                                               f"({histogram_metric(policy.failed_requests)})") if n)
+        if buckets.source == "scrape":
+            if memory.slo_since_s is None:
+                memory.slo_since_s = now_s
+            if within is not None:
+                memory.slo = memory.slo.add(now_s, within.within, within.total, window_s)
+            measured = memory.slo.attainment(now_s, window_s)
+            window_s = min(window_s, now_s - memory.slo_since_s)
+            share, requests = measured.share, measured.requests
+        else:
+            share = within.within / within.total if within is not None and within.total > 0 else None
+            requests = within.total if within is not None else 0.0
+        histogram = histogram_metric(policy.latency_histogram) if buckets.source == "prometheus" \
+            else memory.scrape.histogram
+        message = f"{histogram} {source}" + (f", {note}" if note else "") if requests else \
+            f"no request answered in the window ({histogram} {source})"
+        return api.SloStatus(objective, latency_ms, window_s, share, round(requests), message)
+
+    async def _with_held(self, svc: api.InferenceService, in_flight: Concurrency) -> Concurrency:
+        """The replicas' requests in flight plus those the front door holds for one (when its metrics URL is
+        known; a replica loading behind a door holds nothing yet)."""
+        url = self.settings.gateway_metrics_url
+        if url is None or in_flight.error or not self._held_metric():
+            return in_flight
+        held = await read_gateway_held(self._http, url, svc.meta.namespace, svc.meta.name,
+                                       metric=self._held_metric())
+        if held.error:
+            return held
+        return Concurrency(held.requests + (0.0 if math.isnan(in_flight.requests) else in_flight.requests), "scrape")
+
+    # ------------------------------------------------------------------------------------------- write
+    def _held_metric(self) -> str:
+        """The front door's gauge of the requests it holds (the policies' gatewayHeldQuery's metric; "": none)."""
+        held = self.settings.policies.scaling.gateway_held_query
+        return histogram_metric(held) if held else ""
+
+    def _in_flight_query(self, svc: api.InferenceService) -> str:
+        scaling = self.settings.policies.scaling
+        return in_flight_query(svc.spec, self.settings.policies.runtimes, scaling.concurrency_query,
+                               scaling.gateway_held_query)
+
+    def runtime_of(self, svc: api.InferenceService) -> ServiceRuntime | None:
+        """The service's engine (its runtime profile at its version); None when the policies have no profile for
+        it (the spec check reports that before any cycle)."""
+        return service_runtime(svc.spec.runtime, self.settings.policies.runtimes)
+
+    async def in_flight(self, svc: api.InferenceService, replicas: Sequence[ReplicaPod], now_s: float
+                        ) -> Concurrency:
+        """The service's requests in flight now, for the burst check between cycles."""
+        if self.prometheus is not None:
+            return await self.prometheus.aconcurrency(
+                template=self._in_flight_query(svc), name=svc.meta.name,
+                namespace=svc.meta.namespace, at_s=now_s)
+        runtime = self.runtime_of(svc)
+        gauges = runtime.profile.metrics.in_flight if runtime else ()
+        return await self._with_held(svc, await read_in_flight(self._http, metrics_endpoints(replicas),
+                                                               gauges=gauges))
+
+    async def foreign(self, memory: ServiceMemory, namespace: str, uid: str) -> frozenset[str]:
+        """The replica names found held by others' objects that still are (read again: rare, and they go away)."""
+        for replica, (resource, name) in list(memory.foreign.items()):
+            obj = await self._k(self.kube.get, resource, name, namespace)
+            if obj is None or owned_by(obj, uid):
+                del memory.foreign[replica]
+        return frozenset(memory.foreign)
