@@ -12,13 +12,11 @@ from typing import Any
 
 import pytest
 
-from infer_ctl.controller.reconciler import (
-    CACHE_MOUNT_RECHECK_S,
-    PREFETCH_BACKOFF_S,
-    Reconciler,
-    ServiceMemory,
-    Settings,
-)
+from infer_ctl.controller.memory import ServiceMemory
+from infer_ctl.controller.modelcache import CACHE_MOUNT_RECHECK_S
+from infer_ctl.controller.prefetch import PREFETCH_BACKOFF_S
+from infer_ctl.controller.reconciler import Reconciler
+from infer_ctl.controller.settings import Settings
 from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core.policy import ModelCacheVolume, Policies
 from infer_ctl.decide.tiers import Tier
@@ -92,7 +90,7 @@ async def test_a_prefetch_pod_fills_a_node_cache_and_is_collected_and_never_coun
         node = next(n["metadata"]["name"] for n in cluster.kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
-        await reconciler._prefetch(body, svc, [node], [], T0)
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0)
         [pod] = prefetches(cluster)
         assert pod["spec"]["nodeName"] == node and pod["metadata"]["ownerReferences"][0]["name"] == "llm"
         wait_for("the prefetch Pod to succeed", lambda: (cluster.kube.get(PODS, pod["metadata"]["name"], "default")
@@ -131,28 +129,28 @@ async def test_a_failed_prefetch_backs_off_its_node_and_says_so(cluster: Cluster
     try:
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
-        await reconciler._prefetch(body, svc, [node], [], T0, memory=memory)
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0, memory=memory)
         wait_for("the prefetch Pod to fail", lambda: [p for p in prefetches(cluster)
                                                       if p.get("status", {}).get("phase") == "Failed"], timeout_s=30)
         later = T0 + timedelta(seconds=10)
-        await reconciler._prefetch(body, svc, [node], prefetches(cluster), later, memory=memory)
+        await reconciler.prefetcher.prefetch(body, svc, [node], prefetches(cluster), later, memory=memory)
         assert memory.prefetch_failed == {node: (1, later.timestamp() + PREFETCH_BACKOFF_S[0])}
         wait_for("the failed Pod deleted, none made again", lambda: not prefetches(cluster), timeout_s=30)
         [note] = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PrefetchFailed"]
         assert node in note and f"for {PREFETCH_BACKOFF_S[0]:.0f} s" in note, note
         # within the backoff the node is asked for in vain; after it, it is tried again
-        await reconciler._prefetch(body, svc, [node], [], later + timedelta(seconds=PREFETCH_BACKOFF_S[0] - 1),
-                                   memory=memory)
+        await reconciler.prefetcher.prefetch(body, svc, [node], [],
+                                             later + timedelta(seconds=PREFETCH_BACKOFF_S[0] - 1), memory=memory)
         assert not prefetches(cluster)
-        await reconciler._prefetch(body, svc, [node], [], later + timedelta(seconds=PREFETCH_BACKOFF_S[0]),
-                                   memory=memory)
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], later + timedelta(seconds=PREFETCH_BACKOFF_S[0]),
+                                             memory=memory)
         assert [p["spec"]["nodeName"] for p in prefetches(cluster)] == [node]
         # a second failure in a row waits twice as long
         wait_for("the second prefetch Pod to fail", lambda: [p for p in prefetches(cluster)
                                                              if p.get("status", {}).get("phase") == "Failed"],
                  timeout_s=30)
         again = later + timedelta(seconds=60)
-        await reconciler._prefetch(body, svc, [], prefetches(cluster), again, memory=memory)
+        await reconciler.prefetcher.prefetch(body, svc, [], prefetches(cluster), again, memory=memory)
         assert memory.prefetch_failed[node] == (2, again.timestamp() + PREFETCH_BACKOFF_S[1])
     finally:
         await reconciler.close()
@@ -209,7 +207,7 @@ async def test_a_namespace_enforcing_pod_security_baseline_gets_replicas_without
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
         node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
-        await reconciler._prefetch(body, svc, [node], [], T0 + timedelta(seconds=20))
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0 + timedelta(seconds=20))
         assert not [p for p in kube.list(PODS, "tenant") if p["metadata"]["labels"].get("infer-ctl.io/role")
                     == "prefetch"]
     finally:
@@ -230,10 +228,10 @@ async def test_a_prefetch_pod_pod_security_refuses_turns_the_namespaces_cache_of
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
         node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
-        await reconciler._prefetch(body, svc, [node], [], T0)  # refused: no exception
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0)  # refused: no exception
         assert not kube.list(PODS, "tenant")
-        assert "refuses hostPath volumes" in reconciler._cache_off("tenant", T0.timestamp())
-        assert not reconciler._cache_off("default", T0.timestamp())
+        assert "refuses hostPath volumes" in reconciler.cache.off("tenant", T0.timestamp())
+        assert not reconciler.cache.off("default", T0.timestamp())
         [note] = [e["note"] for e in kube.list(EVENTS, "tenant") if e["reason"] == "ModelCacheMountRefused"]
         assert "violates PodSecurity" in note
     finally:
@@ -262,12 +260,12 @@ async def test_with_the_node_cache_off_in_the_policies_a_node_holding_the_weight
             scaling = condition(result.status, "Scaling")["message"]
             assert ("no cached tier: the node model cache is off in the policies" in scaling) is not cached
             if not cached:
-                assert "modelCacheHostPath: off" in reconciler._cache_off("default", T0.timestamp())
+                assert "modelCacheHostPath: off" in reconciler.cache.off("default", T0.timestamp())
                 svc = reconciler._check(body["metadata"]["uid"], body).service
                 assert svc is not None
                 node = next(n["metadata"]["name"] for n in kube.list(NODES)
                             if n["metadata"]["name"].startswith("h100"))
-                await reconciler._prefetch(body, svc, [node], [], T0)
+                await reconciler.prefetcher.prefetch(body, svc, [node], [], T0)
                 assert not prefetches(cluster)
                 pods = kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
                 assert pods and not any(host_paths(p) for p in pods)
@@ -326,7 +324,7 @@ async def test_through_a_local_persistent_volume_a_pod_security_baseline_namespa
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
         # the weights copied to every H100 node first, through the claim
-        await reconciler._prefetch(body, svc, h100, [], T0)
+        await reconciler.prefetcher.prefetch(body, svc, h100, [], T0)
         claim, volume = wait_for("the namespace's cache claim bound to its volume", lambda: bound(kube, "tenant"))
         assert volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
         assert volume["spec"]["local"] == {"path": policies.scaling.model_cache_host_path}
@@ -376,23 +374,23 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
     try:
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
-        await reconciler._ensure_cache_claim(svc, T0)
+        await reconciler.cache.ensure_claim(svc, T0)
         claim, _ = wait_for("the claim bound", lambda: bound(kube, "default"))
         kube.delete(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
         wait_for("the volume released", lambda: ((kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
                                                   or {}).get("status") or {}).get("phase") == "Released")
         later = T0 + timedelta(seconds=CACHE_MOUNT_RECHECK_S + 1)
-        await reconciler._ensure_cache_claim(svc, later)  # deletes the released volume
+        await reconciler.cache.ensure_claim(svc, later)  # deletes the released volume
         # meanwhile (a control period) Pods are made without the mount: with it they could not be placed
-        assert "was Released, being made again" in reconciler._cache_off("default", later.timestamp())
+        assert "was Released, being made again" in reconciler.cache.off("default", later.timestamp())
         wait_for("the released volume gone", lambda: kube.get(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
                  is None)
         again_s = later + timedelta(seconds=10)
-        assert not reconciler._cache_off("default", again_s.timestamp())
-        await reconciler._ensure_cache_claim(svc, again_s)
+        assert not reconciler.cache.off("default", again_s.timestamp())
+        await reconciler.cache.ensure_claim(svc, again_s)
         again, _ = wait_for("a new claim bound", lambda: bound(kube, "default"))
         assert again["metadata"]["uid"] != claim["metadata"]["uid"]
-        assert not reconciler._cache_off("default", again_s.timestamp())
+        assert not reconciler.cache.off("default", again_s.timestamp())
         # the volume deleted under its bound claim (on the real control plane past its protection finalizer): the
         # claim goes Lost, which no volume made again by name binds; the controller deletes it and makes both again
         kube.delete(PERSISTENT_VOLUMES, "infer-ctl-model-cache-default")
@@ -401,11 +399,11 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
         wait_for("the claim lost", lambda: ((kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache", "default")
                                              or {}).get("status") or {}).get("phase") == "Lost")
         lost_s = again_s + timedelta(seconds=CACHE_MOUNT_RECHECK_S)
-        await reconciler._ensure_cache_claim(svc, lost_s)
-        assert "claim was Lost" in reconciler._cache_off("default", lost_s.timestamp())
+        await reconciler.cache.ensure_claim(svc, lost_s)
+        assert "claim was Lost" in reconciler.cache.off("default", lost_s.timestamp())
         wait_for("the lost claim gone", lambda: kube.get(PERSISTENT_VOLUME_CLAIMS, "infer-ctl-model-cache",
                                                          "default") is None)
-        await reconciler._ensure_cache_claim(svc, lost_s + timedelta(seconds=10))
+        await reconciler.cache.ensure_claim(svc, lost_s + timedelta(seconds=10))
         wait_for("a claim bound after the lost one", lambda: bound(kube, "default"), timeout_s=60)
     finally:
         await reconciler.close()
@@ -415,8 +413,8 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
                                                           model_cache_host_path="/mnt/elsewhere"))
     moved = Reconciler(kube, Settings(elsewhere))
     try:
-        await moved._ensure_cache_claim(svc, T0)
-        assert "is of directory /var/lib/infer-ctl/models" in moved._cache_off("default", T0.timestamp())
+        await moved.cache.ensure_claim(svc, T0)
+        assert "is of directory /var/lib/infer-ctl/models" in moved.cache.off("default", T0.timestamp())
     finally:
         await moved.close()
     # refused: as an install without the opt-in role would be
@@ -439,7 +437,7 @@ async def test_a_model_cache_volume_left_released_is_made_again_and_a_refused_on
         assert result.actions.create_serving >= 1
         pods = kube.list(PODS, "default", label_selector="infer-ctl.io/service=llm")
         assert pods and not any(cache_volumes(p) for p in pods)
-        assert "the node model cache's claim could not be made" in refusing._cache_off("default", T0.timestamp())
+        assert "the node model cache's claim could not be made" in refusing.cache.off("default", T0.timestamp())
         def refusals() -> list[str]:
             return [e["note"] for e in kube.list(EVENTS, "default")
                     if e["reason"] == "ModelCacheVolumeFailed" and "forbidden" in e["note"]]
@@ -494,7 +492,7 @@ async def test_a_namespace_enforcing_pod_security_restricted_admits_replicas_wit
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
         node = next(n["metadata"]["name"] for n in kube.list(NODES) if n["metadata"]["name"].startswith("h100"))
-        await reconciler._prefetch(body, svc, [node], [], T0 + timedelta(seconds=2))
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0 + timedelta(seconds=2))
         [copy] = [p for p in kube.list(PODS, "locked") if p["metadata"]["labels"].get("infer-ctl.io/role")
                   == "prefetch"]
         assert copy["spec"]["containers"][0]["securityContext"] == RESTRICTED
@@ -513,7 +511,7 @@ async def test_a_model_the_hub_does_not_serve_gets_no_prefetch_pod_and_a_warning
     try:
         svc = reconciler._check(body["metadata"]["uid"], body).service
         assert svc is not None
-        await reconciler._prefetch(body, svc, [node], [], T0)
+        await reconciler.prefetcher.prefetch(body, svc, [node], [], T0)
         assert not prefetches(cluster)
         [note] = [e["note"] for e in cluster.kube.list(EVENTS, "default") if e["reason"] == "PrefetchRefused"]
         assert "spec.model.uri: Unsupported value: 's3://models/llama'" in note, note

@@ -251,7 +251,7 @@ async def test_an_idle_service_writes_no_status_once_its_forecast_is_there(clust
     complete once its first forecast is there (its replicas Ready, its rate read, its forecast), and from then on its
     cycles write nothing: the steady API load of idle services is their watches, not a PATCH a period. Cycles 10 s
     apart by the clock given to them, each one's changes written back as the operator writes them."""
-    from infer_ctl.controller.operator import status_changes
+    from infer_ctl.controller.status import status_changes
 
     apply(cluster.kube, service("idle", 1))
     reconciler = Reconciler(cluster.kube, Settings(cluster.policies))

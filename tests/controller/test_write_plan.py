@@ -1,4 +1,4 @@
-"""`Reconciler._write_plan` alone, its writers replaced by recorders (a unit test of one piece: the order of the
+"""`Actuator.write_plan` alone, its writers replaced by recorders (a unit test of one piece: the order of the
 writes, not what they write; the end-to-end tests of the sleeping tier write for real). A plan that wakes sleepers
 creates its new replicas beside the wakes, not after them; a wake refused has the plan made again, on the Pods as
 they are now when the first plan's replicas were written, and its creations written once."""
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-from infer_ctl.controller.reconciler import Reconciler
+from infer_ctl.controller.apply import Actuator
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 WAKE_S = 0.2  # what a wake takes here: the weights over the bus
@@ -23,18 +23,18 @@ def plan(name: str, *, create: int = 0, wake: tuple[str, ...] = (), displace: tu
                            displace=displace, placements=placements)
 
 
-class Writers:
-    """Stands in for the reconciler: records each write's start and end, in order; the moves of a plan with
-    wakes take WAKE_S, and refuse the wakes named in `refuse` (once)."""
+class Writers(Actuator):
+    """The actuator with its writers replaced: records each write's start and end, in order; the moves of a plan
+    with wakes take WAKE_S, and refuse the wakes named in `refuse` (once)."""
 
-    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:  # no client, view or units: none is used here
         self.log: list[str] = []
         self.refuse = set(refuse)
         self.unpinned: list[str] = []
         self.replanned: list[bool] = []
-        self.view = SimpleNamespace(unpin=lambda ns, name: self.unpinned.append(name))
+        self.assumptions = SimpleNamespace(unpin=lambda ns, name: self.unpinned.append(name))  # type: ignore[assignment]
 
-    async def _write_moves(self, body: Any, svc: Any, p: Any, *_: Any) -> list[str]:
+    async def write_moves(self, body: Any, svc: Any, p: Any, *_: Any) -> list[str]:
         self.log.append(f"moves {p.name} start")
         if p.actions.wake:
             await asyncio.sleep(WAKE_S)
@@ -43,7 +43,7 @@ class Writers:
         self.log.append(f"moves {p.name} end")
         return refused
 
-    async def _write_new(self, svc: Any, p: Any, *_: Any) -> str:
+    async def write_new(self, svc: Any, memory: Any, p: Any, *_: Any) -> str:
         self.log.append(f"new {p.name} ({len(p.create)})")
         return ""
 
@@ -54,8 +54,8 @@ class Writers:
 
 async def write(writers: Writers, p: Any, new_hosts: dict[str, Any] | None = None) -> tuple[Any, frozenset[str], str]:
     svc = SimpleNamespace(meta=SimpleNamespace(namespace="default"))
-    return await Reconciler._write_plan(writers, {}, svc, None, p, (new_hosts or {}, {}), NOW,  # type: ignore[arg-type]
-                                        orphaned=frozenset(), addresses={}, replan=writers.replan)
+    return await writers.write_plan({}, svc, None, p, (new_hosts or {}, {}), NOW,  # type: ignore[arg-type]
+                                    orphaned=frozenset(), addresses={}, replan=writers.replan)
 
 
 async def test_new_replicas_are_created_while_the_sleepers_wake_not_after() -> None:
