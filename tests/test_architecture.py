@@ -42,3 +42,26 @@ def test_ruff_finds_nothing() -> None:
 def test_mypy_strict_finds_nothing() -> None:
     result = run(str(BIN / "mypy"))
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr
+
+
+def test_the_controller_reads_the_clock_only_through_its_clock() -> None:
+    # The shell is handed a `Clock` (infer_ctl.controller.clock): the operator the system's, tests one they move by
+    # hand. No other module of controller/ reads the wall or monotonic clock itself.
+    offenders = []
+    for path in (ROOT / "infer_ctl" / "controller").rglob("*.py"):
+        if path.name == "clock.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+                    (node.value.id == "time" and node.attr in ("time", "monotonic", "perf_counter", "time_ns",
+                                                               "monotonic_ns", "perf_counter_ns"))
+                    or (node.value.id in ("datetime", "date") and node.attr in ("now", "utcnow", "today"))):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_no_controller_module_passes_600_lines() -> None:
+    # one concern a module: the reconciler orchestrates units of their own (issue 44)
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "infer_ctl" / "controller").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}

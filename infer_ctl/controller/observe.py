@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -20,12 +20,15 @@ from infer_ctl.actuate.manifests import (
     ANNOTATION_YIELDED_AT,
     PRIORITY_CLASS_STANDBY,
     replica_state,
+    selector,
     spec_hash,
 )
-from infer_ctl.controller.events import Call
+from infer_ctl.controller.events import Call, Recorder
 from infer_ctl.controller.memory import ServiceMemory
-from infer_ctl.controller.objects import owned_by, seconds
+from infer_ctl.controller.modelcache import ModelCacheMounts
+from infer_ctl.controller.objects import NameTaken, finished, owned_by, replicas_and_prefetches, seconds
 from infer_ctl.controller.settings import Settings
+from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core import api
 from infer_ctl.core.policy import effective_scaling, histogram_metric
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
@@ -34,9 +37,9 @@ from infer_ctl.core.slo import Attainment, Within, within_threshold
 from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.cycle import Observation, ObservedClaim, ObservedReplica
 from infer_ctl.kube import pods as kube_pods
-from infer_ctl.kube.client import KubeClient
+from infer_ctl.kube.client import PODS, RESOURCE_CLAIMS, KubeClient
 from infer_ctl.kube.labels import LABEL_REPLICA
-from infer_ctl.kube.pods import ReplicaPod, parse_time
+from infer_ctl.kube.pods import ReplicaPod, parse_time, replica_pods
 from infer_ctl.observe.rates import (
     NOT_READ,
     Buckets,
@@ -348,3 +351,86 @@ class Readings:
             if obj is None or owned_by(obj, uid):
                 del memory.foreign[replica]
         return frozenset(memory.foreign)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What one cycle read of its service before it plans: its Pods as the cycle began (replicas and prefetches),
+    what the status and writes keep (`observed`), the pure cycle's `observation`, and the requests in flight."""
+
+    svc: api.InferenceService
+    uid: str
+    pods: list[dict[str, Any]]
+    prefetches: list[dict[str, Any]]
+    observed: Observed
+    observation: Observation
+    concurrency: Concurrency
+    # the observation of other Pods and claims with this cycle's readings (a re-plan's, on them as they are now)
+    reobserve: Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], Awaitable[Observation]]
+
+
+class Observer:
+    """The observe step: the service's Pods and claims from the watch-fed view, its readings, and the shell's
+    remembered refusals and back-offs, as one `Inputs`."""
+
+    def __init__(self, view: ClusterView, readings: Readings, cache: ModelCacheMounts, events: Recorder) -> None:
+        self.view, self.readings, self.cache, self.events = view, readings, cache, events
+
+    async def observe(self, body: Mapping[str, Any], svc: api.InferenceService, memory: ServiceMemory,
+                      now: datetime) -> Inputs:
+        meta = body.get("metadata") or {}
+        uid, generation = str(meta.get("uid", "")), int(meta.get("generation") or 0)
+        ns, sel = svc.meta.namespace, selector(svc.meta)
+        labelled = await self.view.owned(PODS, ns, sel)
+        pods, prefetches = replicas_and_prefetches(labelled, uid)
+        # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
+        # still draining (skipped quietly), or somebody else's (reported; the Event is aggregated, so once). The
+        # cache shows them every cycle: only names found by a refused create are read again (`Readings.foreign`).
+        labelled_foreign: set[str] = set()
+        for pod in labelled:
+            if not owned_by(pod, uid):
+                name = str(pod["metadata"]["name"])
+                labelled_foreign.add(name)
+                if not pod["metadata"].get("deletionTimestamp"):
+                    owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
+                                       pod["metadata"].get("ownerReferences") or ()) or "no owner"
+                    await self.events.record(body, "NameTaken", str(NameTaken(PODS, name, owners)), "Warning",
+                                             "Create", now)
+        claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if owned_by(c, uid))
+        replicas = replica_pods(pods)
+        now_s = now.timestamp()
+        rates, concurrency, buckets = await self.readings.rates(svc, memory, replicas, now_s)
+        slo = self.readings.slo(svc, memory, buckets, now_s)
+        observed = Observed(svc, generation, now, replicas, claims, rates, slo=slo)
+        memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
+        recorded = recorded_aim(body) if memory.state.aim.rung is None else None
+        wakes = tuple(memory.wakes)  # measured since the last cycle (a re-plan sees them too)
+
+        async def observe(pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]) -> Observation:
+            return replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
+                           foreign=frozenset(labelled_foreign) | await self.readings.foreign(memory, ns, uid),
+                           concurrency=concurrency.requests,
+                           prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
+                                                 for p in prefetches if not finished(p)),
+                           prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
+                                                      if retry_s > now_s),
+                           node_cache_off=self.cache.off(ns, now_s),
+                           wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
+                           wakes=wakes, attainment=measured_attainment(slo), recorded_aim=recorded)
+
+        observation = await observe(pods, claims)
+        memory.wakes.clear()
+        observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
+                                                      if r.state is api.ReplicaState.SLEEPING))
+        return Inputs(svc, uid, pods, prefetches, observed, observation, concurrency, observe)
+
+    async def again(self, inputs: Inputs, memory: ServiceMemory, *, now_seen: bool) -> Observation:
+        """The observation a re-plan takes, knowing which wakes were refused; on the Pods and claims as they are
+        now (`now_seen`: the first plan's new replicas were written) or as the cycle began."""
+        again = replace(inputs.observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
+        if now_seen:
+            ns, sel, uid = inputs.svc.meta.namespace, selector(inputs.svc.meta), inputs.uid
+            now_pods, _ = replicas_and_prefetches(await self.view.owned(PODS, ns, sel), uid)
+            now_claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if owned_by(c, uid))
+            again = await inputs.reobserve(now_pods, now_claims)
+        return again

@@ -66,7 +66,7 @@ class OperatorConfig:
     # per service (uid): the decision last logged (the body kopf hands a timer may not show the status written
     # by the cycle before it yet, which would log that decision again)
     _logged: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-    _last_cycle: float = -float("inf")  # event-loop time of this process's last control cycle (peering: active)
+    _last_cycle: float = -float("inf")  # clock.monotonic() of this process's last control cycle (peering: active)
     clock: Clock = field(default_factory=SystemClock)  # what the cycles, checks and collections run at
 
 
@@ -100,8 +100,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
         uid = str(body.get("metadata", {}).get("uid", ""))
         lock = config._locks.setdefault(uid, asyncio.Lock())
         async with lock:
-            loop = asyncio.get_running_loop()
-            started, now = loop.time(), config.clock.now()
+            started, now = config.clock.monotonic(), config.clock.now()
             config._last_cycle = started
             try:
                 result = await reconciler.cycle(body, now)
@@ -117,7 +116,7 @@ def build_registry(config: OperatorConfig, kube: KubeClient, reconciler: Reconci
                 delay = await reconciler.failed(body, exc, now)
                 raise kopf.TemporaryError(f"the control cycle failed: {exc}", delay=delay) from exc
             finally:
-                reconciler.metrics.reconcile.observe(loop.time() - started)
+                reconciler.metrics.reconcile.observe(config.clock.monotonic() - started)
             reconciler.succeeded(body)
 
     @kopf.timer(g, v, p, interval=config.settings.period_s, initial_delay=config.settings.period_s,
@@ -327,13 +326,12 @@ async def _collect_warm_hosts(config: OperatorConfig, reconciler: Reconciler, st
     peer keeps out, and starts no watches of its own for it. A failure is a log line; the next period tries
     again."""
     period = config.settings.period_s
-    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(period)
         if not started.is_set():
             continue
         try:
-            if config.peering is not None and loop.time() - config._last_cycle > 3 * period:
+            if config.peering is not None and config.clock.monotonic() - config._last_cycle > 3 * period:
                 peering = await asyncio.to_thread(reconciler.kube.get, KOPF_PEERINGS, config.peering)
                 if not active_peer(peering, config.priority, config.clock.now()):
                     continue

@@ -67,8 +67,8 @@ from infer_ctl.controller.events import EVENT_NOTE_MAX, EventRecorder, Recorder
 from infer_ctl.controller.export import export_metrics
 from infer_ctl.controller.memory import ServiceBurstBasis, ServiceMemory
 from infer_ctl.controller.modelcache import CACHE_MOUNT_RECHECK_S, ModelCacheMounts, refuses_host_path
-from infer_ctl.controller.objects import KubeWrites, NameTaken, finished, owned_by, replicas_and_prefetches
-from infer_ctl.controller.observe import Observed, Readings, measured_attainment, observation_of, recorded_aim
+from infer_ctl.controller.objects import KubeWrites, NameTaken, replicas_and_prefetches
+from infer_ctl.controller.observe import Observer, Readings, observation_of
 from infer_ctl.controller.prefetch import PREFETCH_BACKOFF_S, Prefetcher, prefetch_backoff_s
 from infer_ctl.controller.routing import Routing
 from infer_ctl.controller.settings import Settings, cycle_policies, runtime_of
@@ -132,7 +132,7 @@ class Reconciler:
         self._http = httpx.AsyncClient()
         # One snapshot of the cluster shared by every service's placements (see infer_ctl.controller.snapshot).
         self.view = ClusterView(kube, max_age_s=settings.snapshot_max_age_s, call=self._k,
-                                node_cache_namespace=settings.node_cache_namespace)
+                                node_cache_namespace=settings.node_cache_namespace, clock=self.clock)
         self._checked: dict[str, tuple[str, Any]] = {}  # uid -> (spec fingerprint, check result)
         # the units of the cycle, each handed what it needs
         self.events: Recorder = events or EventRecorder(kube, self._k, self.clock)
@@ -140,6 +140,7 @@ class Reconciler:
         self.writes = KubeWrites(kube, self._k, self.view)
         self.assumptions = Assumptions(self.view, settings, self.clock)
         self.cache = ModelCacheMounts(kube, self._k, settings, self.events, self.writes)
+        self.observer = Observer(self.view, self.readings, self.cache, self.events)
         self.prefetcher = Prefetcher(kube, self._k, settings, self.events, self.cache, self.writes)
         self.sleepwake = SleepWake(EngineClient(self._http), settings, self.events, self.writes, self.view,
                                    self.clock)
@@ -243,48 +244,11 @@ class Reconciler:
         await self.routing.ensure(body, svc, memory, now)
 
         # 2. observe
-        ns, sel = svc.meta.namespace, selector(svc.meta)
-        labelled = await self.view.owned(PODS, ns, sel)
-        pods, prefetches = replicas_and_prefetches(labelled, uid)
-        # Pods with the service's labels that are not its own: a previous service of that name whose Pods are
-        # still draining (skipped quietly), or somebody else's (reported; the Event is aggregated, so once). The
-        # cache shows them every cycle: only names found by a refused create are read again (`Readings.foreign`).
-        labelled_foreign: set[str] = set()
-        for pod in labelled:
-            if not owned_by(pod, uid):
-                name = str(pod["metadata"]["name"])
-                labelled_foreign.add(name)
-                if not pod["metadata"].get("deletionTimestamp"):
-                    owners = ", ".join(f"{r.get('kind')} {r.get('name')}" for r in
-                                       pod["metadata"].get("ownerReferences") or ()) or "no owner"
-                    await self.events.record(body, "NameTaken", str(NameTaken(PODS, name, owners)), "Warning",
-                                             "Create", now)
-        claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if owned_by(c, uid))
-        replicas = replica_pods(pods)
+        ns = svc.meta.namespace
+        inputs = await self.observer.observe(body, svc, memory, now)
+        pods, prefetches, replicas = inputs.pods, inputs.prefetches, inputs.observed.replicas
+        observation, observed, concurrency = inputs.observation, inputs.observed, inputs.concurrency
         now_s = now.timestamp()
-        rates, concurrency, buckets = await self.readings.rates(svc, memory, replicas, now_s)
-        slo = self.readings.slo(svc, memory, buckets, now_s)
-        observed = Observed(svc, generation, now, replicas, claims, rates, slo=slo)
-        memory.wake_refused = {n: v for n, v in memory.wake_refused.items() if v[1] > now_s}
-        recorded = recorded_aim(body) if memory.state.aim.rung is None else None
-        wakes = tuple(memory.wakes)  # measured since the last cycle (a re-plan sees them too)
-
-        async def observe(pods: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]]) -> Observation:
-            return replace(observation_of(svc, pods, claims, rates.samples, self.view.node_problem),
-                           foreign=frozenset(labelled_foreign) | await self.readings.foreign(memory, ns, uid),
-                           concurrency=concurrency.requests,
-                           prefetching=frozenset(str((p.get("spec") or {}).get("nodeName") or "")
-                                                 for p in prefetches if not finished(p)),
-                           prefetch_backoff=frozenset(n for n, (_, retry_s) in memory.prefetch_failed.items()
-                                                      if retry_s > now_s),
-                           node_cache_off=self.cache.off(ns, now_s),
-                           wake_refused={n: why for n, (why, _) in memory.wake_refused.items()},
-                           wakes=wakes, attainment=measured_attainment(slo), recorded_aim=recorded)
-
-        observation = await observe(pods, claims)
-        memory.wakes.clear()
-        observed = replace(observed, asleep=frozenset(r.name for r in observation.replicas
-                                                      if r.state is api.ReplicaState.SLEEPING))
         sleepy = effective_scaling(svc.spec.scaling, self.settings.policies.scaling).sleep or \
             svc.spec.scaling.prewarm.yield_to_sleepers or any(r.warm_host for r in observation.replicas)
 
@@ -306,11 +270,7 @@ class Reconciler:
         async def replan(now_seen: bool) -> tuple[CyclePlan, dict[str, dict[str, Any]], dict[str, str]]:
             """The plan again from the state before this cycle's, knowing which wakes were refused; on the Pods and
             claims as they are now (`now_seen`: the first plan's new replicas were written) or as it began."""
-            again = replace(observation, wake_refused={n: why for n, (why, _) in memory.wake_refused.items()})
-            if now_seen:
-                now_pods, _ = replicas_and_prefetches(await self.view.owned(PODS, ns, sel), uid)
-                now_claims = tuple(c for c in await self.view.owned(RESOURCE_CLAIMS, ns, sel) if owned_by(c, uid))
-                again = await observe(now_pods, now_claims)
+            again = await self.observer.again(inputs, memory, now_seen=now_seen)
             memory.state = before
             return await self._plan(svc, again, memory, now_s, sleepy=sleepy)
 

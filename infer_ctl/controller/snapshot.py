@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from infer_ctl.controller.clock import Clock, SystemClock
 from infer_ctl.engine.gangs import GangReservation, reserve_for_gangs
 from infer_ctl.kube.client import (
     DEVICE_CLASSES,
@@ -99,7 +100,7 @@ def caught_up(cached: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
 class Snapshot:
     """One listing of the cluster, and the placements made on it since."""
 
-    taken_at: float  # event-loop time
+    taken_at: float  # the clock's monotonic seconds
     inventory: Inventory
     state: ClusterState  # mutable: placements are applied to it as they are made
     mix: WorkloadMix
@@ -134,6 +135,7 @@ class ClusterView:
     # where the nodes' model cache records are (infer_ctl.kube.modelcache): the controller's own namespace
     node_cache_namespace: str = DEFAULT_NAMESPACE
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    clock: Clock = field(default_factory=SystemClock)  # its monotonic seconds: snapshot ages, writes not yet seen
     refreshes: int = 0  # snapshots built
     _snapshot: Snapshot | None = None
     _informers: dict[Resource, Informer] = field(default_factory=dict)
@@ -274,7 +276,7 @@ class ClusterView:
     async def current(self) -> Snapshot:
         """The snapshot, built again first when the caches changed since and it is older than `max_age_s`.
         Call it holding `lock`."""
-        now = asyncio.get_running_loop().time()
+        now = self.clock.monotonic()
         if self._snapshot is None or (self._changes != self._built_from
                                       and now - self._snapshot.taken_at > self.max_age_s):
             self._snapshot = await self._refresh(now)
@@ -299,13 +301,13 @@ class ClusterView:
         does."""
         meta = obj.get("metadata") or {}
         key = (resource, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        self._written[key] = (dict(obj), asyncio.get_running_loop().time())
+        self._written[key] = (dict(obj), self.clock.monotonic())
 
     def _with_writes(self, resource: Resource, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`objects` (the cache's) with this controller's writes the cache has not shown yet: a created object
         added, a patched one in place of its older version."""
         informer = self._informers.get(resource)
-        now = asyncio.get_running_loop().time()
+        now = self.clock.monotonic()
         newer: dict[tuple[str, str], dict[str, Any]] = {}
         for key, (obj, at) in list(self._written.items()):
             if key[0] != resource:
@@ -339,7 +341,7 @@ class ClusterView:
     def created(self, namespace: str, claim: str) -> None:
         """The pinned claim exists now: its watch event follows."""
         if (namespace, claim) in self._pinned:
-            self._created_at[(namespace, claim)] = asyncio.get_running_loop().time()
+            self._created_at[(namespace, claim)] = self.clock.monotonic()
 
     def unpin(self, namespace: str, claim: str) -> None:
         """The pinned claim was not created (the API server refused it): its devices are free again."""
