@@ -277,7 +277,7 @@ class Actuator:
                           now: datetime, written: set[str]) -> None:
         """A new awake replica of a service that yields to sleepers, on a warm host: one whose device is free
         (no placement: its node from the host), or one made on the device its placement chose (the placed
-        claim, made a warm host by `_lent_hosts`)."""
+        claim, made a warm host by `Assumptions.lent_hosts`)."""
         ns, host = svc.meta.namespace, replica.warm_host
         placement = replica.placement
         node_selector: Mapping[str, str] = {}
@@ -337,7 +337,7 @@ class Actuator:
                                  f"({placement.product or 'GPU'}: {devices})", "Normal", "Place", now)
 
     async def _create_pod(self, svc: api.InferenceService, pod: Mapping[str, Any], now: datetime) -> bool:
-        """Create a replica's Pod (`_create`). Where Pod Security refuses it for its node model cache mount
+        """Create a replica's Pod (`KubeWrites.create`). Where Pod Security refuses it for its node model cache mount
         (the namespace enforces baseline or restricted), it is created again at once without it, and the
         namespace's replicas start without the mount (loading from the network), nor does it get prefetch Pods,
         until CACHE_MOUNT_RECHECK_S has passed: said once in a Warning Event."""

@@ -33,7 +33,7 @@ class ServiceMemory:
     scrape: ScrapeRates = field(default_factory=lambda: ScrapeRates(metric=""))
     invalid_message: str = ""
     routing_port: int | None = None  # the port of the routing Service this controller made or checked
-    pool_made: object = None  # what its InferencePool was last made, checked or found taken for (`_pool_key`)
+    pool_made: object = None  # what its InferencePool was last made, checked or found taken for (`routing.pool_key`)
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
     rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)

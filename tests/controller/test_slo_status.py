@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from infer_ctl.controller.reconciler import _with_aim, recorded_aim
+from infer_ctl.controller.observe import recorded_aim
+from infer_ctl.controller.status import with_aim
 from infer_ctl.core import api
 from infer_ctl.engine.aim import AimState, RecordedAim
 from infer_ctl.engine.cycle import CycleState, service_policy
@@ -22,9 +23,9 @@ MOVE = "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over t
 def test_the_aim_is_shown_where_it_moves_with_its_last_move() -> None:
     spec = slo_service().spec  # type: ignore[attr-defined]
     state = CycleState(resolved=(spec, service_policy(spec, ADAPTIVE)), aim=AimState(1, T))
-    assert _with_aim(SLO, state) == replace(SLO, aim=api.AimStatus(0.95, 300, "2026-12-05T01:00:00Z"))
+    assert with_aim(SLO, state) == replace(SLO, aim=api.AimStatus(0.95, 300, "2026-12-05T01:00:00Z"))
     moved = replace(state, aim=AimState(2, T + 3600, MOVE))
-    shown = _with_aim(SLO, moved)
+    shown = with_aim(SLO, moved)
     assert shown is not None and shown.to_dict()["aim"] == {
         "quantile": "0.99", "scaleDownStabilizationSeconds": 600, "since": "2026-12-05T02:00:00Z", "lastMove": MOVE}
 
@@ -32,14 +33,14 @@ def test_the_aim_is_shown_where_it_moves_with_its_last_move() -> None:
 def test_no_aim_is_shown_where_it_does_not_move_or_nothing_was_measured() -> None:
     spec = slo_service().spec  # type: ignore[attr-defined]
     fixed = CycleState(resolved=(spec, service_policy(spec, FIXED)), aim=AimState())
-    assert _with_aim(SLO, fixed) == SLO
-    assert _with_aim(None, CycleState()) is None
+    assert with_aim(SLO, fixed) == SLO
+    assert with_aim(None, CycleState()) is None
 
 
 def test_the_status_a_controller_wrote_is_the_aim_the_next_one_reads() -> None:
     spec = slo_service().spec  # type: ignore[attr-defined]
     state = CycleState(resolved=(spec, service_policy(spec, ADAPTIVE)), aim=AimState(2, T, MOVE))
-    shown = _with_aim(SLO, state)
+    shown = with_aim(SLO, state)
     assert shown is not None
     body = {"status": {"slo": shown.to_dict()}}
     assert recorded_aim(body) == RecordedAim(0.99, 600, T, MOVE)
@@ -61,7 +62,7 @@ def test_a_headroom_rung_is_shown_and_read_back() -> None:
     spec = slo_service().spec  # type: ignore[attr-defined]
     policy = service_policy(spec, ADAPTIVE)
     x2 = policy.aim_rungs.index(next(r for r in policy.aim_rungs if r.headroom == 2))
-    shown = _with_aim(SLO, CycleState(resolved=(spec, policy), aim=AimState(x2, T, "aim up to q0.99 / 600 s x2: ...")))
+    shown = with_aim(SLO, CycleState(resolved=(spec, policy), aim=AimState(x2, T, "aim up to q0.99 / 600 s x2: ...")))
     assert shown is not None and shown.to_dict()["aim"] == {
         "quantile": "0.99", "scaleDownStabilizationSeconds": 600, "headroom": "2", "since": "2026-12-05T01:00:00Z",
         "lastMove": "aim up to q0.99 / 600 s x2: ..."}
