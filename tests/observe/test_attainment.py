@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTOGRAM, histogram_metric
 from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
-from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates
+from infer_ctl.observe.rates import EngineHistogram, GatewaySeries, Outage, PrometheusRates
 from infer_ctl.sandbox.ports import free_port
 from tests.engines import vllm_scrape
 from tests.observe.conftest import Backfilled, MetricsEndpoint
@@ -216,3 +216,43 @@ async def test_a_replicas_failed_counter_is_read_by_its_selectors_labels_the_exp
         codes.labels("500").inc(2)
         await scrape.read_with_concurrency(client, endpoints, 10.0)
         assert scrape.latency.pairs[-1] == (float("inf"), 1.0) and scrape.latency.failed == 2.0
+
+
+async def test_a_scrape_reads_the_engines_token_histograms_each_by_its_own_increase(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    """The token objectives' histograms come from the same expositions as the rate: each one's increase since
+    the previous scrape, summed over the replicas by bound; the failed requests join the time to first token's
+    (a request that failed had no first token in time), not the inter-token latency's; a replica that cannot be
+    scraped makes the cycle's increase unknown, with the reason."""
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "engine": "0"}
+    ttft = Histogram("vllm:time_to_first_token_seconds", "ttft", list(labels), buckets=(0.1, 0.5),
+                     registry=registry).labels(**labels)
+    itl = Histogram("vllm:inter_token_latency_seconds", "itl", list(labels), buckets=(0.05,),
+                    registry=registry).labels(**labels)
+    failures = Counter("infer_ctl_gateway_requests", "by code", ["code"], registry=registry)
+    failures.labels("503")  # at 0 from the first scrape on
+    Counter("vllm:request_success", "requests", registry=registry)  # the rate's counter: a replica's must
+    endpoints = {"a": serve_metrics(registry).url}
+    scrape = vllm_scrape(failed="infer_ctl_gateway_requests_total", engine_histograms=(
+        EngineHistogram("timeToFirstToken", "vllm:time_to_first_token_seconds_bucket", failed=True),
+        EngineHistogram("interTokenLatency", "vllm:inter_token_latency_seconds_bucket")))
+    async with httpx.AsyncClient() as client:
+        ttft.observe(0.05)
+        await scrape.read(client, endpoints, 0.0)
+        assert scrape.engine_latency["timeToFirstToken"].pairs == ()  # nothing to compare with yet
+        for seconds in (0.05, 0.2, 0.9):
+            ttft.observe(seconds)
+        for seconds in (0.01,) * 9 + (0.2,):
+            itl.observe(seconds)
+        failures.labels("503").inc(2)
+        await scrape.read(client, endpoints, 10.0)
+        first, between = scrape.engine_latency["timeToFirstToken"], scrape.engine_latency["interTokenLatency"]
+        assert (first.pairs, first.failed) == (((0.1, 1.0), (0.5, 2.0), (INF, 3.0)), 2.0)
+        assert (between.pairs, between.failed) == (((0.05, 9.0), (INF, 10.0)), 0.0)
+        endpoints["b"] = f"http://127.0.0.1:{free_port()}/metrics"
+        await scrape.read(client, endpoints, 20.0)
+        assert all(b.reason == Outage.REFUSED and not b.pairs for b in scrape.engine_latency.values())
+
+
+INF = math.inf
