@@ -97,7 +97,7 @@ from infer_ctl.core import api
 from infer_ctl.core.conditions import rfc3339, set_condition
 from infer_ctl.core.errors import SpecError
 from infer_ctl.core.modeluri import hub_source
-from infer_ctl.core.policy import ModelCacheVolume, Policies, effective_scaling, histogram_metric
+from infer_ctl.core.policy import ModelCacheVolume, Policies, effective_scaling, histogram_metric, latency_histogram
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
 from infer_ctl.core.runtime import (
     ServiceRuntime,
@@ -805,7 +805,8 @@ class Reconciler:
         wants_concurrency = svc.spec.slo.latency_p95_ms is not None
         concurrency = NOT_READ
         buckets: dict[str, Buckets] = {}
-        histogram = self.settings.policies.scaling.latency_histogram if wants_concurrency else ""
+        histogram = latency_histogram(svc.spec, self.settings.policies.scaling, self.settings.policies.runtimes) \
+            if wants_concurrency else ""
         tokens = token_objectives(svc.spec, self.settings.policies.runtimes)
         if self.prometheus is not None:
             # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
@@ -913,17 +914,20 @@ class Reconciler:
             source = "from Prometheus" if not scraped else \
                 "scraped from the replicas and the front door" if memory.scrape.gateway is not None else \
                 "scraped from the replicas"
-            histogram = memory.scrape.histogram if scraped else histogram_metric(policy.latency_histogram)
+            histogram = memory.scrape.histogram if scraped else histogram_metric(
+                latency_histogram(svc.spec, policy, self.settings.policies.runtimes))
             message = m.error or (f"{histogram} {source}" + (f", {m.note}" if m.note else "") if m.count else
                                   f"no request answered in the window ({histogram} {source})")
             status = api.SloStatus(objective, latency_ms, m.window_s, m.share, round(m.count), message)
         elif latency_ms is None:
             status = api.SloStatus(objective, None, window_s)
-        elif not token_objectives(svc.spec, self.settings.policies.runtimes):
-            return None  # the end-to-end objective alone, not read (latencyHistogram ""): nothing to say
+        elif not policy.latency_histogram and not token_objectives(svc.spec, self.settings.policies.runtimes):
+            return None  # the end-to-end objective alone, its reading turned off (latencyHistogram ""): nothing
         else:
-            status = api.SloStatus(objective, latency_ms, window_s,
-                                   message="not measured: no latencyHistogram (scaling.yaml)")
+            status = api.SloStatus(objective, latency_ms, window_s, message=(
+                "not measured: no latencyHistogram (scaling.yaml)" if not policy.latency_histogram else
+                "not measured: the engine's runtime profile names no latency histogram (runtimes.yaml), and "
+                "scaling.yaml's latencyHistogram is `engine`"))
         measured = {token.key: self._token_slo(token, memory, buckets.get(token.key), now_s=now_s,
                                                window_s=window_s, failed_name=failed_name)
                     for token in token_objectives(svc.spec, self.settings.policies.runtimes)}

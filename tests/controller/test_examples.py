@@ -19,6 +19,7 @@ import yaml
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core.conditions import rfc3339
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.sandbox.router import front_door_policies
 from tests.controller.conftest import ROOT, Cluster
 from tests.prometheus_server import prometheus
 
@@ -147,7 +148,7 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
     peak_serving = math.ceil(PEAK_RPS / scaling["targetRequestsPerReplica"])
     standby = scaling["prewarm"]["standbyReplicas"]
     with prometheus(tmp_path, history=history) as url:
-        reconciler = Reconciler(cluster.kube, Settings(cluster.policies, prometheus_url=url))
+        reconciler = Reconciler(cluster.kube, Settings(front_door_policies(cluster.policies), prometheus_url=url))
         results = {}
         # both cycles at the history's end: a cycle's rate query ends at its `now`, and on a loaded machine the
         # first service's cycle (a forecast fitted on 8 days) took long enough that a query at the wall clock's
@@ -205,7 +206,7 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
                  "lastMove": "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over the last 3600 s"}
         recorded = cluster.kube.get(INFERENCE_SERVICES, "llama-8b", "default")
         recorded["status"] = {**ahead.status, "slo": {**ahead.status["slo"], "aim": moved}}
-        restarted = Reconciler(cluster.kube, Settings(cluster.policies, prometheus_url=url))
+        restarted = Reconciler(cluster.kube, Settings(front_door_policies(cluster.policies), prometheus_url=url))
         again = await restarted.cycle(recorded, at + timedelta(seconds=10))
         await restarted.close()
         assert again.status["slo"]["aim"] == moved, again.status["slo"]

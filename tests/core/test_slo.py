@@ -11,9 +11,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from infer_ctl.config.policies import load_policies
 from infer_ctl.core.errors import SpecError
-from infer_ctl.core.policy import histogram_metric, parse_scaling_policy
+from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.core.policy import histogram_metric, latency_histogram, parse_scaling_policy
 from infer_ctl.core.slo import SloWindow, measure, within_threshold
+from infer_ctl.sandbox.router import front_door_policies
+from tests.builders import InferenceServiceBuilder
 
 INF = math.inf
 # 100 requests: 60 within 0.1 s, 80 within 0.2 s, 90 within 0.3 s, 100 in all
@@ -84,10 +88,20 @@ def test_a_missing_increment_is_not_a_request() -> None:
 def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
     policy = parse_scaling_policy(yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text()))
-    # at the sandbox's front door: the requests answered, and those it failed (by code) as misses
-    assert histogram_metric(policy.latency_histogram) == "infer_ctl_gateway_request_duration_seconds_bucket"
-    assert policy.failed_requests == \
-        'infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}'
+    # each engine's own end-to-end histogram (its runtime profile's), no failed-request counter (the engines have
+    # none); the sandbox's demo names its front door's
+    assert (policy.latency_histogram, policy.failed_requests) == ("engine", "")
+    profiles = load_policies().runtimes
+    spec = InferenceServiceBuilder("llm").build()
+    assert latency_histogram(parse_inference_service(spec).spec, policy, profiles) == \
+        'vllm:e2e_request_latency_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
+    sglang = InferenceServiceBuilder("llm").with_("spec.runtime.image", "lmsysorg/sglang:v0.5.2").build()
+    assert histogram_metric(latency_histogram(parse_inference_service(sglang).spec, policy, profiles)) == \
+        "sglang:e2e_request_latency_seconds_bucket"
+    door = front_door_policies(load_policies())
+    assert histogram_metric(latency_histogram(parse_inference_service(spec).spec, door.scaling, profiles)) == \
+        "infer_ctl_gateway_request_duration_seconds_bucket"
+    assert histogram_metric(door.scaling.failed_requests) == "infer_ctl_gateway_requests_total"
     assert policy.attainment_window_s == 3600
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text())
     with pytest.raises(SpecError, match=r"latencyHistogram: must be a metric selector"):
@@ -161,9 +175,6 @@ def test_a_reading_that_failed_measures_nothing_through_prometheus_and_keeps_the
 
 
 def test_the_token_objectives_parse_and_a_bad_one_names_its_field() -> None:
-    from infer_ctl.core.parse import parse_inference_service
-    from tests.builders import InferenceServiceBuilder
-
     body = InferenceServiceBuilder("llm").with_("spec.slo", {"timeToFirstTokenP95Ms": 300,
                                                              "interTokenLatencyP95Ms": 40}).build()
     slo = parse_inference_service(body).spec.slo

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTOGRAM, histogram_metric
+from infer_ctl.core.policy import FRONT_DOOR_FAILED_REQUESTS, FRONT_DOOR_LATENCY_HISTOGRAM, histogram_metric
 from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
 from infer_ctl.observe.rates import EngineHistogram, GatewaySeries, Outage, PrometheusRates
@@ -41,7 +41,7 @@ async def test_the_buckets_over_the_window_are_the_services_own(backfilled_prome
 
 async def test_a_window_without_samples_is_missing_with_its_reason(backfilled_prometheus: Backfilled) -> None:
     read = await PrometheusRates(backfilled_prometheus.url).abuckets(
-        selector=MODEL_SERVERS, name="llm", namespace="prod", failed=DEFAULT_FAILED_REQUESTS,
+        selector=MODEL_SERVERS, name="llm", namespace="prod", failed=FRONT_DOOR_FAILED_REQUESTS,
         at_s=int(backfilled_prometheus.now_s) - 86_400, window_s=600)
     assert read.pairs == () and read.reason == Outage.EMPTY and "+Inf bucket" in read.error, read
 
@@ -55,14 +55,14 @@ async def test_a_selector_the_rules_refuse_names_the_policy_field_and_reaches_no
 
 async def test_prometheus_down_is_an_outage_with_its_reason() -> None:
     read = await PrometheusRates(f"http://127.0.0.1:{free_port()}", timeout_s=1.0).abuckets(
-        selector=DEFAULT_LATENCY_HISTOGRAM, name="llm", namespace="prod", at_s=1000.0, window_s=600)
+        selector=FRONT_DOOR_LATENCY_HISTOGRAM, name="llm", namespace="prod", at_s=1000.0, window_s=600)
     assert read.pairs == () and read.reason == Outage.REFUSED
 
 
 async def test_at_the_front_door_the_requests_it_failed_are_read_beside_the_answered(
         backfilled_prometheus: Backfilled) -> None:
     url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
-    read = await PrometheusRates(url).abuckets(selector=DEFAULT_LATENCY_HISTOGRAM, failed=DEFAULT_FAILED_REQUESTS,
+    read = await PrometheusRates(url).abuckets(selector=FRONT_DOOR_LATENCY_HISTOGRAM, failed=FRONT_DOOR_FAILED_REQUESTS,
                                                name="llm", namespace="prod", at_s=last_s, window_s=600)
     assert not read.error, read.error
     # per 15 s: 8 answered (7 within 0.3 s), 2 refused; prod/other's 5 refusals are not llm's
@@ -169,10 +169,10 @@ async def test_a_scrape_of_the_front_door_reads_the_services_own_series_and_its_
     def selected(selector: str) -> object:
         return sample_matcher(render(selector, name="llm", namespace="prod"))
 
-    scrape = vllm_scrape(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM),
-                         failed=histogram_metric(DEFAULT_FAILED_REQUESTS),
-                         gateway=GatewaySeries(gateway, selected(DEFAULT_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
-                                               selected(DEFAULT_FAILED_REQUESTS)))  # type: ignore[arg-type]
+    scrape = vllm_scrape(histogram=histogram_metric(FRONT_DOOR_LATENCY_HISTOGRAM),
+                         failed=histogram_metric(FRONT_DOOR_FAILED_REQUESTS),
+                         gateway=GatewaySeries(gateway, selected(FRONT_DOOR_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
+                                               selected(FRONT_DOOR_FAILED_REQUESTS)))  # type: ignore[arg-type]
     endpoints = {"a": serve_metrics(replica).url}
     async with httpx.AsyncClient() as client:
         await scrape.read_with_concurrency(client, endpoints, 0.0)
