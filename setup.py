@@ -50,9 +50,12 @@ def build_commit() -> str | None:
 
 def _write(base: Path) -> None:
     commit = build_commit()
-    if commit is not None:
-        (base / RECORD).parent.mkdir(parents=True, exist_ok=True)
-        (base / RECORD).write_text(commit + "\n")
+    if commit is None:
+        # setuptools reuses build/lib between builds: a record left by an earlier build would be a guess
+        (base / RECORD).unlink(missing_ok=True)
+        return
+    (base / RECORD).parent.mkdir(parents=True, exist_ok=True)
+    (base / RECORD).write_text(commit + "\n")
 
 
 class BuildPy(build_py):

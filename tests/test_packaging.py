@@ -2,8 +2,8 @@
 
 The wheel is built from this checkout with the pinned uv, installed into fresh venvs outside the checkout with the
 lock's versions as constraints (what uv.lock says, resolved from the wheel's own metadata, so a dependency missing
-from pyproject fails here), then run from a temporary directory: the controller without any extra, each extra alone with the commands
-it is for, and the demo and `validate` with all of them.
+from pyproject fails here), then run from a temporary directory: the controller without any extra, each extra
+alone with the commands it is for, and the demo and `validate` with all of them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import tomllib
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -308,3 +310,41 @@ def test_the_plot_extra_alone_draws_the_simulators_plot(wheel: tuple[Path, Path]
     assert (tmp_path / "sim.png").read_bytes().startswith(b"\x89PNG")
     _import_all(bin_, _imported_by(("infer_ctl.cli.main", "infer_ctl.cli.simulate", "infer_ctl.cli.bench")), "plot",
                 tmp_path)
+
+
+def _recorded(wheel: Path) -> str | None:
+    with zipfile.ZipFile(wheel) as z:
+        return z.read("infer_ctl/BUILD_COMMIT").decode().strip() if "infer_ctl/BUILD_COMMIT" in z.namelist() else None
+
+
+def test_the_commit_is_recorded_through_the_sdist_and_given_where_there_is_no_git(tmp_path: Path) -> None:
+    """setup.py's build step: `uv build` (the sdist, then the wheel from it) carries the checkout's commit; a build
+    from a tree without .git (an unpacked sdist without its record, as an image's build context) records the
+    commit $INFER_CTL_BUILD_COMMIT gives, refuses one that is not a commit, and records nothing without it, so that
+    the installed package says "unknown" rather than a guess."""
+    commit = git_commit(ROOT)
+    built = _run([_uv(), "build", "--quiet", "--out-dir", tmp_path / "dist", ROOT])
+    assert built.returncode == 0, built.stderr
+    [sdist], [wheel] = list((tmp_path / "dist").glob("*.tar.gz")), list((tmp_path / "dist").glob("*.whl"))
+    assert _recorded(wheel) == commit
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    [tree] = list((tmp_path / "src").iterdir())
+    assert (tree / "infer_ctl" / "BUILD_COMMIT").read_text().strip() == commit
+    (tree / "infer_ctl" / "BUILD_COMMIT").unlink()
+
+    def build(given: str | None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "INFER_CTL_BUILD_COMMIT"}
+        if given is not None:
+            env["INFER_CTL_BUILD_COMMIT"] = given
+        out = tmp_path / f"out-{given}"
+        return _run([_uv(), "build", "--wheel", "--out-dir", out, tree], cwd=tmp_path, env=env)
+
+    given = "0123456789abcdef0123456789abcdef01234567"
+    assert build(given).returncode == 0
+    assert _recorded(next((tmp_path / f"out-{given}").glob("*.whl"))) == given
+    refused = build("main")
+    assert refused.returncode != 0
+    assert "INFER_CTL_BUILD_COMMIT='main': expected 40 lowercase hex digits" in refused.stderr
+    assert build(None).returncode == 0
+    assert _recorded(next((tmp_path / "out-None").glob("*.whl"))) is None
