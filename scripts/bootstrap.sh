@@ -49,9 +49,9 @@ _uv() {
     echo "[setup] installing uv $UV_VERSION into $dir" >&2
     rm -rf "$dir"
     if ! "$py" -m venv "$dir" 2>/dev/null; then
-      # Debian splits venv/ensurepip out of python3: install it, then try again.
+      # Debian splits venv/ensurepip out of python3 (python3.X-venv, for the X chosen): install it, then try again.
       rm -rf "$dir"
-      bootstrap_debian_package "python3-venv"
+      bootstrap_debian_package "python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
       "$py" -m venv "$dir"
     fi
     "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION" >&2
