@@ -17,36 +17,29 @@ from infer_ctl.kube.client import INFERENCE_SERVICES, KubeError, Resource
 from infer_ctl.kube.modelcache import CONFIG_MAPS
 from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
+from tests.deploy.test_manifests import helm_template, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROLLER = ROOT / "deploy" / "kustomize" / "base" / "controller.yaml"
-HELM_DEPLOYMENT = ROOT / "deploy" / "helm" / "infer-ctl" / "templates" / "deployment.yaml"
 NAMESPACES = Resource("v1", "namespaces", "Namespace", namespaced=False)
-HASHED = "infer-ctl-policies-7c9h2m5k4b"  # as kustomize's configMapGenerator names it
 
 
-def deploy_controller() -> dict[str, Any]:
-    """deploy/kustomize's controller Deployment, as `kubectl apply -k` sends it (the generated ConfigMap's hashed
-    name), at zero replicas: the cluster keeps it without running a controller."""
-    deployment = next(d for d in yaml.safe_load_all(CONTROLLER.read_text()) if d["kind"] == "Deployment")
-    deployment["spec"]["replicas"] = 0
-    for volume in deployment["spec"]["template"]["spec"]["volumes"]:
-        if volume.get("configMap", {}).get("name") == "infer-ctl-policies":
-            volume["configMap"]["name"] = HASHED
-    return dict(deployment)
+def policies_of(docs: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the controller's Deployment, the policies ConfigMap) of a rendered install."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("infer-ctl"))
+    configmap = next(d for d in docs if d["kind"] == "ConfigMap" and "accelerators.yaml" in d.get("data", {}))
+    return deployment, configmap
 
 
-def policies_configmap(name: str, *, without_product: str | None = None,
-                       broken: str | None = None) -> dict[str, Any]:
-    """The repository's policies as a ConfigMap (what configMapGenerator makes of them), optionally with one
-    accelerator left out of the catalog or one file made invalid YAML."""
+def without_product(configmap: dict[str, Any], product: str) -> dict[str, Any]:
+    """The ConfigMap with one accelerator left out of its catalog."""
+    catalog = yaml.safe_load(configmap["data"]["accelerators.yaml"])
+    catalog["accelerators"] = [a for a in catalog["accelerators"] if a["name"] != product]
+    return {**configmap, "data": {**configmap["data"], "accelerators.yaml": yaml.safe_dump(catalog)}}
+
+
+def broken_configmap(name: str, key: str) -> dict[str, Any]:
     data = {f: (ROOT / "policies" / f).read_text() for f in POLICY_FILES}
-    if without_product is not None:
-        catalog = yaml.safe_load(data["accelerators.yaml"])
-        catalog["accelerators"] = [a for a in catalog["accelerators"] if a["name"] != without_product]
-        data["accelerators.yaml"] = yaml.safe_dump(catalog)
-    if broken is not None:
-        data[broken] = "accelerators: [unclosed\n"
+    data[key] = "accelerators: [unclosed\n"
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "infer-ctl-system"},
             "data": data}
 
@@ -65,18 +58,21 @@ def explain_cli(cluster: Cluster, capsys: pytest.CaptureFixture[str], *args: str
     return code, out, err
 
 
-def test_deploys_controller_mounts_its_policies_configmap_where_infer_ctl_policies_points() -> None:
-    """The reading of the Deployment, on deploy/kustomize's manifest as it is (and Helm's template mounts the same
-    way: its INFER_CTL_POLICIES and its mount path agree)."""
-    deployment = next(d for d in yaml.safe_load_all(CONTROLLER.read_text()) if d["kind"] == "Deployment")
-    assert controller_mounts(deployment) == ["infer-ctl-policies"]
-    helm = HELM_DEPLOYMENT.read_text()
-    assert "{name: INFER_CTL_POLICIES, value: /etc/infer-ctl/policies}" in helm
-    assert "{name: policies, mountPath: /etc/infer-ctl/policies, readOnly: true}" in helm
+@pytest.mark.parametrize("install", ["kustomize", "helm"])
+def test_the_installed_controller_is_found_to_mount_the_policies_configmap_its_install_made(install: str) -> None:
+    """On deploy/'s manifests as rendered (kustomize hashes the generated ConfigMap's name; Helm names it after the
+    release): the Deployment's mount at $INFER_CTL_POLICIES is that ConfigMap."""
+    deployment, configmap = policies_of(kustomize("production") if install == "kustomize" else helm_template())
+    assert controller_mounts(deployment) == [configmap["metadata"]["name"]]
+    if install == "kustomize":
+        assert configmap["metadata"]["name"].startswith("infer-ctl-policies-")
+
+
+def test_a_configmap_mounted_where_a_container_does_not_read_its_policies_is_not_the_policies() -> None:
     unrelated = {"spec": {"template": {"spec": {"containers": [{"name": "x", "volumeMounts": [
         {"name": "policies", "mountPath": "/etc/infer-ctl/policies"}]}], "volumes": [
         {"name": "policies", "configMap": {"name": "other"}}]}}}}
-    assert controller_mounts(unrelated) == []  # a ConfigMap mounted there by a container that does not read it
+    assert controller_mounts(unrelated) == []
 
 
 def test_explain_reads_the_policies_the_clusters_controller_runs_and_says_which(
@@ -88,12 +84,16 @@ def test_explain_reads_the_policies_the_clusters_controller_runs_and_says_which(
                           "infer-ctl-system mounts a policies ConfigMap)\n"), out
     assert "[spec]" not in out
 
-    # the controller's policies know no H100-80GB: judged by them, the service's product is unknown
+    # deploy/kustomize's controller as `kubectl apply -k` sends it (at zero replicas: the cluster keeps it without
+    # running a controller), whose policies know no H100-80GB: judged by them, the service's product is unknown
+    deployment, configmap = policies_of(kustomize("production"))
+    deployment["spec"]["replicas"] = 0
+    hashed = configmap["metadata"]["name"]
     ensure_namespace(cluster, "infer-ctl-system")
-    cluster.kube.create(CONFIG_MAPS, policies_configmap(HASHED, without_product="H100-80GB"), "infer-ctl-system")
-    cluster.kube.create(DEPLOYMENTS, deploy_controller(), "infer-ctl-system")
+    cluster.kube.create(CONFIG_MAPS, without_product(configmap, "H100-80GB"), "infer-ctl-system")
+    cluster.kube.create(DEPLOYMENTS, deployment, "infer-ctl-system")
     code, out, _ = explain_cli(cluster, capsys)
-    assert out.startswith(f"policies: ConfigMap infer-ctl-system/{HASHED} (the policies Deployment "
+    assert out.startswith(f"policies: ConfigMap infer-ctl-system/{hashed} (the policies Deployment "
                           "infer-ctl-system/infer-ctl runs with)\n"), out
     assert "[spec] invalid: spec.accelerator.products[0]: unknown product 'H100-80GB'" in out
     assert code == 1
@@ -102,7 +102,7 @@ def test_explain_reads_the_policies_the_clusters_controller_runs_and_says_which(
     assert out.startswith(f"policies: local files {ROOT / 'policies'} (--policies)\n")
     assert "[spec]" not in out
 
-    cluster.kube.create(CONFIG_MAPS, policies_configmap("broken", broken="scaling.yaml"), "infer-ctl-system")
+    cluster.kube.create(CONFIG_MAPS, broken_configmap("broken", "scaling.yaml"), "infer-ctl-system")
     code, out, err = explain_cli(cluster, capsys, "--policies-configmap", "broken")
     assert code == 2 and out == ""
     assert err.startswith("infer-ctl explain: the policies: ")
