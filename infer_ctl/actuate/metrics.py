@@ -11,16 +11,26 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from infer_ctl.version import BuildInfo, build_info
+
 COLD_START_BUCKETS_S = (5, 10, 20, 30, 60, 90, 120, 180, 240, 300, 420, 600, 900, 1200, 1800)
 # beyond the default 10 s control period, so that a cycle slower than the period is measured, not just counted
 RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60)
 
 
 class ControllerMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, build: BuildInfo | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         svc = ["namespace", "service"]
         r = self.registry
+        # the "info" pattern (as kube's kubernetes_build_info): always 1, its labels say which build runs, so that a
+        # dashboard or alert can join on it and a rollout shows as the commit label changing
+        self.build_info = Gauge("infer_ctl_build_info",
+                                "Always 1: the controller's version, the git commit it was built from ('unknown' "
+                                "when not known; '-dirty' when built from uncommitted changes) and its Python "
+                                "version.", ["version", "commit", "python"], registry=r)
+        info = build or build_info()
+        self.build_info.labels(info.version, info.commit, info.python).set(1)
         self.replicas = Gauge("infer_ctl_replicas", "Replicas by state (Loading, Serving, Standby, Draining, Pending).",
                               [*svc, "state"], registry=r)
         self.desired = Gauge("infer_ctl_desired_replicas", "Replicas the controller wants, by role.",

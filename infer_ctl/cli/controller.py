@@ -61,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
     from infer_ctl.controller.operator import run as run_operator
     from infer_ctl.controller.reconciler import Settings
     from infer_ctl.core.errors import SpecError
+    from infer_ctl.version import build_info
 
     configure_logging(args.log_format, verbose=args.verbose)
     for chatty in ("httpx", "urllib3"):  # one line per scrape and per API call is noise at INFO
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    where = ", ".join(namespaces(args.namespace)) or "all namespaces"
+    logging.getLogger("infer_ctl.controller").info("%s: the controller starts (managing %s)", build_info().line(),
+                                                   where)
     try:
         policies = load_policies(args.policies)
     except SpecError as exc:

@@ -151,9 +151,12 @@ class _Demo:
 
         from infer_ctl.config.cluster import load_cluster
         from infer_ctl.config.policies import load_policies
+        from infer_ctl.sandbox.router import front_door_policies
 
         self.args, self.out, self.day = args, out, day
-        self.policies = load_policies(args.policies)
+        # the chat service's 250 ms objective is read at the sandbox's front door (what its clients see; vLLM's
+        # own end-to-end histogram starts at 0.3 s), as a platform team points latencyHistogram at its gateway
+        self.policies = front_door_policies(load_policies(args.policies))
         self.cluster = load_cluster(CLUSTER, self.policies.catalog)
         self.services = [d for d in yaml.safe_load_all(DEMO_SERVICES.read_text()) if d]
         if args.without_sleepers:

@@ -1,4 +1,7 @@
-"""`infer-ctl explain NAMESPACE/NAME`: say at which layer each replica that is not running stopped."""
+"""`infer-ctl explain NAMESPACE/NAME`: say at which layer each replica that is not running stopped.
+
+It judges with the policies the cluster's controller runs (the ConfigMap its Deployment mounts) unless told
+otherwise, and its first line says which policies it used."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 SANDBOX_KUBECONFIG = Path(".sandbox/kubeconfig")  # where `infer-ctl sandbox up` writes it by default
+CONTROLLER_NAMESPACE = "infer-ctl-system"  # deploy/kustomize's and the Helm chart's
 
 
 def register(sub: Any) -> None:
@@ -17,13 +21,24 @@ def register(sub: Any) -> None:
                             description=__doc__)
     parser.add_argument("target", metavar="NAMESPACE/NAME", help="the InferenceService (NAME alone: default/NAME)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--policies", type=Path, default=None, help="policies folder (default: policies/)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--policies", type=Path, default=None, metavar="DIR",
+                        help="judge with the policies in this local folder (default: the ones the cluster's "
+                             "controller runs, see --controller-namespace)")
+    source.add_argument("--policies-configmap", default=None, metavar="[NS/]NAME",
+                        help="judge with the policies in this ConfigMap (one key per policy file; NS defaults to "
+                             "--controller-namespace)")
+    parser.add_argument("--controller-namespace", default=CONTROLLER_NAMESPACE, metavar="NS",
+                        help="where the controller runs (default: %(default)s): its Deployment's policies ConfigMap "
+                             "(the one mounted at $INFER_CTL_POLICIES) is read; when no Deployment there mounts "
+                             "one, the local policies ($INFER_CTL_POLICIES, else the shipped policies/)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from infer_ctl.config.policies import load_policies
+    from infer_ctl.cli.policysource import PolicySourceError, resolve
     from infer_ctl.controller.explain import explain, render
+    from infer_ctl.core.errors import SpecError
     from infer_ctl.kube.client import KubeClient, KubeError
 
     namespace, _, name = args.target.rpartition("/")
@@ -39,13 +54,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"infer-ctl explain: cannot load the kubeconfig {where}: {exc}", file=sys.stderr)
         return 2
     try:
-        findings = explain(kube, load_policies(args.policies), namespace, name)
+        try:
+            source = resolve(kube, local=args.policies, configmap=args.policies_configmap,
+                             controller_namespace=args.controller_namespace)
+        except (PolicySourceError, SpecError) as exc:
+            print(f"infer-ctl explain: the policies: {exc}", file=sys.stderr)
+            return 2
+        findings = explain(kube, source.policies, namespace, name)
     except KubeError as exc:
         unreachable = "\nIs the cluster running? (the local one: infer-ctl sandbox up)" if exc.status == 0 else ""
         print(f"infer-ctl explain: {exc}{unreachable}", file=sys.stderr)
         return 2
     finally:
         kube.close()
+    print(f"policies: {source.description}")
     print(render(namespace, name, findings))
     return 1 if findings and findings[0].layer == "spec" else 0
 

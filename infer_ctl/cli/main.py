@@ -25,11 +25,26 @@ def build_parser() -> argparse.ArgumentParser:
         prog="infer-ctl",
         description="Forecast-driven, fragmentation-aware GPU inference autoscaling for Kubernetes.",
     )
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version, the git commit it was built from (and how that is known), and the "
+                             "Python version, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"infer_ctl.cli.{name.replace('-', '_')}")
         module.register(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """argparse's own "version" action takes its text when the parser is built: this one asks git only when
+    --version is given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from infer_ctl.version import build_info
+
+        print(build_info().line())
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,8 @@ from typing import Any, TextIO
 import yaml
 
 from infer_ctl.core.errors import FieldError
+from infer_ctl.core.policy import histogram_metric, latency_histogram
+from infer_ctl.core.runtime import token_objectives
 
 KUBERNETES_VERSION = "1.37.0"
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
@@ -716,8 +718,18 @@ def explain_service(svc: Any, policies: Any) -> list[str]:
         lines.append(f"zero       scales to zero after {keep}; wakes on the first request")
     if spec.replicas is not None:
         lines.append(f"paused     autoscaling paused: spec.replicas pins {spec.replicas} serving replicas")
+    objectives = []
     if spec.slo.latency_p95_ms is not None:
-        lines.append(f"slo        p95 latency <= {spec.slo.latency_p95_ms:g} ms")
+        e2e = latency_histogram(spec, policies.scaling, policies.runtimes)
+        read = f"read off {histogram_metric(e2e)}" if e2e else "not measured: no latency histogram"
+        objectives.append(f"end to end <= {spec.slo.latency_p95_ms:g} ms ({read})")
+    for token in token_objectives(spec, policies.runtimes):
+        what = "first token" if token.failed else "between tokens"
+        read = f"read off {token.bucket_metric}" if token.histogram else \
+            "not measured: the engine's profile names no histogram"
+        objectives.append(f"{what} <= {token.latency_ms:g} ms ({read})")
+    if objectives:
+        lines.append(f"slo        {'; '.join(objectives)}")
     if eff.attainment is not None:
         own = "" if spec.slo.attainment is not None else f" (preset {scaling.preset.value})"
         lines.append(f"objective  {eff.attainment:.2%} of requests within the SLO{own}: aims for quantile "

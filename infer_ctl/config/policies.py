@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +25,44 @@ def default_policies_dir() -> Path:
     return data_path("policies")
 
 
+POLICY_FILES = ("accelerators.yaml", "scaling.yaml", "placement.yaml", "runtimes.yaml")
+
+
 def load_policies(directory: Path | None = None) -> Policies:
     """All four policy files, each checked; a SpecError lists every problem with file and field."""
     folder = directory or default_policies_dir()
+    texts: dict[str, str | None] = {}
+    for name in POLICY_FILES:
+        try:
+            texts[name] = (folder / name).read_text()
+        except FileNotFoundError:
+            texts[name] = None
+    return parse_policies(texts, lambda name: str(folder / name))
+
+
+def parse_policies(texts: Mapping[str, str | None], where: Callable[[str], str]) -> Policies:
+    """The four policy files from their texts (None: missing), wherever they were read (a folder, the controller's
+    ConfigMap); `where(file name)` names each in the errors."""
     errors: list[FieldError] = []
     docs: dict[str, Any] = {}
-    for name in ("accelerators.yaml", "scaling.yaml", "placement.yaml", "runtimes.yaml"):
-        path = folder / name
+    for name in POLICY_FILES:
+        text = texts.get(name)
+        if text is None:
+            errors.append(FieldError(where(name), "policy file is missing"))
+            continue
         try:
-            docs[name] = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            errors.append(FieldError(str(path), "policy file is missing"))
+            docs[name] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            errors.append(FieldError(str(path), f"not valid YAML: {exc}"))
+            errors.append(FieldError(where(name), f"not valid YAML: {exc}"))
     if errors:
         raise SpecError(errors)
     results: dict[str, Any] = {}
     for name, parse in (("accelerators.yaml", parse_catalog), ("scaling.yaml", parse_scaling_policy),
                         ("placement.yaml", parse_placement_policy), ("runtimes.yaml", parse_runtime_profiles)):
         try:
-            results[name] = parse(docs[name], str(folder / name))
+            results[name] = parse(docs[name], where(name))
         except SpecError as exc:
-            errors.extend(exc.errors or [FieldError(str(folder / name), str(exc))])
+            errors.extend(exc.errors or [FieldError(where(name), str(exc))])
     if errors:
         raise SpecError(errors)
     return Policies(catalog=results["accelerators.yaml"], scaling=results["scaling.yaml"],

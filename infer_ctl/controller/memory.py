@@ -53,4 +53,6 @@ class ServiceMemory:
     # when (through Prometheus, one reading covers the window)
     slo: SloWindow = field(default_factory=SloWindow)
     slo_since_s: float | None = None
+    # the same for each token objective (timeToFirstToken, interTokenLatency): its window and since when
+    token_slo: dict[str, tuple[SloWindow, float | None]] = field(default_factory=dict)
     burst: ServiceBurstBasis | None = None  # None: no check between cycles (no latency objective, paused, not read)

@@ -30,10 +30,17 @@ from infer_ctl.controller.objects import NameTaken, finished, owned_by, replicas
 from infer_ctl.controller.settings import Settings
 from infer_ctl.controller.snapshot import ClusterView
 from infer_ctl.core import api
-from infer_ctl.core.policy import effective_scaling, histogram_metric
+from infer_ctl.core.policy import effective_scaling, histogram_metric, latency_histogram
 from infer_ctl.core.promql import SampleMatch, range_window_s, render, sample_matcher
-from infer_ctl.core.runtime import ServiceRuntime, in_flight_query, rate_query, service_runtime
-from infer_ctl.core.slo import Attainment, Within, within_threshold
+from infer_ctl.core.runtime import (
+    ServiceRuntime,
+    TokenObjective,
+    in_flight_query,
+    rate_query,
+    service_runtime,
+    token_objectives,
+)
+from infer_ctl.core.slo import Attainment, SloWindow, measure
 from infer_ctl.engine.aim import RecordedAim
 from infer_ctl.engine.cycle import Observation, ObservedClaim, ObservedReplica
 from infer_ctl.kube import pods as kube_pods
@@ -44,6 +51,7 @@ from infer_ctl.observe.rates import (
     NOT_READ,
     Buckets,
     Concurrency,
+    EngineHistogram,
     GatewaySeries,
     PrometheusRates,
     RateSamples,
@@ -56,6 +64,8 @@ from infer_ctl.place.claims import HOSTNAME_LABEL
 log = logging.getLogger(__name__)
 
 HISTORY_ON_START_S = 7 * 86_400  # rate history read from Prometheus when a service is first seen
+# the end-to-end objective's key among a cycle's latency readings (the token objectives' are their status names)
+LATENCY = "latency"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +117,17 @@ def recorded_aim(body: Mapping[str, Any]) -> RecordedAim | None:
 
 
 def measured_attainment(slo: api.SloStatus | None) -> Attainment | None:
-    """What the aim moves on (`infer_ctl.engine.aim`): the status' measured attainment, when there is one."""
-    if slo is None or slo.attainment is None:
+    """What the aim moves on (`infer_ctl.engine.aim`): the status' measured attainment, when there is one; with
+    several latency objectives, the one furthest from the objective (the lowest share), and what it counted."""
+    if slo is None:
         return None
-    return Attainment(slo.attainment, float(slo.requests), slo.window_s)
+    measured = [(slo.attainment, float(slo.requests))] if slo.attainment is not None else []
+    measured += [(o.attainment, float(o.count)) for o in (slo.time_to_first_token, slo.inter_token_latency)
+                 if o is not None and o.attainment is not None]
+    if not measured:
+        return None
+    share, count = min(measured)
+    return Attainment(share, count, slo.window_s)
 
 
 def metrics_endpoints(replicas: Sequence[ReplicaPod]) -> dict[str, str]:
@@ -174,15 +191,19 @@ class Readings:
                            if settings.prometheus_url else None)
 
     async def rates(self, svc: api.InferenceService, memory: ServiceMemory, replicas: Sequence[ReplicaPod],
-                    now_s: float) -> tuple[RateSamples, Concurrency, Buckets | None]:
+                    now_s: float) -> tuple[RateSamples, Concurrency, dict[str, Buckets]]:
         """The request rate since the last cycle and the requests in flight now (read only for a service with a
-        latency objective: the burst guard's concurrency target needs one). Through Prometheus the two queries run
-        side by side, each within the read's deadline, and one failing leaves the other; scraping directly, both
-        come from the same expositions, plus the requests the front door holds when its metrics URL is known."""
+        latency objective: the burst guard's concurrency target needs one), and the latency histograms of the
+        service's objectives, by objective (`LATENCY` for the end-to-end one; none read: empty). Through
+        Prometheus the queries run side by side, each within the read's deadline, and one failing leaves the
+        others; scraping directly, all come from the same expositions, plus the requests the front door holds
+        when its metrics URL is known."""
         wants_concurrency = svc.spec.slo.latency_p95_ms is not None
         concurrency = NOT_READ
-        buckets: Buckets | None = None  # the latency histogram's (None: not read for this service)
-        histogram = self.settings.policies.scaling.latency_histogram if wants_concurrency else ""
+        buckets: dict[str, Buckets] = {}
+        histogram = latency_histogram(svc.spec, self.settings.policies.scaling, self.settings.policies.runtimes) \
+            if wants_concurrency else ""
+        tokens = token_objectives(svc.spec, self.settings.policies.runtimes)
         if self.prometheus is not None:
             # Between cycles, sample at least as densely as the query's rate window, or a short burst between two
             # samples would go unseen (a window of 10 s sampled every 10 s sees all of the traffic, one of 4 s
@@ -200,11 +221,17 @@ class Readings:
             concurrency_read = self.prometheus.aconcurrency(
                 template=template, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s) \
                 if wants_concurrency and template else value_of(NOT_READ)
-            buckets_read = self.prometheus.abuckets(
-                selector=histogram, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s,
-                window_s=self.settings.policies.scaling.attainment_window_s,
-                failed=self.settings.policies.scaling.failed_requests) if histogram else value_of(None)
-            rates, concurrency, buckets = await asyncio.gather(rate_read, concurrency_read, buckets_read)
+            reads = [(LATENCY, histogram, self.settings.policies.scaling.failed_requests, "latencyHistogram")] \
+                if histogram else []
+            reads += [(t.key, t.selector, self.settings.policies.scaling.failed_requests if t.failed else "",
+                       f"{t.key} ({t.histogram}, runtimes.yaml)") for t in tokens if t.histogram]
+            buckets_reads = [self.prometheus.abuckets(
+                selector=selector, name=svc.meta.name, namespace=svc.meta.namespace, at_s=now_s,
+                window_s=self.settings.policies.scaling.attainment_window_s, failed=failed,
+                field=f"scaling.yaml: {field}" if key == LATENCY else field)
+                for key, selector, failed, field in reads]
+            rates, concurrency, *read = await asyncio.gather(rate_read, concurrency_read, *buckets_reads)
+            buckets = {key: b for (key, *_), b in zip(reads, read, strict=True)}
         else:
             endpoints = metrics_endpoints(replicas)
             if not replicas and self.settings.gateway_metrics_url:
@@ -215,7 +242,8 @@ class Readings:
                 if wants_concurrency:  # the held requests are all that is in flight
                     concurrency = Concurrency(rates.samples[-1][1], "scrape", rates.error, rates.reason)
             else:
-                failed = self.settings.policies.scaling.failed_requests if histogram else ""
+                failed = self.settings.policies.scaling.failed_requests \
+                    if histogram or any(t.failed for t in tokens) else ""
                 runtime = self.runtime_of(svc)
                 if runtime is not None:
                     memory.scrape.metric = runtime.profile.metrics.requests
@@ -225,12 +253,16 @@ class Readings:
                 memory.scrape.gateway = self._gateway_series(svc, histogram, failed)
                 memory.scrape.histogram_select = selected(svc, histogram, absent_matches=True)
                 memory.scrape.failed_select = selected(svc, failed, absent_matches=True)
+                memory.scrape.engine_histograms = tuple(
+                    EngineHistogram(t.key, t.bucket_metric, selected(svc, t.selector, absent_matches=True), t.failed)
+                    for t in tokens if t.histogram)
                 created_s = {r.name: r.created.timestamp() for r in replicas if r.created is not None}
                 rates, in_flight = await memory.scrape.read_with_concurrency(self._http, endpoints, now_s, created_s)
                 if wants_concurrency:
                     concurrency = await self._with_held(svc, in_flight)
                 if histogram:
-                    buckets = memory.scrape.latency
+                    buckets[LATENCY] = memory.scrape.latency
+                buckets.update(memory.scrape.engine_latency)
         if rates.samples:
             memory.last_sample_s = max(t for t, _ in rates.samples)
         if rates.error and rates.reason != memory.rate_outage:
@@ -254,55 +286,71 @@ class Readings:
             return None
         return GatewaySeries(url, selected(svc, histogram), selected(svc, failed))
 
-    def slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Buckets | None,
+    def slo(self, svc: api.InferenceService, memory: ServiceMemory, buckets: Mapping[str, Buckets],
             now_s: float) -> api.SloStatus | None:
-        """The measured attainment for the status: through Prometheus one reading covers the window; from a
-        direct scrape each cycle's increase joins the window the service's memory keeps."""
-        latency_ms = svc.spec.slo.latency_p95_ms
-        if latency_ms is None or buckets is None:
+        """The measured attainment for the status, of each latency objective the spec states: through Prometheus
+        one reading covers the window; from a direct scrape each cycle's increase joins the window the service's
+        memory keeps."""
+        if not svc.spec.slo.any_latency:
             return None
         policy = self.settings.policies.scaling
         window_s = policy.attainment_window_s
         objective = effective_scaling(svc.spec.scaling, policy, svc.spec.slo.attainment).attainment
-        source = "from Prometheus" if buckets.source != "scrape" else \
-            "scraped from the replicas and the front door" if memory.scrape.gateway is not None else \
-            "scraped from the replicas"
-        if buckets.error:
-            if buckets.source == "prometheus":
-                return api.SloStatus(objective, latency_ms, window_s, message=f"not measured: {buckets.error}")
-            kept = memory.slo.attainment(now_s, window_s)  # the window so far, without this cycle's increase
-            since = now_s if memory.slo_since_s is None else memory.slo_since_s
-            return api.SloStatus(objective, latency_ms, min(window_s, now_s - since), kept.share, round(kept.requests),
-                                 f"this cycle's increase not measured: {buckets.error}")
-        note = ""
-        within = None
-        if buckets.pairs:
-            within = within_threshold(buckets.pairs, latency_ms / 1000)
-            note = (f"bucket le={within.upper_s:g} s" if within.exact else
-                    f"interpolated between the buckets le={within.lower_s:g} s and le={within.upper_s:g} s"
-                    if math.isfinite(within.upper_s) else
-                    f"no bucket above le={within.lower_s:g} s: requests beyond it counted as late")
-        if buckets.failed > 0:  # each a miss: in the count, not within
-            within = replace(within, total=within.total + buckets.failed) if within is not None else \
-                Within(0.0, buckets.failed, math.inf, math.inf)
-            note = ", ".join(n for n in (note, f"{buckets.failed:.0f} failed counted as misses "
-                                               f"({histogram_metric(policy.failed_requests)})") if n)
-        if buckets.source == "scrape":
-            if memory.slo_since_s is None:
-                memory.slo_since_s = now_s
-            if within is not None:
-                memory.slo = memory.slo.add(now_s, within.within, within.total, window_s)
-            measured = memory.slo.attainment(now_s, window_s)
-            window_s = min(window_s, now_s - memory.slo_since_s)
-            share, requests = measured.share, measured.requests
+        latency_ms = svc.spec.slo.latency_p95_ms
+        e2e = buckets.get(LATENCY)
+        failed_name = histogram_metric(policy.failed_requests) if policy.failed_requests else ""
+        status = api.SloStatus(objective, latency_ms, window_s)
+        if latency_ms is not None and e2e is not None:
+            scraped = e2e.source == "scrape"
+            m = measure(e2e.pairs, threshold_s=latency_ms / 1000, whole_window=not scraped, now_s=now_s,
+                        window_s=window_s, failed=e2e.failed, failed_name=failed_name, error=e2e.error,
+                        kept=memory.slo, since_s=memory.slo_since_s)
+            if not e2e.error:
+                memory.slo, memory.slo_since_s = m.window, m.since_s
+            source = "from Prometheus" if not scraped else \
+                "scraped from the replicas and the front door" if memory.scrape.gateway is not None else \
+                "scraped from the replicas"
+            histogram = memory.scrape.histogram if scraped else histogram_metric(
+                latency_histogram(svc.spec, policy, self.settings.policies.runtimes))
+            message = m.error or (f"{histogram} {source}" + (f", {m.note}" if m.note else "") if m.count else
+                                  f"no request answered in the window ({histogram} {source})")
+            status = api.SloStatus(objective, latency_ms, m.window_s, m.share, round(m.count), message)
+        elif latency_ms is None:
+            status = api.SloStatus(objective, None, window_s)
+        elif not policy.latency_histogram and not token_objectives(svc.spec, self.settings.policies.runtimes):
+            return None  # the end-to-end objective alone, its reading turned off (latencyHistogram ""): nothing
         else:
-            share = within.within / within.total if within is not None and within.total > 0 else None
-            requests = within.total if within is not None else 0.0
-        histogram = histogram_metric(policy.latency_histogram) if buckets.source == "prometheus" \
-            else memory.scrape.histogram
-        message = f"{histogram} {source}" + (f", {note}" if note else "") if requests else \
-            f"no request answered in the window ({histogram} {source})"
-        return api.SloStatus(objective, latency_ms, window_s, share, round(requests), message)
+            status = api.SloStatus(objective, latency_ms, window_s, message=(
+                "not measured: no latencyHistogram (scaling.yaml)" if not policy.latency_histogram else
+                "not measured: the engine's runtime profile names no latency histogram (runtimes.yaml), and "
+                "scaling.yaml's latencyHistogram is `engine`"))
+        measured = {token.key: self._token_slo(token, memory, buckets.get(token.key), now_s=now_s,
+                                               window_s=window_s, failed_name=failed_name)
+                    for token in token_objectives(svc.spec, self.settings.policies.runtimes)}
+        return replace(status, time_to_first_token=measured.get("timeToFirstToken"),
+                       inter_token_latency=measured.get("interTokenLatency"))
+
+    @staticmethod
+    def _token_slo(token: TokenObjective, memory: ServiceMemory, read: Buckets | None, *, now_s: float,
+                   window_s: float, failed_name: str) -> api.LatencyObjectiveStatus:
+        """One token objective's measured share, from the engine's own histogram."""
+        if not token.histogram:
+            return api.LatencyObjectiveStatus(token.latency_ms, message="not measured: the engine's runtime "
+                                              f"profile names no {token.key} histogram (runtimes.yaml)")
+        if read is None:
+            return api.LatencyObjectiveStatus(token.latency_ms, message="not measured: not read")
+        scraped = read.source == "scrape"
+        kept, since = memory.token_slo.get(token.key, (SloWindow(), None))
+        m = measure(read.pairs, threshold_s=token.latency_ms / 1000, whole_window=not scraped, now_s=now_s,
+                    window_s=window_s, failed=read.failed, failed_name=failed_name, error=read.error, kept=kept,
+                    since_s=since)
+        if not read.error:
+            memory.token_slo[token.key] = (m.window, m.since_s)
+        source = "scraped from the replicas" if scraped else "from Prometheus"
+        what = "request" if token.failed else "interval between tokens"
+        message = m.error or (f"{token.bucket_metric} {source}" + (f", {m.note}" if m.note else "") if m.count else
+                              f"no {what} counted in the window ({token.bucket_metric} {source})")
+        return api.LatencyObjectiveStatus(token.latency_ms, m.share, round(m.count), message)
 
     async def _with_held(self, svc: api.InferenceService, in_flight: Concurrency) -> Concurrency:
         """The replicas' requests in flight plus those the front door holds for one (when its metrics URL is

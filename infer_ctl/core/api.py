@@ -256,10 +256,19 @@ class ScalingSpec:
 
 @dataclass(frozen=True, slots=True)
 class SloSpec:
-    latency_p95_ms: float | None = None
+    latency_p95_ms: float | None = None  # end to end
+    # read off the engine's own histograms (its runtime profile's timeToFirstToken and interTokenLatency)
+    time_to_first_token_p95_ms: float | None = None
+    inter_token_latency_p95_ms: float | None = None
     # the share of requests that should finish within latencyP95Ms (the objective); None: the preset's. The
     # scaling's aim (forecast quantile, scale-down stabilization) is calibrated to it (policies/scaling.yaml: aim)
     attainment: float | None = None
+
+    @property
+    def any_latency(self) -> bool:
+        """Whether the spec states a latency objective (end to end, or a token one)."""
+        return self.latency_p95_ms is not None or self.time_to_first_token_p95_ms is not None or \
+            self.inter_token_latency_p95_ms is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,8 +535,20 @@ SPEC_SCHEMA = Prop(
         "slo": Prop("object", "The service level objective.", properties={
             "latencyP95Ms": Prop("number", "Target 95th percentile request latency in milliseconds.", minimum=0,
                                  exclusive_minimum=True, maximum=3600000),
+            "timeToFirstTokenP95Ms": Prop("number", "Target time to the first token in milliseconds, read off the "
+                                          "engine's own histogram (its runtime profile's timeToFirstToken, e.g. "
+                                          "vllm:time_to_first_token_seconds): the share of requests whose first "
+                                          "token came within it is held to the same attainment.", minimum=0,
+                                          exclusive_minimum=True, maximum=3600000),
+            "interTokenLatencyP95Ms": Prop("number", "Target time between two output tokens in milliseconds, read "
+                                           "off the engine's own histogram (its runtime profile's "
+                                           "interTokenLatency, e.g. vllm:inter_token_latency_seconds, which counts "
+                                           "each interval between two tokens): the share of intervals within it is "
+                                           "held to the same attainment.", minimum=0, exclusive_minimum=True,
+                                           maximum=3600000),
             "attainment": Prop("number", "The objective: the share of requests that should finish within "
-                                         "latencyP95Ms, e.g. 0.99 for 99 %. What the scaling aims for (forecast "
+                                         "latencyP95Ms (and meet each other latency stated here), e.g. 0.99 "
+                                         "for 99 %. What the scaling aims for (forecast "
                                          "quantile, scale-down stabilization) is calibrated to it: the least that "
                                          "reached it in replays (policies/scaling.yaml: aim). Default from the preset.",
                                minimum=MIN_ATTAINMENT, maximum=MAX_ATTAINMENT),
@@ -666,21 +687,46 @@ class AimStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyObjectiveStatus:
+    """One more latency objective's measured share (time to first token, inter-token latency), read off the
+    engine's own histogram over the same window as the end-to-end one."""
+
+    latency_ms: float
+    attainment: float | None = None
+    count: int = 0  # requests (time to first token) or intervals between tokens (inter-token latency) counted
+    message: str = ""
+
+    def to_dict(self, unit: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"latencyMs": _dec(self.latency_ms), unit: self.count}
+        if self.attainment is not None:
+            out["attainment"] = _dec4(self.attainment)
+        if self.message:
+            out["message"] = self.message
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class SloStatus:
     """The share of requests answered within the latency objective over a trailing window, beside the objective
-    (`infer_ctl.core.slo`): None when nothing was measured (then `message` says why)."""
+    (`infer_ctl.core.slo`): None when nothing was measured (then `message` says why). The end-to-end objective's
+    figures are the top level's (none when the spec states no latencyP95Ms); time to first token and inter-token
+    latency have their own."""
 
     objective: float | None  # None: neither the spec nor its preset states one
-    latency_ms: float
+    latency_ms: float | None  # None: no end-to-end objective (only the token objectives)
     window_s: float
     attainment: float | None = None
     requests: int = 0
     message: str = ""
     aim: AimStatus | None = None  # the aim the scaling runs with, when it moves with the attainment (adaptAim)
+    time_to_first_token: LatencyObjectiveStatus | None = None
+    inter_token_latency: LatencyObjectiveStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"latencyMs": _dec(self.latency_ms), "windowSeconds": round(self.window_s),
-                               "requests": self.requests}
+        out: dict[str, Any] = {"windowSeconds": round(self.window_s)}
+        if self.latency_ms is not None:
+            out["latencyMs"] = _dec(self.latency_ms)
+            out["requests"] = self.requests
         if self.aim is not None:
             out["aim"] = self.aim.to_dict()
         if self.objective is not None:
@@ -689,6 +735,10 @@ class SloStatus:
             out["attainment"] = _dec4(self.attainment)
         if self.message:
             out["message"] = self.message
+        if self.time_to_first_token is not None:
+            out["timeToFirstToken"] = self.time_to_first_token.to_dict("requests")
+        if self.inter_token_latency is not None:
+            out["interTokenLatency"] = self.inter_token_latency.to_dict("intervals")
         return out
 
 
@@ -840,8 +890,9 @@ STATUS_SCHEMA = Prop(
         }),
         "slo": Prop("object", "Measured attainment: the share of requests answered within spec.slo.latencyP95Ms "
                     "over a trailing window (read off the latency histogram the scaling policy names, the requests "
-                    "that failed counted as misses), beside the objective. Present for services that state "
-                    "slo.latencyP95Ms.", properties={
+                    "that failed counted as misses), beside the objective; and as much for each token objective "
+                    "(timeToFirstToken, interTokenLatency), read off the engine's own histograms. Present for "
+                    "services that state a latency objective.", properties={
             "objective": Prop("string", "The share of requests that should be within the latency (the spec's or "
                               "the preset's)."),
             "latencyMs": Prop("string", "The latency the share is measured against (slo.latencyP95Ms)."),
@@ -850,6 +901,26 @@ STATUS_SCHEMA = Prop(
             "windowSeconds": Prop("integer", "The trailing window (scaling policy's attainmentWindowSeconds, or "
                                   "since the controller started, when shorter)."),
             "message": Prop("string", "How it was measured (the histogram's buckets used), or why it was not."),
+            "timeToFirstToken": Prop("object", "The share of requests whose first token came within "
+                        "slo.timeToFirstTokenP95Ms, from the engine's time-to-first-token histogram (failed "
+                        "requests counted as misses).", properties={
+                "latencyMs": Prop("string", "The latency the share is measured against "
+                                  "(slo.timeToFirstTokenP95Ms)."),
+                "attainment": Prop("string", "The share measured; absent when nothing was counted."),
+                "requests": Prop("integer", "Requests counted in the window."),
+                "message": Prop("string", "How it was measured (the histogram and buckets used), or why it was "
+                                "not."),
+            }),
+            "interTokenLatency": Prop("object", "The share of intervals between two output tokens within "
+                        "slo.interTokenLatencyP95Ms, from the engine's inter-token histogram.", properties={
+                "latencyMs": Prop("string", "The latency the share is measured against "
+                                  "(slo.interTokenLatencyP95Ms)."),
+                "attainment": Prop("string", "The share measured; absent when nothing was counted."),
+                "intervals": Prop("integer", "Intervals between tokens counted in the window (the engine's "
+                                 "observations)."),
+                "message": Prop("string", "How it was measured (the histogram and buckets used), or why it was "
+                                "not."),
+            }),
             "aim": Prop("object", "The forecast quantile and scale-down stabilization the scaling runs with, "
                         "when they move with the measured attainment (the scaling policy's adaptAim). A controller "
                         "that starts again resumes from it.", properties={

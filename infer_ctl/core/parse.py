@@ -131,6 +131,8 @@ def _parse_spec(r: FieldReader, spec: Mapping[str, Any]) -> api.InferenceService
     scaling = _parse_scaling(r, spec)
     slo_doc = r.sub(spec, SPEC, "slo", "spec")
     slo = api.SloSpec(latency_p95_ms=r.read(slo_doc, SPEC["slo"], "latencyP95Ms", "spec.slo"),
+                      time_to_first_token_p95_ms=r.read(slo_doc, SPEC["slo"], "timeToFirstTokenP95Ms", "spec.slo"),
+                      inter_token_latency_p95_ms=r.read(slo_doc, SPEC["slo"], "interTokenLatencyP95Ms", "spec.slo"),
                       attainment=r.read(slo_doc, SPEC["slo"], "attainment", "spec.slo"))
     replicas = r.read(spec, SPEC, "replicas", "spec")
     if scaling is not None and scaling.prewarm.yield_to_sleepers and accelerator is not None and \

@@ -19,7 +19,7 @@ from infer_ctl.core.fields import FieldReader
 from infer_ctl.core.parse import COMPUTE_CAPABILITY_RE
 from infer_ctl.core.promql import check_template
 from infer_ctl.core.quantity import parse_bytes
-from infer_ctl.core.runtime import NO_RUNTIMES, RuntimeProfiles
+from infer_ctl.core.runtime import NO_RUNTIMES, SERVICE_SELECTOR, RuntimeProfiles
 
 POLICY_VERSION = "v1alpha1"
 # Where a node keeps its model cache (prefetch Pods write a model's weights to <dir>/<cache key>, replicas of a
@@ -38,10 +38,16 @@ class ModelCacheVolume(enum.StrEnum):
 # The latency histogram of the requests answered (a classic histogram's `_bucket` counter, as a PromQL selector):
 # measured attainment (the share of requests within slo.latencyP95Ms) is read off its buckets
 # (`infer_ctl.core.slo`); the requests failed (a counter selector; none in the histogram) count as misses. The
-# defaults are the sandbox's front door's (infer_ctl/sandbox/router.py): what a client sees, held time included.
-DEFAULT_LATENCY_HISTOGRAM = (
+# default, `engine`, is each service's engine's own end-to-end histogram, from its runtime profile
+# (`vllm:e2e_request_latency_seconds_bucket{namespace,service}`: what every replica exports, whose first bucket is
+# 0.3 s for vLLM). A front door's histogram is closer to what a client sees (held time included): the sandbox's
+# are FRONT_DOOR_*, which its demo names. The engines count no failed request, so by default none is read.
+ENGINE_HISTOGRAM = "engine"
+DEFAULT_LATENCY_HISTOGRAM = ENGINE_HISTOGRAM
+DEFAULT_FAILED_REQUESTS = ""
+FRONT_DOOR_LATENCY_HISTOGRAM = (
     'infer_ctl_gateway_request_duration_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}')
-DEFAULT_FAILED_REQUESTS = (
+FRONT_DOOR_FAILED_REQUESTS = (
     'infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}')
 DEFAULT_ATTAINMENT_WINDOW_S = 3600.0
 SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{.*\})?\s*$", re.DOTALL)
@@ -357,6 +363,8 @@ def _parse_mig_profiles(r: FieldReader, item: Mapping[str, Any], p: str, gpu_mem
 def _selector(r: FieldReader, doc: Mapping[str, Any], key: str, source: str, *, default: str, what: str) -> str | None:
     """A series selector field (a PromQL template confined to the service's own series; "" reads none)."""
     selector = r.string(doc, key, f"{source}: {key}", default=default)
+    if selector == ENGINE_HISTOGRAM and key == "latencyHistogram":
+        return selector
     if selector:
         if SELECTOR.match(selector) is None:
             r.error(f"{source}: {key}", f"must be a metric selector, name{{label=\"value\",...}}: {what}")
@@ -558,3 +566,15 @@ def parse_placement_policy(doc: Mapping[str, Any], source: str = "placement.yaml
     if r.errors:
         raise SpecError(r.errors)
     return PlacementPolicy(filters=filters, score_weights=weights)
+
+
+def latency_histogram(spec: api.InferenceServiceSpec, policy: ScalingPolicy, profiles: RuntimeProfiles) -> str:
+    """The selector of a service's end-to-end latency histogram: the policies' `latencyHistogram`, or with `engine`
+    its engine's own (the runtime profile's `latency`, e.g. `vllm:e2e_request_latency_seconds_bucket`, on the
+    service's series); "" when there is none to read."""
+    if policy.latency_histogram != ENGINE_HISTOGRAM:
+        return policy.latency_histogram
+    profile = profiles.resolve(spec.runtime.engine, spec.runtime.image)
+    if profile is None or not profile.metrics.latency:
+        return ""
+    return f"{profile.metrics.latency}_bucket{{{SERVICE_SELECTOR}}}"

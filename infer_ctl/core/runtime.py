@@ -385,3 +385,40 @@ def in_flight_query(spec: api.InferenceServiceSpec, profiles: RuntimeProfiles, o
     if not held:
         return m.in_flight_query()
     return f"sum({m.running}{{{SERVICE_SELECTOR}}} or {held}) + sum({m.waiting}{{{SERVICE_SELECTOR}}})"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenObjective:
+    """A token latency objective of a service (`spec.slo.timeToFirstTokenP95Ms`, `interTokenLatencyP95Ms`) and the
+    engine's histogram it is read off (its profile's; "" when the profile names none: not measured)."""
+
+    key: str  # the status' name: timeToFirstToken | interTokenLatency
+    field: str  # the spec's field
+    latency_ms: float
+    histogram: str  # the histogram's base name (its buckets are `<histogram>_bucket`)
+    # the failed requests count as misses (a request that failed had no first token in time; an interval between
+    # two tokens is no request)
+    failed: bool
+
+    @property
+    def bucket_metric(self) -> str:
+        return f"{self.histogram}_bucket" if self.histogram else ""
+
+    @property
+    def selector(self) -> str:
+        """Its buckets' series of one service, as a PromQL selector template (the default queries' labels)."""
+        return f"{self.bucket_metric}{{{SERVICE_SELECTOR}}}" if self.histogram else ""
+
+
+def token_objectives(spec: api.InferenceServiceSpec, profiles: RuntimeProfiles) -> tuple[TokenObjective, ...]:
+    """The token objectives the spec states, each with its engine's histogram."""
+    profile = profiles.resolve(spec.runtime.engine, spec.runtime.image)
+    m = profile.metrics if profile is not None else None
+    out = []
+    if spec.slo.time_to_first_token_p95_ms is not None:
+        out.append(TokenObjective("timeToFirstToken", "timeToFirstTokenP95Ms", spec.slo.time_to_first_token_p95_ms,
+                                  m.time_to_first_token if m is not None else "", failed=True))
+    if spec.slo.inter_token_latency_p95_ms is not None:
+        out.append(TokenObjective("interTokenLatency", "interTokenLatencyP95Ms", spec.slo.inter_token_latency_p95_ms,
+                                  m.inter_token_latency if m is not None else "", failed=False))
+    return tuple(out)

@@ -93,3 +93,56 @@ class SloWindow:
         within = sum(e[1] for e in kept)
         total = sum(e[2] for e in kept)
         return Attainment(within / total if total > 0 else None, total, window_s, note)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One objective's attainment as a cycle measured it: the share and what was counted over `window_s`, how
+    (`note`: the buckets used, the failed requests counted) or why not (`error`), and, for a direct scrape, the
+    window of increments and since when it has been kept, for the next cycle."""
+
+    share: float | None
+    count: float
+    window_s: float
+    note: str = ""
+    error: str = ""
+    window: SloWindow = SloWindow()
+    since_s: float | None = None
+
+
+def measure(pairs: tuple[tuple[float, float], ...], *, threshold_s: float, whole_window: bool, now_s: float,
+            window_s: float, failed: float = 0.0, failed_name: str = "", error: str = "",
+            kept: SloWindow = SloWindow(), since_s: float | None = None) -> Measured:
+    """A latency objective's attainment from one reading of its histogram's buckets (`pairs`, with `failed`
+    requests counted as misses). `whole_window`: the reading covers the window (a Prometheus range); else it is
+    one cycle's increase (a direct scrape), added to the increments `kept` since `since_s` (the first cycle's
+    time when None). A reading that failed (`error`): nothing measured through Prometheus; from a scrape, the
+    window so far without this cycle's increase."""
+    if error:
+        if whole_window:
+            return Measured(None, 0.0, window_s, error=f"not measured: {error}", window=kept, since_s=since_s)
+        so_far = kept.attainment(now_s, window_s)
+        since = now_s if since_s is None else since_s
+        return Measured(so_far.share, so_far.requests, min(window_s, now_s - since),
+                        error=f"this cycle's increase not measured: {error}", window=kept, since_s=since_s)
+    note = ""
+    within = None
+    if pairs:
+        within = within_threshold(pairs, threshold_s)
+        note = (f"bucket le={within.upper_s:g} s" if within.exact else
+                f"interpolated between the buckets le={within.lower_s:g} s and le={within.upper_s:g} s"
+                if math.isfinite(within.upper_s) else
+                f"no bucket above le={within.lower_s:g} s: requests beyond it counted as late")
+    if failed > 0:  # each a miss: in the count, not within
+        within = replace(within, total=within.total + failed) if within is not None else \
+            Within(0.0, failed, math.inf, math.inf)
+        note = ", ".join(n for n in (note, f"{failed:.0f} failed counted as misses ({failed_name})") if n)
+    if whole_window:
+        share = within.within / within.total if within is not None and within.total > 0 else None
+        return Measured(share, within.total if within is not None else 0.0, window_s, note, window=kept,
+                        since_s=since_s)
+    since = now_s if since_s is None else since_s
+    if within is not None:
+        kept = kept.add(now_s, within.within, within.total, window_s)
+    so_far = kept.attainment(now_s, window_s)
+    return Measured(so_far.share, so_far.requests, min(window_s, now_s - since), note, window=kept, since_s=since)

@@ -339,7 +339,7 @@ def service_policy(spec: api.InferenceServiceSpec, policies: CyclePolicies) -> S
 def _aim_ladder(spec: api.InferenceServiceSpec, scaling: ScalingPolicy, effective: EffectiveScaling
                 ) -> tuple[tuple[Rung, ...], int]:
     """The rungs a service's aim moves along and where it starts, or ((), 0) when it does not move."""
-    if not scaling.adapt_aim or effective.attainment is None or spec.slo.latency_p95_ms is None \
+    if not scaling.adapt_aim or effective.attainment is None or not spec.slo.any_latency \
             or spec.scaling.forecast.quantile is not None or spec.scaling.scale_down_stabilization_s is not None:
         return (), 0
     rungs = ladder(scaling.aims, scaling.aim_headroom)

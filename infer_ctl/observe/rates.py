@@ -370,6 +370,18 @@ class GatewaySeries:
     failed: SampleMatch | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EngineHistogram:
+    """One of the engine's own latency histograms a direct scrape reads from the replicas (a token objective's:
+    time to first token, inter-token latency): its `_bucket` counter and the replicas' series of it."""
+
+    key: str  # what it measures (the status' name: timeToFirstToken, interTokenLatency)
+    metric: str  # the bucket counter, e.g. vllm:time_to_first_token_seconds_bucket
+    select: SampleMatch | None = None
+    failed: bool = False  # the failed requests' increase joins its buckets as misses (a request that failed
+    # never had a first token; an interval between tokens is no request)
+
+
 @dataclass
 class _Counter:
     time_s: float
@@ -407,8 +419,13 @@ class ScrapeRates:
     # a front door's /metrics, where the histogram's and the failed counter's series of the service are those
     # the whole selectors select (it exports every service's): read beside the replicas' (None: no front door)
     gateway: GatewaySeries | None = None
+    # the engine's own histograms of the token objectives, read from the same expositions: each read leaves each
+    # one's increase over the replicas since the previous read in `engine_latency`, by its key
+    engine_histograms: tuple[EngineHistogram, ...] = ()
+    engine_latency: dict[str, Buckets] = field(default_factory=dict)
     _last: dict[str, _Counter] = field(default_factory=dict)
     _last_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+    _last_engine: dict[str, dict[str, dict[float, float]]] = field(default_factory=dict)
     _last_failed: dict[str, float] = field(default_factory=dict)
     _read_s: float | None = None  # the previous read's time
 
@@ -433,6 +450,7 @@ class ScrapeRates:
         reasons: list[Outage] = []
         in_flight, missing_gauge = 0.0, []
         buckets: dict[str, dict[float, float]] = {}
+        engine: dict[str, dict[str, dict[float, float]]] = {h.key: {} for h in self.engine_histograms}
         failures: dict[str, float] = {}
         for replica, url in endpoints.items():
             try:
@@ -451,6 +469,9 @@ class ScrapeRates:
             if self.histogram:
                 with contextlib.suppress(ValueError):  # a replica without the histogram adds nothing
                     buckets[replica] = histogram_buckets(text, self.histogram, self.histogram_select)
+            for h in self.engine_histograms:
+                with contextlib.suppress(ValueError):  # nor to a token objective's
+                    engine[h.key][replica] = histogram_buckets(text, h.metric, h.select)
             if self.failed:
                 failed_samples = [sample.value for family in text for sample in family.samples
                                   if sample.name == self.failed and (self.failed_select is None or
@@ -459,12 +480,24 @@ class ScrapeRates:
                     failures[replica] = sum(failed_samples)
         rate = self._advance(totals, now_s, fresh)
         gateway_error = await self._read_gateway(client, buckets, failures) if self.gateway is not None else None
+        failed_increase = 0.0
         if failed:
             self.latency = Buckets((), "scrape", "cannot scrape " + ", ".join(failed), reasons[0])
         elif gateway_error is not None:
             self.latency = Buckets((), "scrape", gateway_error[0], gateway_error[1])
         else:
-            self.latency = replace(self._advance_buckets(buckets, fresh), failed=self._advance_failed(failures, fresh))
+            failed_increase = self._advance_failed(failures, fresh)
+            self.latency = replace(self._advance_buckets(buckets, fresh), failed=failed_increase)
+        for h in self.engine_histograms:
+            store = self._last_engine.setdefault(h.key, {})
+            if failed or (gateway_error is not None and h.failed):
+                # as the latency histogram's: nothing is kept of a read that missed a part
+                why, reason = ("cannot scrape " + ", ".join(failed), reasons[0]) if failed or gateway_error is None \
+                    else gateway_error
+                self.engine_latency[h.key] = Buckets((), "scrape", why, reason)
+            else:
+                self.engine_latency[h.key] = replace(self._advance_buckets(engine[h.key], fresh, store),
+                                                     failed=failed_increase if h.failed else 0.0)
         if failed:
             error = "cannot scrape " + ", ".join(failed)
             return (RateSamples(((now_s, math.nan),), "scrape", error, reasons[0]),
@@ -509,21 +542,24 @@ class ScrapeRates:
         return increase
 
     def _advance_buckets(self, buckets: Mapping[str, Mapping[float, float]],
-                         fresh: frozenset[str] = frozenset()) -> Buckets:
+                         fresh: frozenset[str] = frozenset(),
+                         store: dict[str, dict[float, float]] | None = None) -> Buckets:
         """The buckets' increase over the replicas since their previous scrape (a replica whose +Inf count went
         down restarted: its whole new counts are the increase, and so are a fresh replica's); empty while no
-        replica has been seen twice or is fresh."""
+        replica has been seen twice or is fresh. `store`: where the previous counts are kept (default: the
+        latency histogram's)."""
+        last = self._last_buckets if store is None else store
         increase: dict[float, float] = {}
         for replica, now in buckets.items():
-            previous = self._last_buckets.get(replica, {} if replica in fresh else None)
+            previous = last.get(replica, {} if replica in fresh else None)
             if previous is not None:
                 reset = now.get(math.inf, 0.0) < previous.get(math.inf, 0.0)
                 for bound, count in now.items():
                     delta = count if reset else count - previous.get(bound, 0.0)
                     increase[bound] = increase.get(bound, 0.0) + max(0.0, delta)
-            self._last_buckets[replica] = dict(now)
-        for gone in set(self._last_buckets) - set(buckets):
-            del self._last_buckets[gone]
+            last[replica] = dict(now)
+        for gone in set(last) - set(buckets):
+            del last[gone]
         return Buckets(cumulative(increase) if math.inf in increase else (), "scrape")
 
     def _advance(self, totals: Mapping[str, float], now_s: float, fresh: frozenset[str] = frozenset()) -> float:

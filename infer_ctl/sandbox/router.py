@@ -50,7 +50,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -60,6 +60,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from infer_ctl.actuate.pool import PoolRoute, pool_route
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core import api
+from infer_ctl.core.policy import (
+    ENGINE_HISTOGRAM,
+    FRONT_DOOR_FAILED_REQUESTS,
+    FRONT_DOOR_LATENCY_HISTOGRAM,
+    Policies,
+)
 from infer_ctl.core.runtime import EngineMetrics, RuntimeProfiles
 from infer_ctl.kube.client import PODS, KubeError, Resource
 from infer_ctl.kube.labels import LABEL_ROLE, LABEL_SERVICE, ROLE_PREFETCH, ROLE_SERVING
@@ -69,6 +75,20 @@ from infer_ctl.sandbox.store import Obj
 from infer_ctl.sandbox.view import ClusterView
 
 log = logging.getLogger(__name__)
+
+
+def front_door_policies(policies: Policies) -> Policies:
+    """The policies with the end-to-end latency read at this front door: its histogram of the requests answered
+    (held time included) and its refusals as misses, where the policies leave the latency to the engine's own
+    histogram (`latencyHistogram: engine`, the shipped default). What a platform team does when it points
+    latencyHistogram at its gateway's histogram; policies that name a histogram keep theirs."""
+    scaling = policies.scaling
+    if scaling.latency_histogram != ENGINE_HISTOGRAM:
+        return policies
+    return replace(policies, scaling=replace(scaling, latency_histogram=FRONT_DOOR_LATENCY_HISTOGRAM,
+                                             failed_requests=scaling.failed_requests or FRONT_DOOR_FAILED_REQUESTS))
+
+
 GATEWAY_METRIC = "infer_ctl_gateway_requests"
 QUEUE_DEPTH_METRIC = "infer_ctl_gateway_queue_depth"
 INFLIGHT_METRIC = "infer_ctl_gateway_inflight"

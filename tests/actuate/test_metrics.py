@@ -4,6 +4,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.actuate.metrics import ControllerMetrics
+from infer_ctl.version import BuildInfo
 
 
 def samples(m: ControllerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,3 +38,11 @@ def test_two_controllers_in_one_process_do_not_share_a_registry() -> None:
     a, b = ControllerMetrics(), ControllerMetrics()
     a.cold_start.labels("H100-80GB", "true").observe(42)
     assert not any(name.startswith("infer_ctl_cold_start_seconds_count") and v for (name, _), v in samples(b).items())
+
+
+def test_build_info_is_one_series_at_one_naming_the_build() -> None:
+    build = BuildInfo("0.1.0", "0123456789abcdef0123456789abcdef01234567", "recorded when the package was built",
+                      "3.12.3")
+    got = {labels: v for (name, labels), v in samples(ControllerMetrics(build=build)).items()
+           if name == "infer_ctl_build_info"}
+    assert got == {(("commit", build.commit), ("python", "3.12.3"), ("version", "0.1.0")): 1.0}

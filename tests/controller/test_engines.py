@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import yaml
@@ -38,12 +39,18 @@ async def test_a_stock_engine_behind_the_front_door_is_scaled_from_its_own_metri
                 .with_("spec.model", {"name": MODEL, "memory": "20Gi"})
                 .with_("spec.runtime", {"image": image, "coldStartSeconds": 1})
                 .with_("spec.scaling.maxReplicas", 4).with_("spec.scaling.targetRequestsPerReplica", 10)
-                .with_("spec.scaling.forecast", {"enabled": False}).build(), "default")
+                .with_("spec.scaling.forecast", {"enabled": False})
+                # every objective read off the engine's own histograms (the shipped latencyHistogram: engine)
+                .with_("spec.slo", {"latencyP95Ms": 5000, "timeToFirstTokenP95Ms": 2000,
+                                    "interTokenLatencyP95Ms": 1000}).build(),
+                "default")
     reconciler = Reconciler(kube, Settings(cluster.policies))
     history: list[tuple[float, int, float, str]] = []
+    slo: dict[str, Any] = {}
 
     async def cycle(started: float) -> None:
         result = await reconciler.cycle(kube.get(INFERENCE_SERVICES, name, "default"), datetime.now(UTC))
+        slo.update(result.status.get("slo") or {})
         desired = (result.status.get("desired") or {}).get("serving", 0)
         history.append((time.monotonic() - started, int(desired), result.output.observed_rps,
                         result.output.decision.message))
@@ -83,6 +90,19 @@ async def test_a_stock_engine_behind_the_front_door_is_scaled_from_its_own_metri
     assert max(rps for _, _, rps, _ in history if not math.isnan(rps)) >= 20, table  # read off the engine's own counter
     assert len(ready_serving()) >= 2, table
     assert summary["errors"] == 0 and summary["ok"] == summary["sent"], summary
+    # the objectives' shares, scraped from the replicas' own histograms (the stand-ins' first token and steps take
+    # ~100 ms here, their queue under 2 s)
+    engine = "vllm" if image.startswith("vllm/") else "sglang"
+    ttft, itl = slo["timeToFirstToken"], slo["interTokenLatency"]
+    assert str(slo["message"]).startswith(f"{engine}:e2e_request_latency_seconds_bucket scraped from the "
+                                          "replicas"), slo
+    assert int(slo["requests"]) >= summary["ok"] // 2 and float(slo["attainment"]) >= 0.5, slo
+    assert str(ttft["message"]).startswith(f"{engine}:time_to_first_token_seconds_bucket scraped from the "
+                                           "replicas"), ttft
+    assert str(itl["message"]).startswith(f"{engine}:inter_token_latency_seconds_bucket scraped from the "
+                                          "replicas"), itl
+    assert int(ttft["requests"]) >= summary["ok"] // 2 and float(ttft["attainment"]) >= 0.5, ttft
+    assert int(itl["intervals"]) > 0 and float(itl["attainment"]) >= 0.9, itl
 
 
 async def test_the_sglang_example_is_scaled_from_sglang_s_own_metrics(cluster: Cluster) -> None:

@@ -19,6 +19,7 @@ import yaml
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.core.conditions import rfc3339
 from infer_ctl.kube.client import INFERENCE_SERVICES, PODS
+from infer_ctl.sandbox.router import front_door_policies
 from tests.controller.conftest import ROOT, Cluster
 from tests.prometheus_server import prometheus
 
@@ -103,6 +104,15 @@ def latency_history(service: str, end_s: float, hours: int = 2) -> str:
     lines.append(f"# TYPE {counter} unknown")
     for code, per_scrape in (("200", 10), ("503", 2)):
         lines += [f'{counter}{{{labels},code="{code}"}} {per_scrape * i} {start + i * SCRAPE_S}' for i in scrapes]
+    # the replicas' own vLLM histograms (the labels a PodMonitor adds beside vLLM's model_name): of the 10 requests
+    # answered a scrape, 9 had their first token within 0.5 s; of their 200 intervals between tokens, 196 were
+    # within 0.05 s
+    engine = f'{labels},model_name="meta-llama/Llama-3.1-8B-Instruct",engine="0"'
+    for histogram, buckets in (("vllm:time_to_first_token_seconds_bucket", (("0.25", 6), ("0.5", 9), ("+Inf", 10))),
+                               ("vllm:inter_token_latency_seconds_bucket", (("0.05", 196), ("+Inf", 200)))):
+        lines.append(f"# TYPE {histogram} unknown")
+        for le, per_scrape in buckets:
+            lines += [f'{histogram}{{{engine},le="{le}"}} {per_scrape * i} {start + i * SCRAPE_S}' for i in scrapes]
     return "\n".join(lines) + "\n"
 
 
@@ -138,7 +148,7 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
     peak_serving = math.ceil(PEAK_RPS / scaling["targetRequestsPerReplica"])
     standby = scaling["prewarm"]["standbyReplicas"]
     with prometheus(tmp_path, history=history) as url:
-        reconciler = Reconciler(cluster.kube, Settings(cluster.policies, prometheus_url=url))
+        reconciler = Reconciler(cluster.kube, Settings(front_door_policies(cluster.policies), prometheus_url=url))
         results = {}
         # both cycles at the history's end: a cycle's rate query ends at its `now`, and on a loaded machine the
         # first service's cycle (a forecast fitted on 8 days) took long enough that a query at the wall clock's
@@ -172,6 +182,17 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
         assert slo["message"].endswith(" failed counted as misses (infer_ctl_gateway_requests_total)"), slo
         assert slo["objective"] == "0.99", slo
         assert slo["aim"] == {"quantile": "0.95", "scaleDownStabilizationSeconds": 300, "since": rfc3339(at)}, slo
+        # the token objectives, off vLLM's own histograms: 9 of 12 requests a scrape had their first token within
+        # the 500 ms (the 2 refused count as misses): 75 %; 196 of 200 intervals within the 50 ms: 98 %
+        ttft, itl = slo["timeToFirstToken"], slo["interTokenLatency"]
+        assert (ttft["attainment"], ttft["latencyMs"]) == ("0.75", "500"), ttft
+        assert ttft["message"].startswith("vllm:time_to_first_token_seconds_bucket from Prometheus, bucket "
+                                          "le=0.5 s, "), ttft
+        assert ttft["message"].endswith(" failed counted as misses (infer_ctl_gateway_requests_total)"), ttft
+        assert (itl["attainment"], itl["latencyMs"]) == ("0.98", "50"), itl
+        assert itl["message"] == "vllm:inter_token_latency_seconds_bucket from Prometheus, bucket le=0.05 s", itl
+        # as many requests as the end-to-end count (answered and failed), 20 intervals for each answered
+        assert ttft["requests"] == slo["requests"] and itl["intervals"] == slo["requests"] // 12 * 200, (ttft, itl)
 
         quiet = results["llama-8b-later"]
         assert "attainment" not in quiet.status["slo"], quiet.status["slo"]  # its servers answered nothing
@@ -185,7 +206,7 @@ async def test_the_8b_chat_model_is_scaled_for_its_daily_peak_before_it_comes(cl
                  "lastMove": "aim up to q0.99 / 600 s: 98.00 % of 10000 requests within the SLO over the last 3600 s"}
         recorded = cluster.kube.get(INFERENCE_SERVICES, "llama-8b", "default")
         recorded["status"] = {**ahead.status, "slo": {**ahead.status["slo"], "aim": moved}}
-        restarted = Reconciler(cluster.kube, Settings(cluster.policies, prometheus_url=url))
+        restarted = Reconciler(cluster.kube, Settings(front_door_policies(cluster.policies), prometheus_url=url))
         again = await restarted.cycle(recorded, at + timedelta(seconds=10))
         await restarted.close()
         assert again.status["slo"]["aim"] == moved, again.status["slo"]

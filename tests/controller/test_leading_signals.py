@@ -21,6 +21,7 @@ import pytest
 
 from infer_ctl.controller.reconciler import Reconciler, Settings
 from infer_ctl.kube.client import INFERENCE_SERVICES
+from infer_ctl.sandbox.router import front_door_policies
 from infer_ctl.sandbox.runtime import Sandbox
 from tests.builders import InferenceServiceBuilder, completion
 from tests.controller.conftest import Cluster, door_requests
@@ -45,7 +46,8 @@ async def test_a_step_through_the_front_door_gets_replicas_in_the_cycle_that_see
                 .with_("spec.scaling.forecast", {"enabled": False})
                 .with_("spec.slo", {"latencyP95Ms": SLO_MS}).build(), "default")
     # no Prometheus: the rate and the requests in flight come from one scrape of the replicas per cycle
-    reconciler = Reconciler(kube, Settings(cluster.policies, gateway_metrics_url=sandbox.router.metrics_url))
+    reconciler = Reconciler(kube, Settings(front_door_policies(cluster.policies),
+                                           gateway_metrics_url=sandbox.router.metrics_url))
 
     ready = 0
     slo: dict[str, object] = {}

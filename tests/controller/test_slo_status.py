@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from infer_ctl.controller.observe import recorded_aim
+from infer_ctl.config.policies import load_policies
+from infer_ctl.controller.observe import measured_attainment, recorded_aim
 from infer_ctl.controller.status import with_aim
 from infer_ctl.core import api
+from infer_ctl.core.runtime import token_objectives
+from infer_ctl.core.slo import Attainment
 from infer_ctl.engine.aim import AimState, RecordedAim
 from infer_ctl.engine.cycle import CycleState, service_policy
 from tests.engine.test_aim import ADAPTIVE, FIXED, slo_service
@@ -68,3 +71,31 @@ def test_a_headroom_rung_is_shown_and_read_back() -> None:
         "lastMove": "aim up to q0.99 / 600 s x2: ..."}
     recorded = recorded_aim({"status": {"slo": shown.to_dict()}})
     assert recorded == RecordedAim(0.99, 600, T, "aim up to q0.99 / 600 s x2: ...", headroom=2.0)
+
+
+def test_the_token_objectives_are_shown_beside_the_end_to_end_one_and_the_aim_moves_on_the_furthest() -> None:
+    ttft = api.LatencyObjectiveStatus(500, 0.95, 8_000, "vllm:time_to_first_token_seconds_bucket from Prometheus")
+    itl = api.LatencyObjectiveStatus(50, 0.999, 400_000, "vllm:inter_token_latency_seconds_bucket from Prometheus")
+    both = replace(SLO, time_to_first_token=ttft, inter_token_latency=itl)
+    shown = both.to_dict()
+    assert shown["timeToFirstToken"] == {"latencyMs": "500", "requests": 8000, "attainment": "0.95",
+                                         "message": "vllm:time_to_first_token_seconds_bucket from Prometheus"}
+    assert shown["interTokenLatency"]["intervals"] == 400_000 and shown["attainment"] == "0.98"
+    assert measured_attainment(both) == Attainment(0.95, 8_000.0, 3600)  # the lowest share of the three
+    assert measured_attainment(SLO) == Attainment(0.98, 10_000.0, 3600)
+    # token objectives only: no end-to-end figures; nothing measured yet: nothing to move on
+    only = api.SloStatus(0.99, None, 3600, time_to_first_token=api.LatencyObjectiveStatus(500, message="not read"))
+    assert only.to_dict() == {"windowSeconds": 3600, "objective": "0.99",
+                              "timeToFirstToken": {"latencyMs": "500", "requests": 0, "message": "not read"}}
+    assert measured_attainment(only) is None
+
+
+def test_the_token_objectives_are_read_off_the_engines_histograms_named_in_its_profile() -> None:
+    spec = slo_service().spec  # type: ignore[attr-defined]
+    stated = replace(spec, slo=replace(spec.slo, time_to_first_token_p95_ms=300.0, inter_token_latency_p95_ms=40.0))
+    (first, between) = token_objectives(stated, load_policies().runtimes)
+    assert (first.key, first.latency_ms, first.failed) == ("timeToFirstToken", 300.0, True)
+    assert first.selector == 'vllm:time_to_first_token_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
+    assert (between.key, between.bucket_metric, between.failed) == (
+        "interTokenLatency", "vllm:inter_token_latency_seconds_bucket", False)
+    assert token_objectives(spec, load_policies().runtimes) == ()

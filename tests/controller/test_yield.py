@@ -23,7 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from infer_ctl.actuate.manifests import ANNOTATION_WARM_HOST, ANNOTATION_YIELDED_AT
 from infer_ctl.controller.explain import explain
@@ -33,6 +35,7 @@ from tests.builders import InferenceServiceBuilder
 from tests.controller.conftest import Cluster
 from tests.controller.test_sleeping import (
     Cycles,
+    agent_of,
     asleep,
     at_the_door,
     front_door,
@@ -214,3 +217,57 @@ async def test_a_lender_that_bounds_its_yields_keeps_the_rest_of_its_replicas_se
                "(maxYielded)" in m for _, n, _, m in cycles.history if n == "chat"), chat_table
     notes = [e for e in kube.list(EVENTS, "default") if e.get("reason") == "Yielded"]
     assert len(notes) == 1, notes
+
+
+@pytest.mark.parametrize("cluster", ["kube"], indirect=True)
+async def test_a_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time_and_the_lender_takes_it_back(
+        cluster: Cluster) -> None:
+    """No engine starts asleep: a sleeper loads awake, then sleeps. On a GPU whose lender's replica is awake and
+    leaves no room to load one (batch 60 GiB awake, chat 30 GiB, an 80 GB H100), batch's replica yields for the
+    load as it does for a wake: asleep first (out of traffic; a `Yielded` Event naming the sleeper), chat's
+    sleeper loads there and sleeps, and batch's replica wakes again (the same Pod). One load at a time: never two
+    of batch's replicas asleep at once, so batch serves its trickle all along."""
+    batch = service("batch", "60Gi", minReplicas=2, maxReplicas=2, prewarm={"yieldToSleepers": True})
+    chat = service("chat", "30Gi", minReplicas=1, maxReplicas=3, prewarm={"sleep": True, "sleepingReplicas": 2})
+    kube, reconciler = await lending(cluster, batch, chat)
+    batch_url = front_door(kube, "batch")
+    trickle = loadgen(batch_url, "4@600s", "batch")
+    most_asleep = [0]
+
+    def batch_asleep() -> set[str]:
+        names = asleep(kube, "batch")
+        most_asleep[0] = max(most_asleep[0], len(names))
+        return names
+
+    try:
+        with Cycles(kube, reconciler, ("batch", "chat"), paused={"chat"}) as cycles:
+            lent: set[str] = await cycles.until("batch's 2 replicas serving", lambda: (s := serving(kube, "batch"))
+                                                and len(s) == 2 and s, 3 * COLD_START_S + 30, "batch")
+            before = uids(kube, "batch", lent)
+            cycles.paused.discard("chat")
+            sleepers: set[str] = await cycles.until(
+                "chat's 2 sleepers asleep on batch's GPUs, batch serving again", lambda: (
+                    batch_asleep() is not None and (s := asleep(kube, "chat")) and len(s) == 2
+                    and serving(kube, "batch") == lent and s), 6 * COLD_START_S + 60, "chat")
+            hosts = {p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "") for p in pods(kube, "batch")}
+            on = {p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "") for p in pods(kube, "chat")
+                  if p["metadata"]["name"] in sleepers}
+            assert on == hosts and all(hosts), (on, hosts)  # each sleeper on a GPU batch serves on
+    finally:
+        stop(trickle)
+        await reconciler.close()
+    chat_table, batch_table = cycles.table("chat"), cycles.table("batch")
+    assert uids(kube, "batch", lent) == before, f"batch's replicas made again, not woken:\n{batch_table}"
+    assert most_asleep[0] == 1, f"two loads at once:\n{chat_table}"
+    notes = [str(e.get("note") or e.get("message") or "") for e in kube.list(EVENTS, "default")
+             if e.get("reason") == "Yielded"]
+    assert len(notes) == 2 and all("to load on (no engine starts asleep)" in n for n in notes), notes
+    assert {s for s in sleepers if any(s in n for n in notes)} == sleepers, notes
+    assert any("put to sleep for a new sleeper to load on its GPU (then sleep)" in m for _, n, _, m in cycles.history
+               if n == "chat"), chat_table
+    # batch's trickle answered all along (by the replica still awake), none of it sent to a sleeping engine
+    codes = {sample.labels["code"]: sample.value for family in text_string_to_metric_families(
+        httpx.get(cluster.sandbox.router.metrics_url, timeout=5).text) for sample in family.samples
+        if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == "batch"}
+    assert codes.get("200", 0) > 0 and not any(n for code, n in codes.items() if code != "200"), codes
+    assert not agent_of(cluster).asleep_requests, dict(agent_of(cluster).asleep_requests)

@@ -11,9 +11,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from infer_ctl.config.policies import load_policies
 from infer_ctl.core.errors import SpecError
-from infer_ctl.core.policy import histogram_metric, parse_scaling_policy
-from infer_ctl.core.slo import SloWindow, within_threshold
+from infer_ctl.core.parse import parse_inference_service
+from infer_ctl.core.policy import histogram_metric, latency_histogram, parse_scaling_policy
+from infer_ctl.core.slo import SloWindow, measure, within_threshold
+from infer_ctl.sandbox.router import front_door_policies
+from tests.builders import InferenceServiceBuilder
 
 INF = math.inf
 # 100 requests: 60 within 0.1 s, 80 within 0.2 s, 90 within 0.3 s, 100 in all
@@ -84,10 +88,20 @@ def test_a_missing_increment_is_not_a_request() -> None:
 def test_the_shipped_histogram_and_window_and_bad_ones_name_the_field() -> None:
     policy = parse_scaling_policy(yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text()))
-    # at the sandbox's front door: the requests answered, and those it failed (by code) as misses
-    assert histogram_metric(policy.latency_histogram) == "infer_ctl_gateway_request_duration_seconds_bucket"
-    assert policy.failed_requests == \
-        'infer_ctl_gateway_requests_total{namespace="{{namespace}}",service="{{name}}",code!~"2.."}'
+    # each engine's own end-to-end histogram (its runtime profile's), no failed-request counter (the engines have
+    # none); the sandbox's demo names its front door's
+    assert (policy.latency_histogram, policy.failed_requests) == ("engine", "")
+    profiles = load_policies().runtimes
+    spec = InferenceServiceBuilder("llm").build()
+    assert latency_histogram(parse_inference_service(spec).spec, policy, profiles) == \
+        'vllm:e2e_request_latency_seconds_bucket{namespace="{{namespace}}",service="{{name}}"}'
+    sglang = InferenceServiceBuilder("llm").with_("spec.runtime.image", "lmsysorg/sglang:v0.5.2").build()
+    assert histogram_metric(latency_histogram(parse_inference_service(sglang).spec, policy, profiles)) == \
+        "sglang:e2e_request_latency_seconds_bucket"
+    door = front_door_policies(load_policies())
+    assert histogram_metric(latency_histogram(parse_inference_service(spec).spec, door.scaling, profiles)) == \
+        "infer_ctl_gateway_request_duration_seconds_bucket"
+    assert histogram_metric(door.scaling.failed_requests) == "infer_ctl_gateway_requests_total"
     assert policy.attainment_window_s == 3600
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "scaling.yaml").read_text())
     with pytest.raises(SpecError, match=r"latencyHistogram: must be a metric selector"):
@@ -119,3 +133,53 @@ def test_a_bad_aim_headroom_names_the_field_and_the_problem(headroom: object, pr
     without_table = {k: v for k, v in doc.items() if k not in ("aim", "adaptAim")}
     with pytest.raises(SpecError, match="aimHeadroom: adds rungs above the 'aim' table's top: it needs the table"):
         parse_scaling_policy({**without_table, "aimHeadroom": [2]})
+
+
+# ----------------------------------------------------------------------------------------- one cycle's measure
+
+
+def test_a_reading_of_the_whole_window_is_the_share_with_the_failed_requests_as_misses() -> None:
+    m = measure(BUCKETS, threshold_s=0.2, whole_window=True, now_s=1000.0, window_s=3600.0, failed=25.0,
+                failed_name="gateway_requests_total")
+    assert (m.share, m.count, m.window_s) == (80 / 125, 125.0, 3600.0)
+    assert m.note == "bucket le=0.2 s, 25 failed counted as misses (gateway_requests_total)"
+    assert m.window == SloWindow() and m.since_s is None  # nothing kept: the next reading covers the window again
+
+
+def test_a_scrapes_increases_join_the_window_kept_from_the_first_cycle() -> None:
+    first = measure(BUCKETS, threshold_s=0.25, whole_window=False, now_s=100.0, window_s=3600.0)
+    assert first.share == pytest.approx(0.85) and (first.count, first.window_s, first.since_s) == (100.0, 0.0, 100.0)
+    assert first.note == "interpolated between the buckets le=0.2 s and le=0.3 s"
+    second = measure(((0.1, 0.0), (INF, 100.0)), threshold_s=0.25, whole_window=False, now_s=110.0,
+                     window_s=3600.0, kept=first.window, since_s=first.since_s)
+    assert second.share == pytest.approx(85 / 200) and (second.count, second.window_s) == (200.0, 10.0)
+    assert second.note == "no bucket above le=0.1 s: requests beyond it counted as late"
+    # nothing answered, nothing failed: the window so far
+    quiet = measure((), threshold_s=0.25, whole_window=False, now_s=120.0, window_s=3600.0, kept=second.window,
+                    since_s=second.since_s)
+    assert (quiet.share, quiet.count, quiet.note) == (second.share, 200.0, "")
+    # only failures: all misses
+    failed = measure((), threshold_s=0.25, whole_window=False, now_s=130.0, window_s=3600.0, failed=50.0,
+                     failed_name="f", kept=quiet.window, since_s=quiet.since_s)
+    assert failed.share == pytest.approx(85 / 250) and failed.count == 250.0
+
+
+def test_a_reading_that_failed_measures_nothing_through_prometheus_and_keeps_the_scrapes_window() -> None:
+    whole = measure((), threshold_s=0.2, whole_window=True, now_s=10.0, window_s=600.0, error="timed out")
+    assert (whole.share, whole.count, whole.error) == (None, 0.0, "not measured: timed out")
+    kept = SloWindow().add(100.0, 90.0, 100.0, 600.0)
+    scraped = measure((), threshold_s=0.2, whole_window=False, now_s=160.0, window_s=600.0, error="refused",
+                      kept=kept, since_s=90.0)
+    assert (scraped.share, scraped.count, scraped.window_s) == (0.9, 100.0, 70.0)
+    assert scraped.error == "this cycle's increase not measured: refused" and scraped.window == kept
+
+
+def test_the_token_objectives_parse_and_a_bad_one_names_its_field() -> None:
+    body = InferenceServiceBuilder("llm").with_("spec.slo", {"timeToFirstTokenP95Ms": 300,
+                                                             "interTokenLatencyP95Ms": 40}).build()
+    slo = parse_inference_service(body).spec.slo
+    assert (slo.time_to_first_token_p95_ms, slo.inter_token_latency_p95_ms, slo.latency_p95_ms) == (300, 40, None)
+    assert slo.any_latency
+    bad = InferenceServiceBuilder("llm").with_("spec.slo", {"interTokenLatencyP95Ms": 0}).build()
+    with pytest.raises(SpecError, match=r"spec\.slo\.interTokenLatencyP95Ms"):
+        parse_inference_service(bad)

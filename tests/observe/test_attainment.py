@@ -12,10 +12,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from infer_ctl.core.policy import DEFAULT_FAILED_REQUESTS, DEFAULT_LATENCY_HISTOGRAM, histogram_metric
+from infer_ctl.core.policy import FRONT_DOOR_FAILED_REQUESTS, FRONT_DOOR_LATENCY_HISTOGRAM, histogram_metric
 from infer_ctl.core.promql import render, sample_matcher
 from infer_ctl.core.slo import within_threshold
-from infer_ctl.observe.rates import GatewaySeries, Outage, PrometheusRates
+from infer_ctl.observe.rates import EngineHistogram, GatewaySeries, Outage, PrometheusRates
 from infer_ctl.sandbox.ports import free_port
 from tests.engines import vllm_scrape
 from tests.observe.conftest import Backfilled, MetricsEndpoint
@@ -41,7 +41,7 @@ async def test_the_buckets_over_the_window_are_the_services_own(backfilled_prome
 
 async def test_a_window_without_samples_is_missing_with_its_reason(backfilled_prometheus: Backfilled) -> None:
     read = await PrometheusRates(backfilled_prometheus.url).abuckets(
-        selector=MODEL_SERVERS, name="llm", namespace="prod", failed=DEFAULT_FAILED_REQUESTS,
+        selector=MODEL_SERVERS, name="llm", namespace="prod", failed=FRONT_DOOR_FAILED_REQUESTS,
         at_s=int(backfilled_prometheus.now_s) - 86_400, window_s=600)
     assert read.pairs == () and read.reason == Outage.EMPTY and "+Inf bucket" in read.error, read
 
@@ -55,14 +55,14 @@ async def test_a_selector_the_rules_refuse_names_the_policy_field_and_reaches_no
 
 async def test_prometheus_down_is_an_outage_with_its_reason() -> None:
     read = await PrometheusRates(f"http://127.0.0.1:{free_port()}", timeout_s=1.0).abuckets(
-        selector=DEFAULT_LATENCY_HISTOGRAM, name="llm", namespace="prod", at_s=1000.0, window_s=600)
+        selector=FRONT_DOOR_LATENCY_HISTOGRAM, name="llm", namespace="prod", at_s=1000.0, window_s=600)
     assert read.pairs == () and read.reason == Outage.REFUSED
 
 
 async def test_at_the_front_door_the_requests_it_failed_are_read_beside_the_answered(
         backfilled_prometheus: Backfilled) -> None:
     url, last_s = backfilled_prometheus.url, int(backfilled_prometheus.now_s)
-    read = await PrometheusRates(url).abuckets(selector=DEFAULT_LATENCY_HISTOGRAM, failed=DEFAULT_FAILED_REQUESTS,
+    read = await PrometheusRates(url).abuckets(selector=FRONT_DOOR_LATENCY_HISTOGRAM, failed=FRONT_DOOR_FAILED_REQUESTS,
                                                name="llm", namespace="prod", at_s=last_s, window_s=600)
     assert not read.error, read.error
     # per 15 s: 8 answered (7 within 0.3 s), 2 refused; prod/other's 5 refusals are not llm's
@@ -169,10 +169,10 @@ async def test_a_scrape_of_the_front_door_reads_the_services_own_series_and_its_
     def selected(selector: str) -> object:
         return sample_matcher(render(selector, name="llm", namespace="prod"))
 
-    scrape = vllm_scrape(histogram=histogram_metric(DEFAULT_LATENCY_HISTOGRAM),
-                         failed=histogram_metric(DEFAULT_FAILED_REQUESTS),
-                         gateway=GatewaySeries(gateway, selected(DEFAULT_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
-                                               selected(DEFAULT_FAILED_REQUESTS)))  # type: ignore[arg-type]
+    scrape = vllm_scrape(histogram=histogram_metric(FRONT_DOOR_LATENCY_HISTOGRAM),
+                         failed=histogram_metric(FRONT_DOOR_FAILED_REQUESTS),
+                         gateway=GatewaySeries(gateway, selected(FRONT_DOOR_LATENCY_HISTOGRAM),  # type: ignore[arg-type]
+                                               selected(FRONT_DOOR_FAILED_REQUESTS)))  # type: ignore[arg-type]
     endpoints = {"a": serve_metrics(replica).url}
     async with httpx.AsyncClient() as client:
         await scrape.read_with_concurrency(client, endpoints, 0.0)
@@ -216,3 +216,43 @@ async def test_a_replicas_failed_counter_is_read_by_its_selectors_labels_the_exp
         codes.labels("500").inc(2)
         await scrape.read_with_concurrency(client, endpoints, 10.0)
         assert scrape.latency.pairs[-1] == (float("inf"), 1.0) and scrape.latency.failed == 2.0
+
+
+async def test_a_scrape_reads_the_engines_token_histograms_each_by_its_own_increase(
+        serve_metrics: Callable[[CollectorRegistry], MetricsEndpoint]) -> None:
+    """The token objectives' histograms come from the same expositions as the rate: each one's increase since
+    the previous scrape, summed over the replicas by bound; the failed requests join the time to first token's
+    (a request that failed had no first token in time), not the inter-token latency's; a replica that cannot be
+    scraped makes the cycle's increase unknown, with the reason."""
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "engine": "0"}
+    ttft = Histogram("vllm:time_to_first_token_seconds", "ttft", list(labels), buckets=(0.1, 0.5),
+                     registry=registry).labels(**labels)
+    itl = Histogram("vllm:inter_token_latency_seconds", "itl", list(labels), buckets=(0.05,),
+                    registry=registry).labels(**labels)
+    failures = Counter("infer_ctl_gateway_requests", "by code", ["code"], registry=registry)
+    failures.labels("503")  # at 0 from the first scrape on
+    Counter("vllm:request_success", "requests", registry=registry)  # the rate's counter: a replica's must
+    endpoints = {"a": serve_metrics(registry).url}
+    scrape = vllm_scrape(failed="infer_ctl_gateway_requests_total", engine_histograms=(
+        EngineHistogram("timeToFirstToken", "vllm:time_to_first_token_seconds_bucket", failed=True),
+        EngineHistogram("interTokenLatency", "vllm:inter_token_latency_seconds_bucket")))
+    async with httpx.AsyncClient() as client:
+        ttft.observe(0.05)
+        await scrape.read(client, endpoints, 0.0)
+        assert scrape.engine_latency["timeToFirstToken"].pairs == ()  # nothing to compare with yet
+        for seconds in (0.05, 0.2, 0.9):
+            ttft.observe(seconds)
+        for seconds in (0.01,) * 9 + (0.2,):
+            itl.observe(seconds)
+        failures.labels("503").inc(2)
+        await scrape.read(client, endpoints, 10.0)
+        first, between = scrape.engine_latency["timeToFirstToken"], scrape.engine_latency["interTokenLatency"]
+        assert (first.pairs, first.failed) == (((0.1, 1.0), (0.5, 2.0), (INF, 3.0)), 2.0)
+        assert (between.pairs, between.failed) == (((0.05, 9.0), (INF, 10.0)), 0.0)
+        endpoints["b"] = f"http://127.0.0.1:{free_port()}/metrics"
+        await scrape.read(client, endpoints, 20.0)
+        assert all(b.reason == Outage.REFUSED and not b.pairs for b in scrape.engine_latency.values())
+
+
+INF = math.inf
