@@ -67,8 +67,6 @@ class Assumptions:
                 results, separators=(",", ":"))
             self.view.pin(namespace, claim["metadata"]["name"], results)
 
-    # ------------------------------------------------------------------------------------------- observe
-
     def pin_warm_hosts(self, svc: api.InferenceService, snapshot: Snapshot, plan: CyclePlan,
                        observation: Observation, devices: Mapping[str, Device]) -> dict[str, dict[str, Any]]:
         """The claims of the warm hosts the plan's new sleepers go to that do not exist yet, their devices pinned
