@@ -65,29 +65,22 @@ from infer_ctl.sim.bench_fleet import auto_nodes
 from infer_ctl.sim.bench_fleet import run_policies as fleet_policies
 from infer_ctl.sim.bench_fleet import table as fleet_table
 from infer_ctl.sim.calibrate import objective_report
-from infer_ctl.sim.fleet import ClusterSpec, build_fleet, fleet_recipe, service_settings
+from infer_ctl.sim.catalogue import POLICY_NAMES, START_PROTOCOLS, initial_replicas, parse_policy_names, parse_presets
+from infer_ctl.sim.cluster import ClusterSpec
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.options import jobs_option
 from infer_ctl.sim.plot import plot_results
+from infer_ctl.sim.recipe import build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.reference import (
     HindsightBest,
     best_peak_hold_in_hindsight,
     cheapest_constant_fleet,
     fleet_oracle_demand,
 )
-from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
-from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import (
-    POLICY_NAMES,
-    START_PROTOCOLS,
-    PolicyRun,
-    ScenarioSettings,
-    initial_replicas,
-    parse_policy_names,
-    parse_presets,
-    run_grid,
-    with_preset,
-)
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import ScenarioSettings, default_settings, with_preset
+from infer_ctl.sim.suite import PolicyRun, run_grid
+from infer_ctl.sim.tick import SimConfig, SimResult, arrivals_per_tick
 from infer_ctl.sim.trace import Trace, load_trace, step_profile
 
 

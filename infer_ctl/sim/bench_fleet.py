@@ -68,21 +68,17 @@ import numpy as np
 
 from infer_ctl.core.api import Preset
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.fleet import (
-    GIB,
-    ClusterSpec,
-    FleetResult,
-    FleetService,
-    build_fleet,
-    fleet_recipe,
-    run_fleet,
-    service_settings,
-)
+from infer_ctl.sim.catalogue import parse_policy_names, parse_presets
+from infer_ctl.sim.cluster import GIB, ClusterSpec
+from infer_ctl.sim.fleet import FleetResult
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.options import jobs_option
+from infer_ctl.sim.recipe import build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.reference import fleet_oracle_demand
-from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
+from infer_ctl.sim.service import ScenarioSettings, with_preset, with_prewarm
+from infer_ctl.sim.suite import run_fleet
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.trace import load_trace
 from infer_ctl.sim.warm import DEFAULT_PHYSICS, TierPhysics
 

@@ -38,11 +38,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.fleet import GIB, FleetService, device_bytes
+from infer_ctl.sim.autoscaler import Observation, Pipeline
+from infer_ctl.sim.catalogue import build_policy
+from infer_ctl.sim.cluster import GIB, device_bytes
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import Observation, Oracle, Pipeline
-from infer_ctl.sim.run import SimConfig, SimResult, simulate
-from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.policies import Oracle
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.tick import SimConfig, SimResult
 
 
 @dataclass(frozen=True, slots=True)
