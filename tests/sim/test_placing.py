@@ -10,11 +10,15 @@ import pytest
 from infer_ctl.config.policies import load_policies
 from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
+from infer_ctl.sim.catalogue import build_policy, initial_replicas
 from infer_ctl.sim.cluster import ClusterSpec, FleetCluster, device_bytes
+from infer_ctl.sim.fleet import simulate_fleet
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.placing import FleetPlacement, Pin, claim_key
 from infer_ctl.sim.recipe import service_settings
 from infer_ctl.sim.service import scenario_service
+from infer_ctl.sim.tick import SimConfig
 
 GIB = 2**30
 H100 = device_bytes("H100-80GB")
@@ -104,11 +108,6 @@ def test_whole_gpu_replicas_are_pinned_to_nodes_with_free_gpus_and_none_when_ful
 
 
 def test_a_fleet_run_with_the_controllers_placement_pins_every_start_and_overfills_nothing() -> None:
-    from infer_ctl.sim.catalogue import build_policy, initial_replicas
-    from infer_ctl.sim.fleet import simulate_fleet
-    from infer_ctl.sim.fleet_state import FleetService
-    from infer_ctl.sim.tick import SimConfig
-
     tick = 5.0
     rng = np.random.default_rng(3)
     rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=8), 30)
@@ -133,11 +132,6 @@ def test_infer_ctls_replicas_at_t0_are_where_the_controllers_placement_puts_them
     simulator's rule: five 24 GiB shares of one service on three nodes of two H100s go as `place_replicas` pins
     them on the empty cluster (here two GPUs of one node, the other nodes left whole), where the rule would open
     the second device on the node with the most free GPUs."""
-    from infer_ctl.sim.catalogue import build_policy
-    from infer_ctl.sim.fleet import simulate_fleet
-    from infer_ctl.sim.fleet_state import FleetService
-    from infer_ctl.sim.tick import SimConfig
-
     tick = 5.0
     settings = service_settings("a", ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=24.0))
     service = FleetService("a", np.full(24, 40.0 * tick), settings, 0)

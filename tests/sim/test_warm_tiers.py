@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle, weight_bytes
-from infer_ctl.sim.catalogue import build_policy, initial_replicas
+from infer_ctl.sim.catalogue import build_policy, initial_replicas, parse_policy_names
 from infer_ctl.sim.cluster import ClusterSpec
 from infer_ctl.sim.fleet import FleetResult, simulate_fleet
 from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
+from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, TierUse, tier_use
 from infer_ctl.sim.recipe import service_settings
 from infer_ctl.sim.run import simulate
 from infer_ctl.sim.service import scenario_service, with_prewarm
@@ -392,9 +392,6 @@ def run_within(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> Flee
 
 
 def test_each_tier_alone_is_a_named_policy_outside_all() -> None:
-    from infer_ctl.sim.catalogue import parse_policy_names
-    from infer_ctl.sim.policies import TierUse
-
     assert not {"infer-ctl+sleep", "infer-ctl+cache"} & set(parse_policy_names("all"))
     assert parse_policy_names("infer-ctl+sleep, infer-ctl+cache") == ("infer-ctl+sleep", "infer-ctl+cache")
     arrivals = np.full(60, 10.0)
