@@ -1,9 +1,6 @@
 """What every simulated autoscaler is given and returns: its metric `Pipeline`, its `Observation` and the
 `SimPolicy` protocol (`decide(obs, state) -> (desired_replicas, state)`).
 
-Autoscaling policies as the simulator runs them: the peers' algorithms, re-implemented from their sources
-with their documented defaults, an oracle, and infer-ctl itself (through the same engine the controller uses).
-
 Every policy is `decide(obs, state) -> (desired_replicas, state)` over a frozen state, called every
 `period_s` of simulated time (rounded up to the simulator's tick), and declares the metric pipeline it reads
 (`Pipeline`): a Prometheus `rate()` over scraped counters, or a direct scrape of the replicas averaged over a

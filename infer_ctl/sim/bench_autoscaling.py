@@ -34,7 +34,7 @@ the cheapest peak-hold rule tuned in hindsight to reach 99 %, where the scenario
 its sleepers' host-memory GiB-hours. The targets are judged for infer-ctl and for infer-ctl+tiers; on bank_calls,
 infer-ctl+tiers must also be no worse than infer-ctl.
 
-`fleet` (in `--scenarios` by default): `--fleet-services` services of `infer_ctl.sim.fleet.fleet_recipe` over
+`fleet` (in `--scenarios` by default): `--fleet-services` services of `infer_ctl.sim.recipe.fleet_recipe` over
 `--fleet-hours` on one cluster of finite GPUs (sized as `bench_fleet --nodes auto`), every policy over the whole
 fleet, the same targets on the fleet's SLO attainment (`infer_ctl.sim.bench_fleet` prints the recipe and more
 columns).
@@ -504,7 +504,7 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
 
 
 def _run_fleet(args: argparse.Namespace) -> None:
-    """The fleet (`infer_ctl.sim.fleet.fleet_recipe`: `--fleet-services` services of the shared traces over
+    """The fleet (`infer_ctl.sim.recipe.fleet_recipe`: `--fleet-services` services of the shared traces over
     `--fleet-hours` on one cluster, sized as `bench_fleet --nodes auto`), every policy over all of it, and the
     targets on the fleet's SLO attainment (the services' stated objective, 99 %)."""
     t0 = time.perf_counter()

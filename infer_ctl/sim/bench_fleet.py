@@ -6,11 +6,11 @@
         [--overloads]
         [--placement controller|scheduler]
 
-The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
+The fleet is `infer_ctl.sim.recipe.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
 (one run per policy: every service under that policy, all competing for the same GPUs), infer-ctl through the
 controller's `plan_cycle` per service, the peers' autoscalers as ported in `infer_ctl.sim.policies`, the oracle
-with each service's own hindsight schedule. Every service starts warm (`suite.initial_replicas`) with no history.
+with each service's own hindsight schedule. Every service starts warm (`catalogue.initial_replicas`) with no history.
 infer-ctl's new replicas are placed by the controller's placement (`infer_ctl.sim.placing`: its plugins on a
 snapshot of the cluster, each replica pinned; its surplus ranked by its removal costs), the other policies' by the
 simulator's scheduler rule (best fit); `--placement scheduler` puts infer-ctl's there too.

@@ -63,6 +63,11 @@ inventory per cycle and service, which this simulator does not do.
 
 With one service and GPUs to spare, `simulate_fleet` makes exactly the decisions and figures of `simulate`
 (tests/sim/test_fleet.py holds it to that).
+
+Here the loop and what each service's policy decides (`FleetSim`); its parts are the cluster
+(`infer_ctl.sim.cluster`), the Pods and kube-scheduler's rules (`infer_ctl.sim.scheduler`: `FleetScheduler`) and
+each service's state (`infer_ctl.sim.fleet_state`). The default fleet is `infer_ctl.sim.recipe`'s; `run_fleet`
+(`infer_ctl.sim.suite`) runs a named policy over it.
 """
 
 from __future__ import annotations

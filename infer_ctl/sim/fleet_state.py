@@ -50,7 +50,7 @@ class FleetService:
 
 
 class FleetReplicas(Replicas):
-    """One service's replicas (`infer_ctl.sim.run.Replicas`) on the cluster: Pending (no GPU yet), Loading (bound,
+    """One service's replicas (`infer_ctl.sim.tick.Replicas`) on the cluster: Pending (no GPU yet), Loading (bound,
     ready at a time; or waking), ready serving or standby, asleep on a warm host. Kept in creation order, as
     `infer_ctl.sim.run` keeps them (the observation lists them in that order). `node`: the node whose GPUs a
     replica holds itself; a replica on a warm host holds none of its own (the host's are charged)."""
@@ -233,7 +233,7 @@ class ServiceRun:
 
     def cycle_due(self, t: int, config: SimConfig) -> bool:
         """A period's cycle at tick `t`, or (infer-ctl) one its check between two periods calls for
-        (`infer_ctl.sim.run.burst_cycle_due`), as the controller's two timers run them."""
+        (`infer_ctl.sim.tick.burst_cycle_due`), as the controller's two timers run them."""
         if t % self.period_ticks == 0:
             return True
         if not isinstance(self.policy, InferCtl):

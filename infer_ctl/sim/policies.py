@@ -1,5 +1,6 @@
 """Autoscaling policies as the simulator runs them: the peers' algorithms, re-implemented from their sources
-with their documented defaults, an oracle, and infer-ctl itself (through the same engine the controller uses).
+with their documented defaults (`infer_ctl.sim.hpa`, `infer_ctl.sim.peers`), and here an oracle, infer-ctl itself
+(through the same engine the controller uses) and the single-tier products (`SleepingPool`, `NodeCached`).
 
 Every policy is `decide(obs, state) -> (desired_replicas, state)` over a frozen state, called every
 `period_s` of simulated time (rounded up to the simulator's tick), and declares the metric pipeline it reads

@@ -13,7 +13,7 @@ time-shifted and scaled segments. Service i draws from numpy's generator seeded 
   per replica at a 4 s SLO, 1.6 s base latency) at half the drawn scale; the others (8B) take 1 GPU (or, with
   `shared_gib`, a memory share of that many GiB of one: `Shared`), 8 req/s per replica at a 2 s SLO (0.8 s base),
   and a 120 s (i even) or 240 s (i odd) cold start;
-- `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.run.arrivals_per_tick`) and,
+- `seed` = 1000 x recipe seed + i: the Poisson draws of its arrivals (`infer_ctl.sim.tick.arrivals_per_tick`) and,
   in every run, its cold-start samples (`SimConfig.seed` is not used: each service has its own).
 
 Every service may scale to zero where its policy can, up to 200 replicas, as the single-service benchmark's

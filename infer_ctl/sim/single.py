@@ -14,7 +14,7 @@ within a control period, which the simulator does not model separately (its `ser
 routing and to batch gangs, not to how many GPUs are held).
 
 The start. Every policy, the oracle included, starts with the same `initial_replicas`, ready, and no history
-(`infer_ctl.sim.suite.initial_replicas`: by default a service already running when the trace starts, sized for the
+(`infer_ctl.sim.catalogue.initial_replicas`: by default a service already running when the trace starts, sized for the
 traffic of the first cold start at the SLO capacity, which is what the oracle would hold at t = 0). A real
 service is running when a trace begins; starting it with too few replicas would score every policy on the first
 cold start, which none but a clairvoyant can serve.

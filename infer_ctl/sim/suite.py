@@ -112,8 +112,8 @@ def run_policies(
 def run_fleet(services: Sequence[FleetService], policy: str, cluster: ClusterSpec, config: SimConfig, *,
               start: str = "warm", progress: Callable[[float], None] | None = None,
               physics: TierPhysics = DEFAULT_PHYSICS, placement: bool = False) -> FleetResult:
-    """One of `infer_ctl.sim.suite.POLICY_NAMES` for every service of the fleet (the oracle with each service's
-    own hindsight schedule), each service from the replicas `suite.initial_replicas` gives it. `placement`:
+    """One of `infer_ctl.sim.catalogue.POLICY_NAMES` for every service of the fleet (the oracle with each service's
+    own hindsight schedule), each service from the replicas `catalogue.initial_replicas` gives it. `placement`:
     infer-ctl's replicas placed by the controller's placement (`simulate_fleet`)."""
     tick = config.tick_s
     policies = [build_policy(policy, s.settings, s.arrivals, tick) for s in services]
