@@ -91,6 +91,7 @@ build_into() {
     echo "/tmp/build/dist/$wheel --hash=sha256:$(sha256sum "$scratch/build/dist/$wheel" | cut -d' ' -f1)" \
         > "$scratch/build/project.txt"
 
+    local host_cert=${PIP_CERT:-${SSL_CERT_FILE:-}}
     # Run outside the chroot with the root filesystem as $1 (mmdebstrap's customize hook).
     cat > "$scratch/customize.sh" <<EOF
 #!/bin/sh
@@ -108,7 +109,10 @@ in_root python3 -m venv /opt/venv
 cp -a "$scratch/build" "\$root/tmp/build"
 mkdir -p "\$root/tmp/wheels"
 cp -a "$CACHE/wheels/." "\$root/tmp/wheels/"
-in_root /opt/venv/bin/pip download --quiet --require-hashes --only-binary=:all: --no-deps \
+# the host's CA bundle for the download only (a TLS-inspecting proxy's CA), never in the image
+cert=
+if [ -n "$host_cert" ]; then cp "$host_cert" "\$root/tmp/build/host-ca.pem"; cert=--cert=/tmp/build/host-ca.pem; fi
+in_root /opt/venv/bin/pip download \$cert --quiet --require-hashes --only-binary=:all: --no-deps \
     --dest /tmp/wheels -r /tmp/build/requirements.txt
 cp -a "\$root/tmp/wheels/." "$CACHE/wheels/"
 in_root /opt/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels --require-hashes --only-binary=:all: \
@@ -127,9 +131,9 @@ EOF
     # --mode=root: chroot as root; the result is a tarball (sorted names, mtimes clamped to SOURCE_DATE_EPOCH).
     mmdebstrap --quiet --mode=root --variant=essential --format=tar \
         --include=python3,python3-venv,ca-certificates,tzdata \
-        --dpkg-opt='path-exclude=/usr/share/man/*' --dpkg-opt='path-exclude=/usr/share/info/*' \
-        --dpkg-opt='path-exclude=/usr/share/doc/*' --dpkg-opt='path-include=/usr/share/doc/*/copyright' \
-        --dpkg-opt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
         --customize-hook="$scratch/customize.sh \"\$1\"" \
         "$SUITE" "$scratch/rootfs.tar" \
         "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main"
