@@ -119,6 +119,9 @@ in_root /opt/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels --
     --no-deps -r /tmp/build/requirements.txt
 in_root /opt/venv/bin/pip install --quiet --no-index --require-hashes --no-deps -r /tmp/build/project.txt
 in_root /opt/venv/bin/pip check
+# the entrypoint starts (numpy's and scipy's wheels need the system's libstdc++), writing nothing
+in_root /usr/bin/env PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/infer-ctl --help > /dev/null
+in_root /usr/bin/env PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/python -c 'import statsmodels.tsa.holtwinters, kopf'
 # the installer goes: the controller needs neither pip nor setuptools at run time
 in_root /opt/venv/bin/python -m pip uninstall --quiet --yes pip setuptools
 rm -rf "\$root/tmp/build" "\$root/tmp/wheels" "\$root/root/.cache"
@@ -130,7 +133,7 @@ EOF
     echo "== the root filesystem (mmdebstrap $SUITE, python3) and the venv"
     # --mode=root: chroot as root; the result is a tarball (sorted names, mtimes clamped to SOURCE_DATE_EPOCH).
     mmdebstrap --quiet --mode=root --variant=essential --format=tar \
-        --include=python3,python3-venv,ca-certificates,tzdata \
+        --include=python3,python3-venv,libstdc++6,ca-certificates,tzdata \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -201,6 +204,14 @@ unpack() {
     [[ -f $LAYOUT/index.json ]] || die "no image in $LAYOUT: run scripts/build-image.sh first"
     rm -rf "$BUNDLE"
     umoci unpack --image "$LAYOUT:$(reference)" "$BUNDLE" >/dev/null
+    # the image's own config (Entrypoint and Cmd apart, Env, User, WorkingDir, Labels) for scripts/run-image.sh
+    python3 - "$LAYOUT" "$(digest_of "$LAYOUT")" > "$BUNDLE/image-config.json" <<'EOF'
+import json, sys
+layout, digest = sys.argv[1:]
+blob = lambda d: f"{layout}/blobs/{d.replace(':', '/')}"
+manifest = json.load(open(blob(digest)))
+sys.stdout.write(open(blob(manifest["config"]["digest"])).read())
+EOF
     echo "unpacked $(reference) ($(digest_of "$LAYOUT")) into $BUNDLE: $(du -sb "$BUNDLE/rootfs" | cut -f1) bytes"
     echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --version"
 }
