@@ -20,6 +20,10 @@ installed package, with what kubelet would give the container:
   (`failureThreshold` in a row) restart the process, as kubelet does (restartCount, a back-off).
 
 Its output (the JSON log lines with `--log-format json`) goes to `<workdir>/<namespace>_<pod>.log`.
+
+An entry of the user's image table (`sandbox up --images FILE`) that matches the image replaces that entrypoint by
+its command, the container's args appended: scripts/run-image.sh runs the image built by scripts/build-image.sh
+from its unpacked root filesystem, so that the controller that runs is the image's (docs/image.md).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import signal
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,9 +142,11 @@ _FIELD_REFS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("me
 
 
 def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
-            host_path: Callable[[str], Path] | None = None) -> Prepared:
+            host_path: Callable[[str], Path] | None = None, command: Sequence[str] | None = None) -> Prepared:
     """What the container would get (see the module's docstring), blocking (run it in a thread). `host_path`: where
-    a hostPath of the Pod's node is on this machine (None: hostPath volumes are empty directories)."""
+    a hostPath of the Pod's node is on this machine (None: hostPath volumes are empty directories). `command`: what
+    stands for the image's entrypoint (None: the installed package's `infer-ctl`); an image table entry of the
+    user's gives it, e.g. scripts/run-image.sh, which runs the built image's own entrypoint from its root filesystem."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     spec = pod.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
@@ -193,7 +199,8 @@ def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "PYTHONPATH")}
     full_env = {**base, **env, "KUBECONFIG": str(kubeconfig), "TMPDIR": mounts.get("/tmp", str(directory)),
                 "POD_NAME": name, "POD_NAMESPACE": namespace}
-    return Prepared(entrypoint() + args, full_env, ports, container, directory)
+    head = list(command) if command is not None else entrypoint()
+    return Prepared(head + args, full_env, ports, container, directory)
 
 
 @dataclass(eq=False)

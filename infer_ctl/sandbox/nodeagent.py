@@ -1003,10 +1003,13 @@ class NodeAgent:
         log_path = self._workdir / f"{running.namespace}_{running.name}.log"
         self.pod_logs[(running.namespace, running.name)] = log_path
         backoff_s = 1.0
+        image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+        entry = self._images.match(image)  # a user's entry for infer-ctl's image: e.g. the built image's rootfs
+        command = entry.command if entry is not None else None
         while not running.stopping:
             try:
                 prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir,
-                                                   lambda path: self.node_path(running.node, path))
+                                                   lambda path: self.node_path(running.node, path), command)
             except (KubeError, OSError) as e:
                 self._event(running, "Failed", f"Error: {e}")
                 await asyncio.sleep(backoff_s)

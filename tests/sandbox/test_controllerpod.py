@@ -82,3 +82,13 @@ def test_a_field_the_sandbox_cannot_resolve_is_a_container_config_error(tmp_path
     client: Any = _TokenClient()
     with pytest.raises(KubeError, match=r"env IP: fieldRef 'status\.podIP' is not one the sandbox resolves"):
         prepare(client, pod, tmp_path)
+
+
+def test_a_user_entry_for_the_image_stands_for_its_entrypoint_and_the_containers_args_follow(tmp_path: Path) -> None:
+    client: Any = _TokenClient()
+    runner = ["/opt/run-image.sh", "--read-only", "--"]
+    prepared = prepare(client, reporter_pod("gpu-1"), tmp_path, command=runner)
+    installed = prepare(client, reporter_pod("gpu-1"), tmp_path)
+    assert prepared.argv[:3] == runner and prepared.argv[3] == "node-cache-reporter"
+    flags = [a for a in installed.argv[installed.argv.index("node-cache-reporter"):] if a.startswith("--")]
+    assert [a for a in prepared.argv[3:] if a.startswith("--")] == flags  # the values: per-run directories
