@@ -5,39 +5,37 @@
 # /dev and /tmp bound in (where the sandbox's node agent puts a Pod's kubeconfig and volumes). The network is the
 # host's: the loopback API server of `infer-ctl sandbox up` is reachable. Needs root (chroot, mount).
 #
-#   scripts/run-image.sh [--bundle DIR] [--read-only] [--chown-kubeconfig] [--bind PATH]... [--] [ARGS...]
+#   scripts/run-image.sh [--bundle DIR] [--read-only] [--bind PATH]... [--] [ARGS...]
 #
 # ARGS replace the image's CMD, as a container's `args` do (none: the image's CMD). The environment passed in is
 # the container's, over the image's Env, except what describes the host (PATH, HOME, PYTHONPATH, PYTHONHOME,
 # VIRTUAL_ENV, LD_*, PWD, OLDPWD, SHLVL): as `docker run -e` would.
 #   --bundle DIR          default ${INFER_CTL_IMAGE_CACHE:-~/.cache/infer-ctl/image}/bundle
 #   --read-only           the rootfs mounted read-only (a Pod's readOnlyRootFilesystem: true)
-#   --chown-kubeconfig    hand the file $KUBECONFIG to the image's user, as kubelet hands a projected ServiceAccount
-#                         token to the Pod's runAsUser; for the node agent's per-Pod kubeconfig, not for your own
 #   --bind PATH           also bind the host's PATH at the same place (its mount point is made in the rootfs)
 #
 # For the sandbox's node agent, an image table entry (infer-ctl sandbox up --images FILE):
 #   images:
 #     - image: "ghcr.io/infer-ctl/infer-ctl*"
-#       command: [/path/to/scripts/run-image.sh, --read-only, --chown-kubeconfig, --]
+#       command: [/path/to/scripts/run-image.sh, --read-only, --]
+# (the node agent hands the Pod's kubeconfig and volumes to the Pod's runAsUser, 65532, as kubelet does; a
+# kubeconfig of your own must be readable by the image's user, 65532, e.g. a copy in a directory it can enter)
 set -euo pipefail
 
 die() { echo "run-image.sh: $*" >&2; exit 1; }
 
 bundle=${INFER_CTL_IMAGE_CACHE:-$HOME/.cache/infer-ctl/image}/bundle
 read_only=0
-chown_kubeconfig=0
 binds=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --bundle) [[ $# -ge 2 ]] || die "--bundle: expected a directory"; bundle=$2; shift 2 ;;
         --bundle=*) bundle=${1#*=}; shift ;;
         --read-only) read_only=1; shift ;;
-        --chown-kubeconfig) chown_kubeconfig=1; shift ;;
         --bind) [[ $# -ge 2 ]] || die "--bind: expected an absolute path"; binds+=("$2"); shift 2 ;;
         --bind=*) binds+=("${1#*=}"); shift ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) break ;;
     esac
 done
@@ -87,10 +85,6 @@ for field in "${fields[@]:4}"; do
     if [[ $seen_env -eq 0 && $field == "--env--" ]]; then seen_env=1; continue; fi
     if [[ $seen_env -eq 1 ]]; then env+=("$field"); else argv+=("$field"); fi
 done
-
-if [[ $chown_kubeconfig -eq 1 && -n ${KUBECONFIG:-} && -f $KUBECONFIG ]]; then
-    chown "$uid:$gid" "$KUBECONFIG"
-fi
 
 # In a private mount namespace (gone with the process): the rootfs (read-only if asked), then the host's /proc,
 # /dev, /tmp and the --bind paths on top of it; then chroot as the image's user, in its working directory.

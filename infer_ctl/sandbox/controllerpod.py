@@ -29,6 +29,7 @@ from its unpacked root filesystem, so that the controller that runs is the image
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
@@ -116,8 +117,8 @@ def _token_kubeconfig(client: KubeClient, namespace: str, account: str, path: Pa
     answer = client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body=body)
     c = client.configuration
     cluster: dict[str, Any] = {"server": c.host}
-    if c.ssl_ca_cert:
-        cluster["certificate-authority"] = c.ssl_ca_cert
+    if c.ssl_ca_cert:  # inlined, as a Pod gets ca.crt in its token's volume (not a path of the host's)
+        cluster["certificate-authority-data"] = base64.b64encode(Path(c.ssl_ca_cert).read_bytes()).decode()
     else:
         cluster["insecure-skip-tls-verify"] = True
     user = f"system:serviceaccount:{namespace}:{account}"
@@ -199,8 +200,30 @@ def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "PYTHONPATH")}
     full_env = {**base, **env, "KUBECONFIG": str(kubeconfig), "TMPDIR": mounts.get("/tmp", str(directory)),
                 "POD_NAME": name, "POD_NAMESPACE": namespace}
+    _hand_over(directory, _run_as(spec, container))
     head = list(command) if command is not None else entrypoint()
     return Prepared(head + args, full_env, ports, container, directory)
+
+
+def _run_as(spec: dict[str, Any], container: dict[str, Any]) -> tuple[int, int] | None:
+    """The container's runAsUser and runAsGroup (its securityContext's over the Pod's), or None."""
+    pod, own = spec.get("securityContext") or {}, container.get("securityContext") or {}
+    uid = own.get("runAsUser", pod.get("runAsUser"))
+    gid = own.get("runAsGroup", pod.get("runAsGroup", uid))
+    return None if uid is None else (int(uid), int(gid))
+
+
+def _hand_over(directory: Path, owner: tuple[int, int] | None) -> None:
+    """As kubelet makes a Pod's token and volumes readable by its runAsUser: the Pod's directory (kubeconfig,
+    ConfigMap and emptyDir volumes) owned by that user and its parent traversable, when this agent runs as root.
+    The installed package runs as the agent's own user and reads them anyway; an image run from its root
+    filesystem as its own user (scripts/run-image.sh) needs it."""
+    if owner is None or os.geteuid() != 0:
+        return
+    parent = directory.parent
+    parent.chmod(parent.stat().st_mode | 0o111)
+    for path in (directory, *directory.rglob("*")):
+        os.chown(path, *owner, follow_symlinks=False)
 
 
 @dataclass(eq=False)
