@@ -63,24 +63,20 @@ preflight() {
 version is '$(version)': the image would not be the one deploy/ runs"
 }
 
-# build LAYOUT: the image of HEAD into the OCI layout LAYOUT (created afresh), tagged $(reference)
+# build LAYOUT COMMIT: the image of COMMIT into the OCI layout LAYOUT (created afresh), tagged $(reference)
 build_into() {
-    local layout=$1 uv scratch commit epoch created ref
+    local layout=$1 commit=$2 uv scratch epoch created ref
     uv=$(find_uv)
-    commit=$(git -C "$ROOT" rev-parse HEAD)
-    epoch=$(git -C "$ROOT" log -1 --format=%ct HEAD)
+    epoch=$(git -C "$ROOT" log -1 --format=%ct "$commit")
     created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
     ref=$(reference)
-    if [[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no) ]]; then
-        echo "build-image.sh: note: uncommitted changes are not in the image (it is built from HEAD $commit)" >&2
-    fi
     export SOURCE_DATE_EPOCH=$epoch
     scratch=$(mktemp -d /tmp/infer-ctl-image.XXXXXX)
     SCRATCH=$scratch  # removed on exit, failed or not
     mkdir -p "$scratch/src" "$scratch/build" "$CACHE/wheels"
 
     echo "== the committed tree at $commit (SOURCE_DATE_EPOCH=$epoch, $created)"
-    git -C "$ROOT" archive --format=tar HEAD | tar -x -C "$scratch/src"
+    git -C "$ROOT" archive --format=tar "$commit" | tar -x -C "$scratch/src"
 
     echo "== the wheel and the locked runtime requirements (uv.lock, with hashes)"
     (cd "$scratch/src" && "$uv" build --quiet --wheel --out-dir "$scratch/build/dist" .)
@@ -216,10 +212,22 @@ EOF
     echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --version"
 }
 
+head_commit() {
+    if [[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no) ]]; then
+        echo "build-image.sh: note: uncommitted changes are not in the image (it is built from HEAD)" >&2
+    fi
+    git -C "$ROOT" rev-parse HEAD
+}
+
 check() {
-    local a=$CACHE/check-a b=$CACHE/check-b da db
-    build_into "$a"
-    build_into "$b"
+    local a=$CACHE/check-a b=$CACHE/check-b da db commit started
+    commit=$(head_commit)
+    started=$SECONDS
+    build_into "$a" "$commit"
+    echo "first build in $((SECONDS - started)) s"
+    started=$SECONDS
+    build_into "$b" "$commit"
+    echo "second build in $((SECONDS - started)) s"
     da=$(digest_of "$a")
     db=$(digest_of "$b")
     if [[ $da == "$db" ]]; then
@@ -227,9 +235,30 @@ check() {
         rm -rf "$a" "$b"
         return 0
     fi
-    echo "NOT reproducible: $da != $db; the blobs that differ:"
-    diff <(cd "$a/blobs/sha256" && ls) <(cd "$b/blobs/sha256" && ls) || true
-    echo "(layouts kept in $a and $b; compare the layers with: diffoscope or tar -tvzf)"
+    echo "NOT reproducible: $da != $db; what differs:"
+    python3 - "$a" "$b" "$(reference)" <<'EOF'
+import gzip, hashlib, json, sys, tarfile
+def image(layout, ref):
+    index = json.load(open(f"{layout}/index.json"))
+    blob = lambda d: f"{layout}/blobs/{d.replace(':', '/')}"
+    desc = next(m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
+    manifest = json.load(open(blob(desc["digest"])))
+    config = json.load(open(blob(manifest["config"]["digest"])))
+    files = {}
+    for layer in manifest["layers"]:
+        with tarfile.open(blob(layer["digest"]), "r|gz") as tar:
+            for m in tar:
+                data = tar.extractfile(m).read() if m.isfile() else b""
+                files[m.name] = (m.mode, m.uid, m.gid, m.mtime, m.linkname, hashlib.sha256(data).hexdigest())
+    return config, files
+(ca, fa), (cb, fb) = image(sys.argv[1], sys.argv[3]), image(sys.argv[2], sys.argv[3])
+if ca != cb:
+    print("  the configs differ:", {k for k in ca.keys() | cb.keys() if ca.get(k) != cb.get(k)})
+for name in sorted(fa.keys() | fb.keys()):
+    if fa.get(name) != fb.get(name):
+        print(f"  {name}: {fa.get(name)} != {fb.get(name)}")
+EOF
+    echo "(layouts kept in $a and $b)"
     return 1
 }
 
@@ -239,7 +268,7 @@ main() {
         build)
             preflight
             local started=$SECONDS
-            build_into "$LAYOUT.new"
+            build_into "$LAYOUT.new" "$(head_commit)"
             rm -rf "$LAYOUT"
             mv "$LAYOUT.new" "$LAYOUT"
             echo "built in $((SECONDS - started)) s"
