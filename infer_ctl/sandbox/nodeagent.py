@@ -107,7 +107,8 @@ A Pod of infer-ctl's own image (`ghcr.io/infer-ctl/infer-ctl`, the controller of
 Helm chart) is not a model server: it runs as the image's entrypoint, `infer-ctl <args>`, with its env, its
 ServiceAccount's token, its ConfigMap volumes, remapped ports and its HTTP probes (`controllerpod.py`; on the real
 control plane only, the emulator has no TokenRequest). Its output is in `pod_logs[(namespace, name)]`, its
-probes' local URLs in `pod_probes`.
+probes' local URLs in `pod_probes`. An entry of the user's image table that matches infer-ctl's image stands for
+that entrypoint: scripts/run-image.sh runs the image scripts/build-image.sh built, from its root filesystem.
 """
 
 from __future__ import annotations
