@@ -209,8 +209,9 @@ def _run_as(spec: dict[str, Any], container: dict[str, Any]) -> tuple[int, int] 
     """The container's runAsUser and runAsGroup (its securityContext's over the Pod's), or None."""
     pod, own = spec.get("securityContext") or {}, container.get("securityContext") or {}
     uid = own.get("runAsUser", pod.get("runAsUser"))
-    gid = own.get("runAsGroup", pod.get("runAsGroup", uid))
-    return None if uid is None else (int(uid), int(gid))
+    if uid is None:
+        return None
+    return int(uid), int(own.get("runAsGroup", pod.get("runAsGroup", uid)))
 
 
 def _hand_over(directory: Path, owner: tuple[int, int] | None) -> None:

@@ -70,7 +70,8 @@ def image() -> Image:
     descriptor = refs[REFERENCE]
     manifest = json.loads(blob(descriptor["digest"]).read_text())
     config = json.loads(blob(manifest["config"]["digest"]).read_text())
-    return Image(descriptor["digest"], descriptor["mediaType"], manifest, config, tuple(blob(layer["digest"]) for layer in manifest["layers"]))
+    layers = tuple(blob(layer["digest"]) for layer in manifest["layers"])
+    return Image(descriptor["digest"], descriptor["mediaType"], manifest, config, layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ def layer(image: Image) -> tuple[dict[str, Entry], dict[str, bytes]]:
 
 
 def test_the_image_is_tagged_with_the_reference_deploys_manifests_use_and_is_an_oci_image(image: Image) -> None:
-    assert REFERENCE == f"ghcr.io/infer-ctl/infer-ctl:{VERSION}"
+    assert f"ghcr.io/infer-ctl/infer-ctl:{VERSION}" == REFERENCE
     assert image.media_type == "application/vnd.oci.image.manifest.v1+json"  # the index's descriptor says so
     assert image.manifest["config"]["mediaType"] == "application/vnd.oci.image.config.v1+json"
     assert image.config["os"] == "linux" and image.config["architecture"] == "amd64"
