@@ -128,11 +128,17 @@ EOF
 
     echo "== the root filesystem (mmdebstrap $SUITE, python3) and the venv"
     # --mode=root: chroot as root; the result is a tarball (sorted names, mtimes clamped to SOURCE_DATE_EPOCH).
+    # The .debs are kept in the cache between builds (apt checks them against the mirror's signed indexes; the
+    # image's own apt cache is emptied by mmdebstrap's cleanup).
     mmdebstrap --quiet --mode=root --variant=essential --format=tar \
         --include=python3,python3-venv,libstdc++6,ca-certificates,tzdata \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --skip=essential/unlink \
+        --setup-hook="mkdir -p '$CACHE/debs' \"\$1\"/var/cache/apt/archives" \
+        --setup-hook="sync-in '$CACHE/debs' /var/cache/apt/archives/" \
+        --customize-hook="sync-out /var/cache/apt/archives '$CACHE/debs'" \
         --customize-hook="$scratch/customize.sh \"\$1\"" \
         "$SUITE" "$scratch/rootfs.tar" \
         "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main"
