@@ -215,7 +215,7 @@ manifest = json.load(open(blob(digest)))
 sys.stdout.write(open(blob(manifest["config"]["digest"])).read())
 EOF
     echo "unpacked $(reference) ($(digest_of "$LAYOUT")) into $BUNDLE: $(du -sb "$BUNDLE/rootfs" | cut -f1) bytes"
-    echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --version"
+    echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --help"
 }
 
 head_commit() {
