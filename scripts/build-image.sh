@@ -34,6 +34,8 @@ BUNDLE=$CACHE/bundle
 SCRATCH=
 trap 'if [[ -n $SCRATCH ]]; then rm -rf "$SCRATCH"; fi' EXIT
 
+stage() { echo "== [$(date -u +%H:%M:%S)] $*"; }
+
 die() { echo "build-image.sh: $*" >&2; exit 1; }
 
 version() {
@@ -75,10 +77,10 @@ build_into() {
     SCRATCH=$scratch  # removed on exit, failed or not
     mkdir -p "$scratch/src" "$scratch/build" "$CACHE/wheels"
 
-    echo "== the committed tree at $commit (SOURCE_DATE_EPOCH=$epoch, $created)"
+    stage "the committed tree at $commit (SOURCE_DATE_EPOCH=$epoch, $created)"
     git -C "$ROOT" archive --format=tar "$commit" | tar -x -C "$scratch/src"
 
-    echo "== the wheel and the locked runtime requirements (uv.lock, with hashes)"
+    stage "the wheel and the locked runtime requirements (uv.lock, with hashes)"
     (cd "$scratch/src" && "$uv" build --quiet --wheel --out-dir "$scratch/build/dist" .)
     (cd "$scratch/src" && "$uv" export --quiet --frozen --no-dev --no-emit-project --no-header \
         --format requirements.txt --output-file "$scratch/build/requirements.txt")
@@ -126,7 +128,7 @@ rm -f "\$root/etc/resolv.conf" "\$root/etc/hostname"
 EOF
     chmod +x "$scratch/customize.sh"
 
-    echo "== the root filesystem (mmdebstrap $SUITE, python3) and the venv"
+    stage "the root filesystem (mmdebstrap $SUITE, python3) and the venv"
     # --mode=root: chroot as root; the result is a tarball (sorted names, mtimes clamped to SOURCE_DATE_EPOCH).
     # The .debs are kept in the cache between builds (apt checks them against the mirror's signed indexes; the
     # image's own apt cache is emptied by mmdebstrap's cleanup).
@@ -143,7 +145,7 @@ EOF
         "$SUITE" "$scratch/rootfs.tar" \
         "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main"
 
-    echo "== the OCI image $ref"
+    stage "the OCI image $ref"
     rm -rf "$layout"
     mkdir -p "$(dirname "$layout")"
     umoci init --layout "$layout"
