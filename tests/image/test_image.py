@@ -208,3 +208,17 @@ def test_the_venv_holds_this_versions_wheel_and_exactly_the_dependencies_uv_lock
                       capture_output=True, check=False).returncode != 0:
         pytest.skip(f"the image's revision {revision} is not in this clone's history (built elsewhere?)")
     assert installed == _locked(revision, tmp_path)
+
+
+def test_the_scripts_name_the_missing_piece_and_the_command_that_makes_it(tmp_path: Path) -> None:
+    run = subprocess.run([str(ROOT / "scripts" / "run-image.sh"), "--bundle", str(tmp_path / "none"), "--", "--help"],
+                         capture_output=True, text=True, check=False)
+    expected = "needs root" if os.geteuid() != 0 else (f"no unpacked image in {tmp_path / 'none'} "
+                                                       "(rootfs/ and image-config.json): run scripts/build-image.sh")
+    assert run.returncode == 1 and expected in run.stderr, run.stderr
+    build = subprocess.run([str(ROOT / "scripts" / "build-image.sh"), "push"], capture_output=True, text=True,
+                           check=False)
+    assert build.returncode == 1 and "unknown action 'push' (build, unpack, check, info)" in build.stderr
+    info = subprocess.run([str(ROOT / "scripts" / "build-image.sh"), "info"], capture_output=True, text=True,
+                          check=False, env={**os.environ, "INFER_CTL_IMAGE_CACHE": str(tmp_path)})
+    assert info.returncode == 1 and f"no image in {tmp_path / 'oci'}: run scripts/build-image.sh" in info.stderr
