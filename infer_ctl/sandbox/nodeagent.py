@@ -447,6 +447,9 @@ class NodeAgent:
         self._images = self.image_table or images.ImageTable.with_builtins(python=self.python)
         if self.node_root is None:
             self.node_root, self._own_root = Path(tempfile.mkdtemp(prefix="infer-ctl-nodes-")), True
+            # enterable by every user, as a node's /var/lib is: a Pod run as its runAsUser (scripts/run-image.sh)
+            # reads its hostPath volumes here
+            self.node_root.chmod(0o755)
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
         for name, keys in self._cache.items():
             for key in keys:

@@ -3,7 +3,8 @@ to the built reference (ghcr.io/infer-ctl/infer-ctl:<version>), and an image tab
 reference to scripts/run-image.sh, so the node agent runs the Pod's container from the image's unpacked root
 filesystem (chroot, read-only, as the image's user) instead of the installed package. The controller reconciles
 deploy/examples/llm-8b.yaml (tests/realcluster/test_deploy.py's scenario), and the process behind the Pod is
-the image's: its root directory is the bundle's rootfs, its interpreter the image's python, its user 65532.
+the image's: its root directory is the bundle's rootfs, its interpreter the image's python, its user 65532; so are
+the node cache reporters of deploy/'s DaemonSet (the same image), one per node.
 
 Needs the image built and unpacked (`scripts/build-image.sh && scripts/build-image.sh unpack`, about 3 minutes
 cold) and root (chroot and mount); skips without them, saying so.
@@ -19,7 +20,7 @@ import pytest
 
 from infer_ctl.config.cluster import load_cluster
 from infer_ctl.config.policies import load_policies
-from infer_ctl.kube.client import PODS, PRIORITY_CLASSES, KubeClient
+from infer_ctl.kube.client import NODES, PODS, PRIORITY_CLASSES, KubeClient
 from infer_ctl.sandbox.images import ImageEntry, ImageTable
 from infer_ctl.sandbox.kubesandbox import KubeSandbox, kube_sandbox_in_thread
 from tests.image.test_image import CACHE, REFERENCE
@@ -41,8 +42,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSandbox]:
     topology = load_cluster(ROOT / "deploy" / "sandbox" / "small.yaml", policies.catalog)
     table = ImageTable.with_builtins([ImageEntry(REFERENCE, (str(RUNNER), "--bundle", str(BUNDLE), "--read-only",
                                                              "--"))])
+    # deploy/'s node cache reporter DaemonSet (the same image) runs from the image too: the sandbox waits for every
+    # node's first record, which the reporter writes after reading its hostPath as the image's user
     with kube_sandbox_in_thread(topology, policies.catalog, workdir=tmp_path_factory.mktemp("image"), images=table,
-                                node_cache_reporter=False) as s:
+                                node_cache_reporter=True) as s:
         yield s
 
 
@@ -57,6 +60,14 @@ def images_processes(rootfs: Path) -> list[int]:
             except OSError:  # gone, or a kernel thread
                 continue
     return out
+
+
+def topology_nodes(sandbox: KubeSandbox) -> list[str]:
+    kube = KubeClient.from_config(str(sandbox.local.kubeconfig))
+    try:
+        return [n["metadata"]["name"] for n in kube.list(NODES)]
+    finally:
+        kube.close()
 
 
 def test_the_controller_that_reconciles_is_the_images_own_process_as_its_user(sandbox: KubeSandbox) -> None:
@@ -80,13 +91,15 @@ def test_the_controller_that_reconciles_is_the_images_own_process_as_its_user(sa
         pids = images_processes(rootfs)
         commands = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids}
         controllers = [pid for pid, argv in commands.items() if b"controller" in argv]
-        assert controllers, f"no process runs from {rootfs}: {commands}"
-        for pid in controllers:
+        reporters = [pid for pid, argv in commands.items() if b"node-cache-reporter" in argv]
+        assert controllers, f"no controller runs from {rootfs}: {commands}"
+        assert len(reporters) == len(topology_nodes(sandbox)), f"node cache reporters from {rootfs}: {reporters}"
+        for pid in controllers + reporters:
             status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
             assert status["Uid"].split()[:2] == ["65532", "65532"], status["Uid"]
             executable = os.readlink(f"/proc/{pid}/exe")
             assert executable.startswith(str(rootfs)) and "python3" in executable, executable
-            print(f"the controller: pid {pid}, root {rootfs}, {executable}, uid 65532: "
+            print(f"from the image: pid {pid}, root {rootfs}, {executable}, uid 65532: "
                   f"{b' '.join(commands[pid][:3]).decode()} ...")
     finally:
         kube.close()
