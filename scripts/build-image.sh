@@ -9,6 +9,7 @@
 #   scripts/build-image.sh unpack    unpack the built image into an OCI runtime bundle (rootfs/ + config.json),
 #                                    what scripts/run-image.sh runs
 #   scripts/build-image.sh check     build twice into two fresh layouts and compare the manifests' digests
+#                                    (when they match, the first becomes the cache's image)
 #   scripts/build-image.sh info      print the reference, digest and sizes of the built image
 #
 # Environment: INFER_CTL_IMAGE_CACHE (default ~/.cache/infer-ctl/image), INFER_CTL_IMAGE_MIRROR (default
@@ -81,7 +82,8 @@ build_into() {
     git -C "$ROOT" archive --format=tar "$commit" | tar -x -C "$scratch/src"
 
     stage "the wheel and the locked runtime requirements (uv.lock, with hashes)"
-    (cd "$scratch/src" && "$uv" build --quiet --wheel --out-dir "$scratch/build/dist" .)
+    # the tree has no .git: setup.py records the commit it is told (`infer-ctl --version`, infer_ctl_build_info)
+    (cd "$scratch/src" && INFER_CTL_BUILD_COMMIT=$commit "$uv" build --quiet --wheel --out-dir "$scratch/build/dist" .)
     (cd "$scratch/src" && "$uv" export --quiet --frozen --no-dev --no-emit-project --no-header \
         --format requirements.txt --output-file "$scratch/build/requirements.txt")
     local wheel
@@ -118,7 +120,7 @@ in_root /opt/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels --
 in_root /opt/venv/bin/pip install --quiet --no-index --require-hashes --no-deps -r /tmp/build/project.txt
 in_root /opt/venv/bin/pip check
 # the entrypoint starts (numpy's and scipy's wheels need the system's libstdc++), writing nothing
-in_root /usr/bin/env PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/infer-ctl --help > /dev/null
+in_root /usr/bin/env PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/infer-ctl --version
 in_root /usr/bin/env PYTHONDONTWRITEBYTECODE=1 /opt/venv/bin/python -c 'import statsmodels.tsa.holtwinters, kopf'
 # the installer goes: the controller needs neither pip nor setuptools at run time
 in_root /opt/venv/bin/python -m pip uninstall --quiet --yes pip setuptools
@@ -217,7 +219,7 @@ manifest = json.load(open(blob(digest)))
 sys.stdout.write(open(blob(manifest["config"]["digest"])).read())
 EOF
     echo "unpacked $(reference) ($(digest_of "$LAYOUT")) into $BUNDLE: $(du -sb "$BUNDLE/rootfs" | cut -f1) bytes"
-    echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --help"
+    echo "run it: scripts/run-image.sh --bundle $BUNDLE -- --version"
 }
 
 head_commit() {
@@ -240,7 +242,10 @@ check() {
     db=$(digest_of "$b")
     if [[ $da == "$db" ]]; then
         echo "reproducible: both builds are $da"
-        rm -rf "$a" "$b"
+        # the first build becomes the cache's image (what `unpack` and the tests read)
+        rm -rf "$b" "$LAYOUT"
+        mv "$a" "$LAYOUT"
+        info
         return 0
     fi
     echo "NOT reproducible: $da != $db; what differs:"
@@ -285,7 +290,7 @@ main() {
         unpack) unpack ;;
         check) preflight; check ;;
         info) info ;;
-        -h|--help|help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' ;;
+        -h|--help|help) sed -n '2,/^set /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
         *) die "unknown action '$action' (build, unpack, check, info)" ;;
     esac
 }

@@ -86,7 +86,8 @@ class Entry:
 @pytest.fixture(scope="module")
 def layer(image: Image) -> tuple[dict[str, Entry], dict[str, bytes]]:
     """Every entry of the image's layer(s), and the contents of the few files the tests read."""
-    wanted = re.compile(r"(etc/passwd|etc/group|opt/venv/lib/python3\.\d+/site-packages/[^/]+\.dist-info/METADATA)$")
+    wanted = re.compile(r"(etc/passwd|etc/group|opt/venv/lib/python3\.\d+/site-packages/([^/]+\.dist-info/METADATA"
+                        r"|infer_ctl/BUILD_COMMIT))$")
     entries: dict[str, Entry] = {}
     contents: dict[str, bytes] = {}
     for path in image.layers:
@@ -196,7 +197,7 @@ def _installed(contents: dict[str, bytes]) -> Iterator[tuple[str, str]]:
             yield _normal(headers["Name"]), headers["Version"]
 
 
-def test_the_venv_holds_this_versions_wheel_and_exactly_the_dependencies_uv_lock_pins(
+def test_the_venv_holds_this_versions_wheel_built_from_its_commit_and_exactly_the_dependencies_uv_lock_pins(
         image: Image, layer: tuple[dict[str, Entry], dict[str, bytes]], tmp_path: Path) -> None:
     if not UV.exists():
         pytest.skip(f"no uv at {UV} (set UV=): it exports the lock to compare with")
@@ -204,6 +205,9 @@ def test_the_venv_holds_this_versions_wheel_and_exactly_the_dependencies_uv_lock
     installed = dict(_installed(contents))
     assert installed.pop("infer-ctl") == VERSION
     revision = image.labels["org.opencontainers.image.revision"]
+    # what `infer-ctl --version` and infer_ctl_build_info say inside the image: the commit it was built from
+    [commit] = [data.decode().strip() for name, data in contents.items() if name.endswith("infer_ctl/BUILD_COMMIT")]
+    assert commit == revision
     if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{revision}^{{commit}}"],
                       capture_output=True, check=False).returncode != 0:
         pytest.skip(f"the image's revision {revision} is not in this clone's history (built elsewhere?)")
