@@ -190,10 +190,10 @@ def write_timeline(rows: list[TimelineRow], path: str | Path) -> None:
 def plot_timeline(rows: list[TimelineRow], path: str | Path, title: str) -> None:
     """A PNG: request rate (target, sent, answered and failed by the second they completed) above latency (p50,
     p95, p99 of the requests due in each second, and send-lag p99)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 -- the optional `plot` extra
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 -- the optional `plot` extra, after the backend
 
     t = [r.t_s for r in rows]
     fig, (ax_rate, ax_lat) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, constrained_layout=True)

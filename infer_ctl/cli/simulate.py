@@ -98,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
         require("plot", "--plot")
 
     from infer_ctl.core.errors import SpecError
+    from infer_ctl.sim.catalogue import parse_policy_names
     from infer_ctl.sim.service import default_settings, settings_from_manifest
-    from infer_ctl.sim.suite import parse_policy_names, run_policies
+    from infer_ctl.sim.suite import run_policies
     from infer_ctl.sim.trace import Trace, TraceError, load_trace, step_profile
 
     try:

@@ -740,7 +740,8 @@ class HoltWinters:
         return 2 * self.season_s + self.season_step_s
 
     def fit(self, history: RateSeries, horizon_steps: int, quantile: float) -> Fitted:
-        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+        # statsmodels takes seconds to import: only a seasonal fit pays for it, not `infer-ctl validate` or a cycle
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing  # noqa: PLC0415 -- start-up time
 
         agg = _agg_factor(history.step_s, self.season_step_s)
         coarse_step_s = agg * history.step_s

@@ -33,6 +33,7 @@ import aiohttp.web
 import yaml
 
 from infer_ctl.sandbox import conversion, openapi, tables
+from infer_ctl.sandbox import patch as patching
 from infer_ctl.sandbox.faultproxy import Fault, status_body
 from infer_ctl.sandbox.resources import ResourceType
 from infer_ctl.sandbox.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -426,8 +427,6 @@ class SandboxApiServer:
             return _json(self.store.scale_of(rt, self.store.get(rt, ns, name)))
         if method == "PUT":
             return _json(self.store.update_scale(rt, ns, name, self._body(request), check_rv=True))
-        from infer_ctl.sandbox import patch as patching
-
         raw = request.raw
         current = self.store.scale_of(rt, self.store.get(rt, ns, name))
         body = self._body(request)

@@ -25,10 +25,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import httpx
 import numpy as np
 
+from infer_ctl.config.cluster import load_cluster
+from infer_ctl.config.policies import load_policies
 from infer_ctl.paths import data_path
+from infer_ctl.sandbox.scheduler import Scheduler
+from infer_ctl.sandbox.store import Store
+from infer_ctl.sandbox.testing import pod
 
 NS = "/api/v1/namespaces/default"
 
@@ -94,8 +100,6 @@ def bench_pods(url: str, count: int = 100) -> None:
 async def _api(url: str, rate_rps: float, duration_s: float) -> None:
     # aiohttp rather than httpx as the load generator: httpx's async client costs several ms of CPU per request,
     # which on two shared cores made the generator, not the server, the bottleneck.
-    import aiohttp
-
     connector = aiohttp.TCPConnector(limit=64)
     async with aiohttp.ClientSession(base_url=url, connector=connector) as http:
         for i in range(50):
@@ -174,12 +178,6 @@ async def _watch(url: str, writes: int, rate_rps: float) -> None:
 
 
 def bench_dra() -> None:
-    from infer_ctl.config.cluster import load_cluster
-    from infer_ctl.config.policies import load_policies
-    from infer_ctl.sandbox.scheduler import Scheduler
-    from infer_ctl.sandbox.store import Store
-    from infer_ctl.sandbox.testing import pod
-
     store = Store()
     for obj in load_cluster(data_path("deploy/sandbox/large.yaml"), load_policies().catalog).objects():
         store.create(store.type_for_kind(obj["apiVersion"], obj["kind"]), None, obj, keep_status=True)

@@ -20,11 +20,16 @@ installed package, with what kubelet would give the container:
   (`failureThreshold` in a row) restart the process, as kubelet does (restartCount, a back-off).
 
 Its output (the JSON log lines with `--log-format json`) goes to `<workdir>/<namespace>_<pod>.log`.
+
+An entry of the user's image table (`sandbox up --images FILE`) that matches the image replaces that entrypoint by
+its command, the container's args appended: scripts/run-image.sh runs the image built by scripts/build-image.sh
+from its unpacked root filesystem, so that the controller that runs is the image's (docs/image.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
@@ -33,7 +38,7 @@ import signal
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,8 +117,8 @@ def _token_kubeconfig(client: KubeClient, namespace: str, account: str, path: Pa
     answer = client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body=body)
     c = client.configuration
     cluster: dict[str, Any] = {"server": c.host}
-    if c.ssl_ca_cert:
-        cluster["certificate-authority"] = c.ssl_ca_cert
+    if c.ssl_ca_cert:  # inlined, as a Pod gets ca.crt in its token's volume (not a path of the host's)
+        cluster["certificate-authority-data"] = base64.b64encode(Path(c.ssl_ca_cert).read_bytes()).decode()
     else:
         cluster["insecure-skip-tls-verify"] = True
     user = f"system:serviceaccount:{namespace}:{account}"
@@ -138,9 +143,11 @@ _FIELD_REFS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("me
 
 
 def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
-            host_path: Callable[[str], Path] | None = None) -> Prepared:
+            host_path: Callable[[str], Path] | None = None, command: Sequence[str] | None = None) -> Prepared:
     """What the container would get (see the module's docstring), blocking (run it in a thread). `host_path`: where
-    a hostPath of the Pod's node is on this machine (None: hostPath volumes are empty directories)."""
+    a hostPath of the Pod's node is on this machine (None: hostPath volumes are empty directories). `command`: what
+    stands for the image's entrypoint (None: the installed package's `infer-ctl`); an image table entry of the
+    user's gives it, e.g. scripts/run-image.sh, which runs the built image's own entrypoint from its root filesystem."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     spec = pod.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
@@ -193,7 +200,31 @@ def prepare(client: KubeClient, pod: dict[str, Any], workdir: Path,
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "PYTHONPATH")}
     full_env = {**base, **env, "KUBECONFIG": str(kubeconfig), "TMPDIR": mounts.get("/tmp", str(directory)),
                 "POD_NAME": name, "POD_NAMESPACE": namespace}
-    return Prepared(entrypoint() + args, full_env, ports, container, directory)
+    _hand_over(directory, _run_as(spec, container))
+    head = list(command) if command is not None else entrypoint()
+    return Prepared(head + args, full_env, ports, container, directory)
+
+
+def _run_as(spec: dict[str, Any], container: dict[str, Any]) -> tuple[int, int] | None:
+    """The container's runAsUser and runAsGroup (its securityContext's over the Pod's), or None."""
+    pod, own = spec.get("securityContext") or {}, container.get("securityContext") or {}
+    uid = own.get("runAsUser", pod.get("runAsUser"))
+    if uid is None:
+        return None
+    return int(uid), int(own.get("runAsGroup", pod.get("runAsGroup", uid)))
+
+
+def _hand_over(directory: Path, owner: tuple[int, int] | None) -> None:
+    """As kubelet makes a Pod's token and volumes readable by its runAsUser: the Pod's directory (kubeconfig,
+    ConfigMap and emptyDir volumes) owned by that user and its parent traversable, when this agent runs as root.
+    The installed package runs as the agent's own user and reads them anyway; an image run from its root
+    filesystem as its own user (scripts/run-image.sh) needs it."""
+    if owner is None or os.geteuid() != 0:
+        return
+    parent = directory.parent
+    parent.chmod(parent.stat().st_mode | 0o111)
+    for path in (directory, *directory.rglob("*")):
+        os.chown(path, *owner, follow_symlinks=False)
 
 
 @dataclass(eq=False)

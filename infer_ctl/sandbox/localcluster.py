@@ -26,6 +26,7 @@ forked: start the cluster from a thread that lives as long as it, such as the ma
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import ctypes
 import json
@@ -432,8 +433,6 @@ class LocalCluster:
             return False
 
     def _write_kubeconfig(self, path: Path, token: str, user: str) -> None:
-        import base64
-
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "infer-ctl-local",
             "clusters": [{"name": "infer-ctl-local", "cluster": {

@@ -107,7 +107,8 @@ A Pod of infer-ctl's own image (`ghcr.io/infer-ctl/infer-ctl`, the controller of
 Helm chart) is not a model server: it runs as the image's entrypoint, `infer-ctl <args>`, with its env, its
 ServiceAccount's token, its ConfigMap volumes, remapped ports and its HTTP probes (`controllerpod.py`; on the real
 control plane only, the emulator has no TokenRequest). Its output is in `pod_logs[(namespace, name)]`, its
-probes' local URLs in `pod_probes`.
+probes' local URLs in `pod_probes`. An entry of the user's image table that matches infer-ctl's image stands for
+that entrypoint: scripts/run-image.sh runs the image scripts/build-image.sh built, from its root filesystem.
 """
 
 from __future__ import annotations
@@ -446,6 +447,9 @@ class NodeAgent:
         self._images = self.image_table or images.ImageTable.with_builtins(python=self.python)
         if self.node_root is None:
             self.node_root, self._own_root = Path(tempfile.mkdtemp(prefix="infer-ctl-nodes-")), True
+            # enterable by every user, as a node's /var/lib is: a Pod run as its runAsUser (scripts/run-image.sh)
+            # reads its hostPath volumes here
+            self.node_root.chmod(0o755)
         self._cache = {name: set(node.model_cache) for name, node in self.nodes.items()}
         for name, keys in self._cache.items():
             for key in keys:
@@ -1003,10 +1007,13 @@ class NodeAgent:
         log_path = self._workdir / f"{running.namespace}_{running.name}.log"
         self.pod_logs[(running.namespace, running.name)] = log_path
         backoff_s = 1.0
+        image = str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", ""))
+        entry = self._images.match(image)  # a user's entry for infer-ctl's image: e.g. the built image's rootfs
+        command = entry.command if entry is not None else None
         while not running.stopping:
             try:
                 prepared = await asyncio.to_thread(controllerpod.prepare, client, pod, self._workdir,
-                                                   lambda path: self.node_path(running.node, path))
+                                                   lambda path: self.node_path(running.node, path), command)
             except (KubeError, OSError) as e:
                 self._event(running, "Failed", f"Error: {e}")
                 await asyncio.sleep(backoff_s)

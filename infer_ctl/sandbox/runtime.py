@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infer_ctl.config.cluster import Cluster
+from infer_ctl.config.cluster import Cluster, load_cluster
+from infer_ctl.config.policies import load_policies
 from infer_ctl.core.policy import AcceleratorCatalog
 from infer_ctl.kube.modelcache import DEFAULT_NAMESPACE as NODE_CACHE_NAMESPACE
 from infer_ctl.sandbox.apiserver import ApiServerSite, SandboxApiServer
@@ -125,8 +126,5 @@ def sandbox_in_thread(cluster: Cluster, catalog: AcceleratorCatalog, **kwargs: o
 
 
 def load(cluster_file: Path, policies_dir: Path | None = None) -> tuple[Cluster, AcceleratorCatalog]:
-    from infer_ctl.config.cluster import load_cluster
-    from infer_ctl.config.policies import load_policies
-
     catalog = load_policies(policies_dir).catalog
     return load_cluster(cluster_file, catalog), catalog

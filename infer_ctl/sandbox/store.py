@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infer_ctl.core.errors import FieldError
+from infer_ctl.kube import crd as crds
 from infer_ctl.sandbox import conversion
 from infer_ctl.sandbox import patch as patching
 from infer_ctl.sandbox.resources import BUILTIN_TYPES, ResourceType, crd_version_schema, types_from_crd
@@ -335,8 +336,6 @@ class Store:
 
     def _admit_custom(self, rt: ResourceType, obj: Obj, old: Obj | None,
                       field_validation: str) -> tuple[list[FieldError], list[str]]:
-        from infer_ctl.kube import crd as crds
-
         assert rt.crd is not None
         schema = crd_version_schema(rt.crd, rt.version)
         errors = validate_metadata(obj)

@@ -34,7 +34,7 @@ the cheapest peak-hold rule tuned in hindsight to reach 99 %, where the scenario
 its sleepers' host-memory GiB-hours. The targets are judged for infer-ctl and for infer-ctl+tiers; on bank_calls,
 infer-ctl+tiers must also be no worse than infer-ctl.
 
-`fleet` (in `--scenarios` by default): `--fleet-services` services of `infer_ctl.sim.fleet.fleet_recipe` over
+`fleet` (in `--scenarios` by default): `--fleet-services` services of `infer_ctl.sim.recipe.fleet_recipe` over
 `--fleet-hours` on one cluster of finite GPUs (sized as `bench_fleet --nodes auto`), every policy over the whole
 fleet, the same targets on the fleet's SLO attainment (`infer_ctl.sim.bench_fleet` prints the recipe and more
 columns).
@@ -65,29 +65,22 @@ from infer_ctl.sim.bench_fleet import auto_nodes
 from infer_ctl.sim.bench_fleet import run_policies as fleet_policies
 from infer_ctl.sim.bench_fleet import table as fleet_table
 from infer_ctl.sim.calibrate import objective_report
-from infer_ctl.sim.fleet import ClusterSpec, build_fleet, fleet_recipe, service_settings
+from infer_ctl.sim.catalogue import POLICY_NAMES, START_PROTOCOLS, initial_replicas, parse_policy_names, parse_presets
+from infer_ctl.sim.cluster import ClusterSpec
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.options import jobs_option
 from infer_ctl.sim.plot import plot_results
+from infer_ctl.sim.recipe import build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.reference import (
     HindsightBest,
     best_peak_hold_in_hindsight,
     cheapest_constant_fleet,
     fleet_oracle_demand,
 )
-from infer_ctl.sim.run import SimConfig, SimResult, arrivals_per_tick, simulate
-from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import (
-    POLICY_NAMES,
-    START_PROTOCOLS,
-    PolicyRun,
-    ScenarioSettings,
-    initial_replicas,
-    parse_policy_names,
-    parse_presets,
-    run_grid,
-    with_preset,
-)
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import ScenarioSettings, default_settings, with_preset
+from infer_ctl.sim.suite import PolicyRun, run_grid
+from infer_ctl.sim.tick import SimConfig, SimResult, arrivals_per_tick
 from infer_ctl.sim.trace import Trace, load_trace, step_profile
 
 
@@ -511,7 +504,7 @@ def _run_scenario(args: argparse.Namespace, scenario: Scenario, *, start: str, c
 
 
 def _run_fleet(args: argparse.Namespace) -> None:
-    """The fleet (`infer_ctl.sim.fleet.fleet_recipe`: `--fleet-services` services of the shared traces over
+    """The fleet (`infer_ctl.sim.recipe.fleet_recipe`: `--fleet-services` services of the shared traces over
     `--fleet-hours` on one cluster, sized as `bench_fleet --nodes auto`), every policy over all of it, and the
     targets on the fleet's SLO attainment (the services' stated objective, 99 %)."""
     t0 = time.perf_counter()

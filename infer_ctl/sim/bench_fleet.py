@@ -6,11 +6,11 @@
         [--overloads]
         [--placement controller|scheduler]
 
-The fleet is `infer_ctl.sim.fleet.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
+The fleet is `infer_ctl.sim.recipe.fleet_recipe` over the shared traces (`--azure`, `--bank`): its recipe (trace,
 offset, scale, seed and model of every service) is printed first. Each policy runs over the whole fleet at once
 (one run per policy: every service under that policy, all competing for the same GPUs), infer-ctl through the
 controller's `plan_cycle` per service, the peers' autoscalers as ported in `infer_ctl.sim.policies`, the oracle
-with each service's own hindsight schedule. Every service starts warm (`suite.initial_replicas`) with no history.
+with each service's own hindsight schedule. Every service starts warm (`catalogue.initial_replicas`) with no history.
 infer-ctl's new replicas are placed by the controller's placement (`infer_ctl.sim.placing`: its plugins on a
 snapshot of the cluster, each replica pinned; its surplus ranked by its removal costs), the other policies' by the
 simulator's scheduler rule (best fit); `--placement scheduler` puts infer-ctl's there too.
@@ -68,21 +68,17 @@ import numpy as np
 
 from infer_ctl.core.api import Preset
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.fleet import (
-    GIB,
-    ClusterSpec,
-    FleetResult,
-    FleetService,
-    build_fleet,
-    fleet_recipe,
-    run_fleet,
-    service_settings,
-)
+from infer_ctl.sim.catalogue import parse_policy_names, parse_presets
+from infer_ctl.sim.cluster import GIB, ClusterSpec
+from infer_ctl.sim.fleet import FleetResult
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.options import jobs_option
+from infer_ctl.sim.recipe import build_fleet, fleet_recipe, service_settings
 from infer_ctl.sim.reference import fleet_oracle_demand
-from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import ScenarioSettings, parse_policy_names, parse_presets, with_preset, with_prewarm
+from infer_ctl.sim.service import ScenarioSettings, with_preset, with_prewarm
+from infer_ctl.sim.suite import run_fleet
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.trace import load_trace
 from infer_ctl.sim.warm import DEFAULT_PHYSICS, TierPhysics
 

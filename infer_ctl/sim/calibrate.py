@@ -44,9 +44,9 @@ import numpy as np
 from infer_ctl.config.policies import load_policies
 from infer_ctl.core.api import Preset
 from infer_ctl.core.policy import Aim, check_aims
-from infer_ctl.sim.run import SimResult
-from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import ScenarioSettings, run_policies
+from infer_ctl.sim.service import ScenarioSettings, default_settings
+from infer_ctl.sim.suite import run_policies
+from infer_ctl.sim.tick import SimResult
 from infer_ctl.sim.trace import Trace, load_trace
 
 WEEK_BUCKETS_5MIN = 7 * 288

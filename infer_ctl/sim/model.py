@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -99,8 +100,6 @@ class ServiceModel:
 
     def cold_start_quantile_s(self, q: float) -> float:
         """Quantile of the uncached cold start (the lognormal's, within the clip)."""
-        from statistics import NormalDist
-
         return self.cold_start_s * min(2.0, math.exp(self.cold_start_sigma * NormalDist().inv_cdf(q)))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.run import SimResult
+from infer_ctl.sim.tick import SimResult
 
 _MAX_POINTS = 4000
 
@@ -26,10 +26,10 @@ def _thin(x: FloatArray, y: FloatArray, how: str = "max") -> tuple[FloatArray, F
 
 
 def plot_results(results: Sequence[SimResult], path: Path, title: str, capacity_rps: float) -> None:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 -- the optional `plot` extra: only `--plot` needs it
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # no display; before pyplot is imported
+    import matplotlib.pyplot as plt  # noqa: PLC0415 -- the optional `plot` extra, after the backend is chosen
 
     if not results:
         raise ValueError("nothing to plot")

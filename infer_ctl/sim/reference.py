@@ -23,7 +23,7 @@ The search grid (`PEAK_HOLD_GRID`): k from 1 to 10 in steps of 0.25, W of 2, 5, 
 both pipelines: 518 simulations, a few seconds on a trace of an hour at a 5 s tick.
 
 For a fleet (`infer_ctl.sim.fleet`) the oracle is each service's own hindsight sizing (`policies.oracle_schedule`,
-as `suite.build_policy` makes it), run on the same finite cluster as every other policy (`fleet.run_fleet`):
+as `catalogue.build_policy` makes it), run on the same finite cluster as every other policy (`suite.run_fleet`):
 where the cluster cannot hold what the oracles want at once, their replicas wait Pending like anyone's.
 `fleet_oracle_demand` is what those schedules would hold on an unlimited cluster, per tick: its peak says whether
 a cluster constrains the oracle at all, and sizes a cluster for it.
@@ -38,11 +38,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infer_ctl.forecast.series import FloatArray
-from infer_ctl.sim.fleet import GIB, FleetService, device_bytes
+from infer_ctl.sim.autoscaler import Observation, Pipeline
+from infer_ctl.sim.catalogue import build_policy
+from infer_ctl.sim.cluster import GIB, device_bytes
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import Observation, Oracle, Pipeline
-from infer_ctl.sim.run import SimConfig, SimResult, simulate
-from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.policies import Oracle
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.tick import SimConfig, SimResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,111 @@
-"""The simulated service from an InferenceService manifest (and the scaling presets), or from defaults."""
+"""The simulated service: its settings (`ScenarioSettings`: the service model and the scaling knobs infer-ctl's
+spec is given), the InferenceService infer-ctl runs for them, and the settings from an InferenceService manifest
+(and the scaling presets), or from defaults."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from infer_ctl.config.policies import load_policies
+from infer_ctl.core import api
+from infer_ctl.core.api import ForecastMethod, Seasonality
 from infer_ctl.core.errors import FieldError, SpecError
 from infer_ctl.core.parse import parse_inference_service
-from infer_ctl.core.policy import ScalingPolicy, effective_scaling
+from infer_ctl.core.policy import Policies, ScalingPolicy, effective_scaling
+from infer_ctl.engine.cycle import (
+    CyclePolicies,
+)
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.suite import ScenarioSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSettings:
+    model: ServiceModel
+    quantile: float = 0.95
+    standby_replicas: int = 0
+    scale_down_stabilization_s: float = 300.0
+    control_period_s: float = 10.0
+    scale_to_zero: bool = True  # for the policies that can (infer-ctl, KPA, KEDA, Ray Serve) when min is 0
+    forecast_method: ForecastMethod = ForecastMethod.AUTO
+    seasonality: Seasonality = Seasonality.AUTO
+    # the InferenceService manifest the scenario came from (`infer-ctl simulate --service`): infer-ctl runs its
+    # spec, with the fields above written over it
+    manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+
+
+def scenario_manifest(settings: ScenarioSettings) -> dict[str, Any]:
+    """The InferenceService infer-ctl runs in the simulator: the scenario's manifest (or a minimal one), with the
+    scenario's capacity, bounds, cold-start hint, SLO and scaling settings written into its spec."""
+    m = settings.model
+    zero_ok = settings.scale_to_zero and m.min_replicas == 0
+    base: dict[str, Any] = copy.deepcopy(dict(settings.manifest)) if settings.manifest is not None else {
+        "apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "sim", "namespace": "sim"},
+        "spec": {"model": {"name": "sim", "parameters": "8B"}, "runtime": {"image": "sim"}}}
+    spec = base.setdefault("spec", {})
+    spec.setdefault("runtime", {})["coldStartSeconds"] = round(m.cold_start_s)  # whole seconds in the API
+    spec.setdefault("accelerator", {}).update({"products": [m.accelerator], "count": m.gpus_per_replica})
+    scaling = spec.setdefault("scaling", {})
+    scaling.update({"minReplicas": m.min_replicas if zero_ok else max(1, m.min_replicas),
+                    "maxReplicas": m.max_replicas, "targetRequestsPerReplica": m.target_rps_per_replica,
+                    "scaleDownStabilizationSeconds": round(settings.scale_down_stabilization_s)})
+    scaling.setdefault("forecast", {}).update({"quantile": settings.quantile, "method": str(settings.forecast_method),
+                                               "seasonality": str(settings.seasonality)})
+    scaling.setdefault("prewarm", {})["standbyReplicas"] = settings.standby_replicas
+    scaling.setdefault("scaleToZero", {})["enabled"] = zero_ok
+    spec.setdefault("slo", {})["latencyP95Ms"] = round(m.slo_latency_s * 1000)
+    return base
+
+
+def scenario_service(settings: ScenarioSettings) -> api.InferenceService:
+    """The scenario's InferenceService through the controller's own parser."""
+    return parse_inference_service(scenario_manifest(settings))
+
+
+def scenario_policies(settings: ScenarioSettings, policies: Policies | None = None) -> CyclePolicies:
+    """The policy files (`policies/`) with the scenario's control period, as the controller would run them with
+    the default metric pipeline (Prometheus) and no placement."""
+    base = policies or load_policies()
+    scaling = replace(base.scaling, control_period_s=settings.control_period_s)
+    return CyclePolicies(replace(base, scaling=scaling), metric_source="prometheus")
+
+
+def with_preset(settings: ScenarioSettings, preset: api.Preset) -> ScenarioSettings:
+    """The scenario's service on a scaling preset of `policies/scaling.yaml` (quantile, standby, stabilization)."""
+    p = load_policies().scaling.presets[preset]
+    return replace(settings, quantile=p.quantile, standby_replicas=p.standby_replicas,
+                   scale_down_stabilization_s=p.scale_down_stabilization_s)
+
+
+def with_prewarm(settings: ScenarioSettings, **fields: Any) -> ScenarioSettings:
+    """The settings with `fields` set in its InferenceService's `spec.scaling.prewarm`."""
+    manifest = copy.deepcopy(dict(settings.manifest or {}))
+    manifest["spec"].setdefault("scaling", {}).setdefault("prewarm", {}).update(fields)
+    return replace(settings, manifest=manifest)
+
+
+def tiered_service(settings: ScenarioSettings, *, sleep: bool = True, node_cache: bool = True
+                   ) -> api.InferenceService:
+    """The scenario's InferenceService with the sleeping and the cached tiers on (`spec.scaling.prewarm.sleep`,
+    `.nodeCache`), or one of them."""
+    manifest = scenario_manifest(settings)
+    manifest["spec"]["scaling"]["prewarm"].update({"sleep": sleep, "nodeCache": node_cache})
+    return parse_inference_service(manifest)
+
+
+def aimed_service(settings: ScenarioSettings) -> api.InferenceService:
+    """The scenario's InferenceService with its objective stated (99 %, the targets') and the quantile and the
+    stabilization left to the aim: what `adaptAim` moves (a spec that states them keeps them)."""
+    manifest = scenario_manifest(settings)
+    del manifest["spec"]["scaling"]["forecast"]["quantile"]
+    del manifest["spec"]["scaling"]["scaleDownStabilizationSeconds"]
+    manifest["spec"]["slo"]["attainment"] = 0.99
+    return parse_inference_service(manifest)
 
 
 def default_settings(cold_start_s: float | None = None) -> ScenarioSettings:

@@ -3,6 +3,8 @@ tests/realcluster/test_deploy.py runs it end to end."""
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -82,3 +84,34 @@ def test_a_field_the_sandbox_cannot_resolve_is_a_container_config_error(tmp_path
     client: Any = _TokenClient()
     with pytest.raises(KubeError, match=r"env IP: fieldRef 'status\.podIP' is not one the sandbox resolves"):
         prepare(client, pod, tmp_path)
+
+
+def test_a_user_entry_for_the_image_stands_for_its_entrypoint_and_the_containers_args_follow(tmp_path: Path) -> None:
+    client: Any = _TokenClient()
+    runner = ["/opt/run-image.sh", "--read-only", "--"]
+    prepared = prepare(client, reporter_pod("gpu-1"), tmp_path, command=runner)
+    installed = prepare(client, reporter_pod("gpu-1"), tmp_path)
+    assert prepared.argv[:3] == runner and prepared.argv[3] == "node-cache-reporter"
+    flags = [a for a in installed.argv[installed.argv.index("node-cache-reporter"):] if a.startswith("--")]
+    assert [a for a in prepared.argv[3:] if a.startswith("--")] == flags  # the values: per-run directories
+
+
+def test_the_pods_files_are_handed_to_its_run_as_user_and_its_kubeconfig_carries_the_ca(tmp_path: Path) -> None:
+    """As kubelet makes a Pod's token and volumes its runAsUser's, and gives it ca.crt rather than a host path:
+    what an image run as its own non-root user (scripts/run-image.sh) needs to read its kubeconfig and policies."""
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another user needs root (the node agent does it only as root)")
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    client: Any = _TokenClient()
+    client.configuration = SimpleNamespace(host="https://127.0.0.1:6443", ssl_ca_cert=str(ca))
+    pod = reporter_pod("gpu-1")
+    pod["spec"]["securityContext"] = {"runAsUser": 65532, "runAsGroup": 65533}
+    workdir = tmp_path / "pods"
+    workdir.mkdir(mode=0o700)
+    prepared = prepare(client, pod, workdir)
+    kubeconfig = Path(prepared.env["KUBECONFIG"])
+    assert (kubeconfig.stat().st_uid, kubeconfig.stat().st_gid) == (65532, 65533)
+    assert prepared.directory.stat().st_uid == 65532 and workdir.stat().st_mode & 0o001
+    [cluster] = yaml.safe_load(kubeconfig.read_text())["clusters"]
+    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == ca.read_bytes()

@@ -9,10 +9,12 @@ import numpy as np
 
 from infer_ctl.engine.cycle import CyclePlan
 from infer_ctl.engine.cycle import Observation as CycleObservation
+from infer_ctl.sim.catalogue import build_policy
+from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl
-from infer_ctl.sim.run import MeasuredSlo, SimConfig, simulate
+from infer_ctl.sim.run import simulate
 from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.tick import MeasuredSlo, SimConfig
 
 TICK_S = 1.0
 
@@ -49,8 +51,6 @@ def test_without_adapt_aim_the_simulator_measures_nothing_for_infer_ctl() -> Non
 
 
 def test_the_measure_counts_the_requests_of_the_ticks_since_the_last_one() -> None:
-    from infer_ctl.sim.model import ServiceModel
-
     model = ServiceModel()
     measured = MeasuredSlo(3600.0, every_s=60.0)
     arrivals, ready, backlog = np.full(200, 4.0), np.full(200, 5), np.zeros(200)

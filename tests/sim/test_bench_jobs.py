@@ -14,11 +14,13 @@ import pytest
 from infer_ctl.core.api import Preset
 from infer_ctl.sim.bench_autoscaling import main
 from infer_ctl.sim.bench_fleet import run_policies as fleet_policies
-from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings
+from infer_ctl.sim.cluster import ClusterSpec
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import PolicyRun, run_grid, run_policies, with_preset
+from infer_ctl.sim.recipe import service_settings
+from infer_ctl.sim.service import default_settings, with_preset
+from infer_ctl.sim.suite import PolicyRun, run_grid, run_policies
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.trace import step_profile
 
 TRACE = step_profile((50.0, 300.0, 2.0), 300.0)

@@ -12,10 +12,11 @@ import pytest
 
 from infer_ctl.engine.cycle import CyclePlan
 from infer_ctl.engine.cycle import Observation as CycleObservation
+from infer_ctl.sim.catalogue import build_policy
 from infer_ctl.sim.policies import InferCtl
-from infer_ctl.sim.run import SimConfig, SimResult, simulate
+from infer_ctl.sim.run import simulate
 from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import build_policy
+from infer_ctl.sim.tick import SimConfig, SimResult
 from infer_ctl.sim.trace import step_profile
 
 TICK_S = 1.0

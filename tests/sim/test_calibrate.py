@@ -12,7 +12,7 @@ from infer_ctl.config.policies import load_policies
 from infer_ctl.core.api import Preset
 from infer_ctl.core.policy import check_aims
 from infer_ctl.sim.calibrate import LADDER, Outcome, fit, ladder_is_monotone, objective_lines, objective_report
-from infer_ctl.sim.run import SimResult
+from infer_ctl.sim.tick import SimResult
 
 LADDER3 = ((0.5, 60.0), (0.8, 300.0), (0.95, 600.0))
 

@@ -15,24 +15,18 @@ from hypothesis import strategies as st
 from infer_ctl.core.api import Preset, ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
 from infer_ctl.sim.bench_fleet import auto_nodes, lender_services, main, overloads
-from infer_ctl.sim.fleet import (
-    Allocation,
-    ClusterSpec,
-    FleetResult,
-    FleetService,
-    _Cluster,
-    build_fleet,
-    fleet_recipe,
-    run_fleet,
-    segment,
-    service_settings,
-    simulate_fleet,
-)
+from infer_ctl.sim.catalogue import build_policy, initial_replicas
+from infer_ctl.sim.cluster import Allocation, ClusterSpec, FleetCluster
+from infer_ctl.sim.fleet import FleetResult, simulate_fleet
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Oracle
+from infer_ctl.sim.recipe import build_fleet, fleet_recipe, segment, service_settings
 from infer_ctl.sim.reference import fleet_oracle_demand
-from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service, with_preset
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import scenario_service, with_preset
+from infer_ctl.sim.suite import run_fleet
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.trace import Trace
 
 TICK = 5.0
@@ -159,7 +153,7 @@ def test_a_multi_gpu_replica_needs_its_gpus_on_one_node() -> None:
 
 
 def test_preemption_evicts_the_fewest_lower_priority_pods() -> None:
-    c = _Cluster(ClusterSpec(nodes=2, gpus_per_node=4))
+    c = FleetCluster(ClusterSpec(nodes=2, gpus_per_node=4))
     # node 0: 2 standby Pods of 1 GPU and a serving one of 2; node 1: a standby Pod of 2 and a serving one of 2
     c.bind((0, "a"), "a-1", 0, gpus=1, priority=1_000, now=1.0)
     c.bind((0, "a"), "a-2", 0, gpus=1, priority=1_000, now=2.0)
@@ -201,7 +195,7 @@ GIB = 2**30
 
 
 def test_memory_shares_pack_onto_devices_held_from_their_first_share_to_their_last() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
+    c = FleetCluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     assert c.share_fit(24 * GIB) == (0, None)  # no device is shared yet: a free GPU is opened
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     assert c.free_total == 1 and len(c.allocations) == 1  # the device, booked as one GPU held
@@ -222,7 +216,7 @@ def test_memory_shares_pack_onto_devices_held_from_their_first_share_to_their_la
 
 
 def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_takes() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
+    c = FleetCluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 0, device, nbytes=48 * GIB, priority=100_000, now=0.0)
@@ -232,7 +226,7 @@ def test_a_shared_device_is_charged_to_the_replicas_on_it_by_the_memory_each_tak
 
 
 def test_removing_the_last_share_of_a_device_costs_nothing_and_one_beside_others_what_they_hold() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
+    c = FleetCluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 0, device, nbytes=40 * GIB, priority=100_000, now=0.0)
@@ -242,7 +236,7 @@ def test_removing_the_last_share_of_a_device_costs_nothing_and_one_beside_others
 
 
 def test_a_share_preempts_the_fewest_lower_priority_pods_and_never_a_serving_one() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
+    c = FleetCluster(ClusterSpec(nodes=1, gpus_per_node=2), memory_bytes=80 * GIB)
     c.bind((2, "x"), "x-1", 0, gpus=1, priority=1_000, now=0.0)  # a whole-GPU standby Pod
     c.bind_share(0, "a-1", 0, None, nbytes=40 * GIB, priority=100_000, now=1.0)
     device = c.share_of[(0, "a-1")][1]

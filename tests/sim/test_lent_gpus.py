@@ -16,11 +16,15 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, Observation
-from infer_ctl.sim.fleet import ClusterSpec, FleetService, service_settings, simulate_fleet
+from infer_ctl.sim.catalogue import build_policy
+from infer_ctl.sim.cluster import ClusterSpec
+from infer_ctl.sim.fleet import simulate_fleet
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import InferCtl
-from infer_ctl.sim.run import SimConfig
-from infer_ctl.sim.suite import build_policy, with_prewarm
+from infer_ctl.sim.recipe import service_settings
+from infer_ctl.sim.service import with_prewarm
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.warm import GIB, TierPhysics
 from tests.sim.test_warm_tiers import run_within
 

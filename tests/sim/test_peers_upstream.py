@@ -58,27 +58,17 @@ from dataclasses import replace
 
 import pytest
 
-from infer_ctl.sim.policies import (
-    AibrixApa,
-    AibrixApaState,
+from infer_ctl.sim.autoscaler import Observation
+from infer_ctl.sim.hpa import (
     Hpa,
     HpaBehavior,
     HpaMetricError,
     HpaScalingPolicy,
     HpaScalingRules,
     HpaState,
-    Keda,
-    KedaState,
-    Kpa,
-    KpaState,
-    Observation,
     PodSample,
-    RayServe,
-    RayServeState,
     ScaleEvent,
     Tolerances,
-    aibrix_stabilize,
-    apa_compute_target_replicas,
     hpa_convert_with_behavior_rate,
     hpa_convert_with_rules,
     hpa_external_per_pod_replicas,
@@ -92,6 +82,18 @@ from infer_ctl.sim.policies import (
     hpa_stabilize,
     hpa_stabilize_with_behaviors,
     hpa_store_scale_event,
+)
+from infer_ctl.sim.peers import (
+    AibrixApa,
+    AibrixApaState,
+    Keda,
+    KedaState,
+    Kpa,
+    KpaState,
+    RayServe,
+    RayServeState,
+    aibrix_stabilize,
+    apa_compute_target_replicas,
     keda_request_scale,
     kpa_new_decider,
     kpa_reconcile_scale,

@@ -10,10 +10,15 @@ import pytest
 from infer_ctl.config.policies import load_policies
 from infer_ctl.place.framework import Engine
 from infer_ctl.place.plugins import build_profile
-from infer_ctl.sim.fleet import ClusterSpec, _Cluster, device_bytes, service_settings
+from infer_ctl.sim.catalogue import build_policy, initial_replicas
+from infer_ctl.sim.cluster import ClusterSpec, FleetCluster, device_bytes
+from infer_ctl.sim.fleet import simulate_fleet
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.placing import FleetPlacement, Pin, claim_key
-from infer_ctl.sim.suite import scenario_service
+from infer_ctl.sim.recipe import service_settings
+from infer_ctl.sim.service import scenario_service
+from infer_ctl.sim.tick import SimConfig
 
 GIB = 2**30
 H100 = device_bytes("H100-80GB")
@@ -32,7 +37,7 @@ def shared_service(gib: float = 24.0):  # type: ignore[no-untyped-def]
 
 
 def test_the_snapshot_lays_each_node_out_shared_devices_then_whole_gpus_then_free_ones() -> None:
-    c = _Cluster(ClusterSpec(nodes=2, gpus_per_node=4))
+    c = FleetCluster(ClusterSpec(nodes=2, gpus_per_node=4))
     c.bind_share(0, "a-1", 1, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 1, device, nbytes=40 * GIB, priority=100_000, now=0.0)
@@ -53,7 +58,7 @@ def test_a_share_is_pinned_where_fgd_puts_it_against_the_running_mix() -> None:
     ones of the cycle each on a GPU of their own, keeping 55.6 GiB gaps a 48 GiB share still fits (FGD); with
     whole-GPU Pods in the mix, the shares of a cycle fill one opened GPU instead (a partly used GPU is lost to a
     whole-GPU Pod, so a second one is not opened)."""
-    c = _Cluster(ClusterSpec(nodes=2, gpus_per_node=4))
+    c = FleetCluster(ClusterSpec(nodes=2, gpus_per_node=4))
     c.bind_share(1, "b-1", 1, None, nbytes=48 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(1, "b-1")][1]
     p = placement(2, 4, shared=True)
@@ -73,7 +78,7 @@ def test_a_share_is_pinned_where_fgd_puts_it_against_the_running_mix() -> None:
 
 
 def test_removing_the_last_share_of_a_device_goes_first_whatever_the_mix() -> None:
-    c = _Cluster(ClusterSpec(nodes=1, gpus_per_node=4))
+    c = FleetCluster(ClusterSpec(nodes=1, gpus_per_node=4))
     c.bind_share(0, "a-1", 0, None, nbytes=24 * GIB, priority=100_000, now=0.0)
     device = c.share_of[(0, "a-1")][1]
     c.bind_share(1, "b-1", 0, device, nbytes=40 * GIB, priority=100_000, now=0.0)
@@ -93,7 +98,7 @@ def test_removing_the_last_share_of_a_device_goes_first_whatever_the_mix() -> No
 
 
 def test_whole_gpu_replicas_are_pinned_to_nodes_with_free_gpus_and_none_when_full() -> None:
-    c = _Cluster(ClusterSpec(nodes=2, gpus_per_node=2))
+    c = FleetCluster(ClusterSpec(nodes=2, gpus_per_node=2))
     c.bind((1, "x"), "x-1", 0, gpus=2, priority=100_000, now=0.0)
     p = placement(2, 2, shared=False)
     p.snapshot(c.layout())
@@ -103,10 +108,6 @@ def test_whole_gpu_replicas_are_pinned_to_nodes_with_free_gpus_and_none_when_ful
 
 
 def test_a_fleet_run_with_the_controllers_placement_pins_every_start_and_overfills_nothing() -> None:
-    from infer_ctl.sim.fleet import FleetService, simulate_fleet
-    from infer_ctl.sim.run import SimConfig
-    from infer_ctl.sim.suite import build_policy, initial_replicas
-
     tick = 5.0
     rng = np.random.default_rng(3)
     rate = np.repeat(rng.choice([0.0, 5.0, 20.0, 60.0], size=8), 30)
@@ -131,16 +132,12 @@ def test_infer_ctls_replicas_at_t0_are_where_the_controllers_placement_puts_them
     simulator's rule: five 24 GiB shares of one service on three nodes of two H100s go as `place_replicas` pins
     them on the empty cluster (here two GPUs of one node, the other nodes left whole), where the rule would open
     the second device on the node with the most free GPUs."""
-    from infer_ctl.sim.fleet import FleetService, simulate_fleet
-    from infer_ctl.sim.run import SimConfig
-    from infer_ctl.sim.suite import build_policy
-
     tick = 5.0
     settings = service_settings("a", ServiceModel(cold_start_s=60.0, min_replicas=0, memory_share_gib=24.0))
     service = FleetService("a", np.full(24, 40.0 * tick), settings, 0)
     names = [f"sim-{i}" for i in range(1, 6)]
     p = placement(3, 2, shared=True)
-    p.snapshot(_Cluster(ClusterSpec(nodes=3, gpus_per_node=2)).layout())
+    p.snapshot(FleetCluster(ClusterSpec(nodes=3, gpus_per_node=2)).layout())
     pins = p.place(shared_service(24.0), 0, names, service_nodes={}, cached_nodes=())
     expected = sorted((name, f"node-{pin.node}") for name, pin in zip(names, pins, strict=True) if pin is not None)
     assert len(expected) == 5

@@ -6,21 +6,11 @@ import math
 
 import numpy as np
 
+from infer_ctl.sim.autoscaler import Observation
+from infer_ctl.sim.hpa import Hpa, HpaState
 from infer_ctl.sim.model import ServiceModel, prometheus_rate, window_rate
-from infer_ctl.sim.policies import (
-    AibrixApa,
-    AibrixApaState,
-    Hpa,
-    HpaState,
-    Keda,
-    KedaState,
-    Kpa,
-    KpaState,
-    Observation,
-    RayServe,
-    RayServeState,
-    oracle_schedule,
-)
+from infer_ctl.sim.peers import AibrixApa, AibrixApaState, Keda, KedaState, Kpa, KpaState, RayServe, RayServeState
+from infer_ctl.sim.policies import oracle_schedule
 
 C = 10.0
 

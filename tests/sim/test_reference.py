@@ -7,10 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from infer_ctl.sim.autoscaler import Observation, Pipeline
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import Observation, Oracle, Pipeline
+from infer_ctl.sim.policies import Oracle
 from infer_ctl.sim.reference import PeakHold, best_peak_hold_in_hindsight, cheapest_constant_fleet
-from infer_ctl.sim.run import SimConfig, simulate
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.tick import SimConfig
 
 MODEL = ServiceModel(cold_start_s=60.0, cold_start_sigma=0.0)
 

@@ -36,9 +36,10 @@ from infer_ctl.kube.labels import (
     ROLE_SERVING,
     ROLE_STANDBY,
 )
-from infer_ctl.sim.run import SimConfig, arrivals_per_tick, simulate
-from infer_ctl.sim.service import settings_from_manifest
-from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_manifest
+from infer_ctl.sim.catalogue import build_policy, initial_replicas
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import scenario_manifest, settings_from_manifest
+from infer_ctl.sim.tick import SimConfig, arrivals_per_tick
 from infer_ctl.sim.trace import step_profile
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from infer_ctl.cli.main import main
+from infer_ctl.sim.catalogue import POLICY_NAMES
 from infer_ctl.sim.model import ServiceModel
 from infer_ctl.sim.policies import Oracle
-from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.service import default_settings
-from infer_ctl.sim.suite import POLICY_NAMES, run_policies
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import default_settings, settings_from_manifest
+from infer_ctl.sim.suite import run_policies
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.trace import Trace, step_profile
 
 KEYS = {
@@ -123,8 +125,6 @@ spec:
   slo: {latencyP95Ms: 800}
 """
     )
-    from infer_ctl.sim.service import settings_from_manifest
-
     settings = settings_from_manifest(manifest)
     assert settings.model.target_rps_per_replica == 40
     assert settings.model.slo_latency_s == 0.8

@@ -15,18 +15,23 @@ from hypothesis import strategies as st
 
 from infer_ctl.core.api import ReplicaState
 from infer_ctl.engine.cycle import CyclePlan, CycleState, Observation, plan_cycle, weight_bytes
-from infer_ctl.sim.fleet import ClusterSpec, FleetResult, FleetService, service_settings, simulate_fleet
+from infer_ctl.sim.catalogue import build_policy, initial_replicas, parse_policy_names
+from infer_ctl.sim.cluster import ClusterSpec
+from infer_ctl.sim.fleet import FleetResult, simulate_fleet
+from infer_ctl.sim.fleet_state import FleetService
 from infer_ctl.sim.model import ServiceModel
-from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, tier_use
-from infer_ctl.sim.run import SimConfig, simulate
-from infer_ctl.sim.suite import build_policy, initial_replicas, scenario_service, with_prewarm
+from infer_ctl.sim.policies import InferCtl, NodeCached, SleepingPool, TierUse, tier_use
+from infer_ctl.sim.recipe import service_settings
+from infer_ctl.sim.run import simulate
+from infer_ctl.sim.service import scenario_service, with_prewarm
+from infer_ctl.sim.tick import SimConfig
 from infer_ctl.sim.warm import GIB, GpuBook, TierPhysics, WarmHost, WarmHosts
 
 TICK = 5.0
 
 
 class Gpus:
-    """A cluster's free GPUs per node, as the fleet's `_Cluster` books them."""
+    """A cluster's free GPUs per node, as the fleet's `FleetCluster` books them."""
 
     def __init__(self, nodes: int, per_node: int) -> None:
         self.free = [per_node] * nodes
@@ -387,9 +392,6 @@ def run_within(fleet: tuple[list[FleetService], list[str], ClusterSpec]) -> Flee
 
 
 def test_each_tier_alone_is_a_named_policy_outside_all() -> None:
-    from infer_ctl.sim.policies import TierUse
-    from infer_ctl.sim.suite import parse_policy_names
-
     assert not {"infer-ctl+sleep", "infer-ctl+cache"} & set(parse_policy_names("all"))
     assert parse_policy_names("infer-ctl+sleep, infer-ctl+cache") == ("infer-ctl+sleep", "infer-ctl+cache")
     arrivals = np.full(60, 10.0)

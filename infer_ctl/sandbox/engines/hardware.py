@@ -123,8 +123,8 @@ class Ledger:
 def _post(url: str, timeout_s: float) -> tuple[int, bytes]:
     """POST with no body (urllib, imported on first use: a server without an agent never pays for it), straight to
     the agent on 127.0.0.1 whatever proxy the environment names."""
-    import urllib.error
-    import urllib.request
+    import urllib.error  # noqa: PLC0415 -- first use only, as the docstring says
+    import urllib.request  # noqa: PLC0415 -- first use only, as the docstring says
 
     request = urllib.request.Request(url, data=b"", method="POST")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
