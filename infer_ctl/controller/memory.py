@@ -34,6 +34,7 @@ class ServiceMemory:
     invalid_message: str = ""
     routing_port: int | None = None  # the port of the routing Service this controller made or checked
     pool_made: object = None  # what its InferencePool was last made, checked or found taken for (`routing.pool_key`)
+    routing_checked_s: float | None = None  # when both were last written or checked (`routing.ROUTING_RECHECK_S`)
     cycles: int = 0
     failure: str = ""  # what the last failed cycle failed on ("" after a cycle that succeeded)
     rate_outage: str = ""  # why the last cycle could not read the rate ("" when it could)

@@ -1,6 +1,7 @@
 """The routing the controller owns for a service: the Service to its serving replicas, and, where the API server
-serves InferencePools, an InferencePool over the same replicas. Written only when what they are made for changes
-(no request per cycle); nothing of it stops the cycle."""
+serves InferencePools, an InferencePool over the same replicas. Written when what they are made for changes, and
+again every ROUTING_RECHECK_S (one deleted or edited since is made again; no request per cycle); nothing of it
+stops the cycle."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 # how long the answer "does the API server serve InferencePools" is trusted (`PoolApi`)
 POOL_API_RECHECK_S = 60.0
+# how long a service's routing Service and InferencePool, once written or checked, are trusted to be as made: then
+# they are written again (a create, answered 409 while they exist, and a read), so that one deleted or edited by
+# somebody else is made again within this time (the controller watches neither: that would take a cluster-wide
+# list of every Service), at 4 requests per service per 5 minutes
+ROUTING_RECHECK_S = 300.0
 
 
 def pool_key(port: int, picker: EndpointPicker) -> tuple[int, str, int]:
@@ -70,6 +76,10 @@ class Routing:
         runtime = runtime_of(svc, self.settings)
         if runtime is None:
             return
+        now_s = now.timestamp()
+        if memory.routing_checked_s is None or not 0 <= now_s - memory.routing_checked_s < ROUTING_RECHECK_S:
+            memory.routing_checked_s = now_s
+            memory.routing_port, memory.pool_made = None, None  # written again: made anew if gone
         await self._ensure_service(body, svc, memory, runtime.port, now)
         await self._ensure_pool(body, svc, memory, runtime.port, now)
 

@@ -14,6 +14,7 @@ import pytest
 
 from infer_ctl.actuate.pool import INFERENCE_POOLS, POOL_VERSION
 from infer_ctl.controller.reconciler import Reconciler, Settings
+from infer_ctl.controller.routing import ROUTING_RECHECK_S
 from infer_ctl.kube.client import EVENTS, INFERENCE_SERVICES, PODS, SERVICES
 from infer_ctl.sandbox.podnet import pod_endpoint
 from tests.builders import completion
@@ -48,6 +49,16 @@ async def test_a_service_gets_a_routing_service_to_its_serving_replicas_on_the_e
         after = cluster.kube.get(SERVICES, "llm", "default")
         assert before is not None and after is not None
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        # deleted by somebody else: made again when it is next checked (ROUTING_RECHECK_S after the last check),
+        # not per cycle
+        cluster.kube.delete(SERVICES, "llm", "default")
+        wait_for("the Service gone", lambda: cluster.kube.get(SERVICES, "llm", "default") is None)
+        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"), T0 + timedelta(seconds=20))
+        assert cluster.kube.get(SERVICES, "llm", "default") is None
+        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
+                    T0 + timedelta(seconds=ROUTING_RECHECK_S))
+        again = cluster.kube.get(SERVICES, "llm", "default")
+        assert again is not None and again["spec"]["selector"] == routed["spec"]["selector"]
     finally:
         await reconciler.close()
 
@@ -205,6 +216,12 @@ async def test_a_port_change_patches_the_pool_and_deleting_the_service_deletes_i
         assert patched["metadata"]["uid"] == made["metadata"]["uid"]  # patched, not made anew
         routed = cluster.kube.get(SERVICES, "llm", "default")
         assert routed is not None and routed["spec"]["ports"][0]["port"] == 8081  # the same port as the Service
+        # edited by somebody else: put back when next checked
+        cluster.kube.merge_patch(INFERENCE_POOLS, "llm", {"spec": {"targetPorts": [{"number": 9999}]}}, "default")
+        await cycle(reconciler, cluster.kube.get(INFERENCE_SERVICES, "llm", "default"),
+                    T0 + timedelta(seconds=10 + ROUTING_RECHECK_S))
+        restored = cluster.kube.get(INFERENCE_POOLS, "llm", "default")
+        assert restored is not None and restored["spec"]["targetPorts"] == [{"number": 8081}]
     finally:
         await reconciler.close()
     cluster.kube.delete(INFERENCE_SERVICES, "llm", "default")
