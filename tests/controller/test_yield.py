@@ -253,6 +253,10 @@ async def test_a_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time_and_the_len
             on = {p["metadata"]["annotations"].get(ANNOTATION_WARM_HOST, "") for p in pods(kube, "chat")
                   if p["metadata"]["name"] in sleepers}
             assert on == hosts and all(hosts), (on, hosts)  # each sleeper on a GPU batch serves on
+            # read before the trickle stops (killed, it leaves its requests in flight as 499s)
+            codes = {sample.labels["code"]: sample.value for family in text_string_to_metric_families(
+                httpx.get(cluster.sandbox.router.metrics_url, timeout=5).text) for sample in family.samples
+                if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == "batch"}
     finally:
         stop(trickle)
         await reconciler.close()
@@ -266,8 +270,5 @@ async def test_a_sleeper_makes_room_on_a_lent_gpu_one_load_at_a_time_and_the_len
     assert any("put to sleep for a new sleeper to load on its GPU (then sleep)" in m for _, n, _, m in cycles.history
                if n == "chat"), chat_table
     # batch's trickle answered all along (by the replica still awake), none of it sent to a sleeping engine
-    codes = {sample.labels["code"]: sample.value for family in text_string_to_metric_families(
-        httpx.get(cluster.sandbox.router.metrics_url, timeout=5).text) for sample in family.samples
-        if sample.name == "infer_ctl_gateway_requests_total" and sample.labels.get("service") == "batch"}
     assert codes.get("200", 0) > 0 and not any(n for code, n in codes.items() if code != "200"), codes
     assert not agent_of(cluster).asleep_requests, dict(agent_of(cluster).asleep_requests)
